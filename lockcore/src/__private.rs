@@ -1,0 +1,136 @@
+//! What the attribute macros expand to. Not a public API: it may change in any release.
+
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+pub use crate::key::{KeyArg, KeyBuf};
+use crate::{Error, Locks};
+
+/// Redis URL used when no client was installed and `REDIS_URL` is not set.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/";
+
+static DEFAULT: RwLock<Option<Locks>> = RwLock::new(None);
+
+/// Replaces the process-wide client; see `distlock::install`.
+pub fn install(locks: Locks) -> Option<Locks> {
+    DEFAULT
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .replace(locks)
+}
+
+/// The installed client, else one made (once) from `REDIS_URL`; it connects on first use.
+pub fn default_locks() -> Result<Locks, Error> {
+    if let Some(locks) = DEFAULT.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        return Ok(locks.clone());
+    }
+    let mut slot = DEFAULT.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(locks) = slot.as_ref() {
+        return Ok(locks.clone());
+    }
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
+    let locks = Locks::builder(url).build()?;
+    *slot = Some(locks.clone());
+    Ok(locks)
+}
+
+/// What `client = <expr>` may evaluate to.
+pub trait AsLocks {
+    /// The client.
+    fn as_locks(&self) -> &Locks;
+}
+
+impl AsLocks for Locks {
+    fn as_locks(&self) -> &Locks {
+        self
+    }
+}
+
+impl AsLocks for Arc<Locks> {
+    fn as_locks(&self) -> &Locks {
+        self
+    }
+}
+
+impl<T: AsLocks + ?Sized> AsLocks for &T {
+    fn as_locks(&self) -> &Locks {
+        (**self).as_locks()
+    }
+}
+
+/// The client given with `client = <expr>`, owned.
+pub fn client_of<T: AsLocks + ?Sized>(client: &T) -> Result<Locks, Error> {
+    Ok(client.as_locks().clone())
+}
+
+/// Settings fixed at compile time.
+#[derive(Debug, Clone, Copy)]
+pub struct LockSpec {
+    /// Lease in milliseconds.
+    pub ttl_ms: u64,
+    /// Wait in milliseconds.
+    pub wait_ms: u64,
+}
+
+/// The return type of an annotated function: `Result<T, E>` with `E: From<Error>`.
+#[diagnostic::on_unimplemented(
+    message = "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<distlock::Error>`, found `{Self}`",
+    label = "expected `Result<T, E>` with `E: From<distlock::Error>`",
+    note = "the lock reports `Busy`, `Lost` and `Backend` failures through the function's error type; implement `From<distlock::Error>` for it"
+)]
+pub trait LockOutput {
+    /// A lock failure as this return value.
+    fn from_lock_error(error: Error) -> Self;
+    /// Whether the body succeeded.
+    fn is_ok(&self) -> bool;
+}
+
+impl<T, E: From<Error>> LockOutput for Result<T, E> {
+    fn from_lock_error(error: Error) -> Self {
+        Err(error.into())
+    }
+
+    fn is_ok(&self) -> bool {
+        Result::is_ok(self)
+    }
+}
+
+/// Acquire, run `body` with the lock visible to `current_lock()`, always release.
+///
+/// A loss found at release replaces an `Ok` with `Err(Lost)`; an `Err` from the body is
+/// kept (the loss is logged). Panics and cancellation release through the guard's `Drop`.
+pub async fn run_locked<R, F>(
+    client: Result<Locks, Error>,
+    key: String,
+    spec: LockSpec,
+    body: F,
+) -> R
+where
+    R: LockOutput,
+    F: Future<Output = R>,
+{
+    let locks = match client {
+        Ok(locks) => locks,
+        Err(e) => return R::from_lock_error(e),
+    };
+    let guard = match locks
+        .lock(key)
+        .ttl(Duration::from_millis(spec.ttl_ms))
+        .wait(Duration::from_millis(spec.wait_ms))
+        .acquire()
+        .await
+    {
+        Ok(guard) => guard,
+        Err(e) => return R::from_lock_error(e),
+    };
+    let out = guard.scope(body).await;
+    match guard.release().await {
+        Ok(()) => out,
+        Err(e) if out.is_ok() => R::from_lock_error(e),
+        Err(e) => {
+            tracing::warn!(target: "distlock", error = %e, "the body failed and its lock was not held to the end");
+            out
+        }
+    }
+}

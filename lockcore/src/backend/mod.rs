@@ -1,0 +1,70 @@
+//! Where locks live: a real Redis, or process memory for unit tests.
+
+use std::time::Duration;
+
+use crate::error::BackendError;
+
+pub(crate) mod memory;
+pub(crate) mod redis;
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The token matched and the key was deleted now.
+    Now,
+    /// An earlier try of this same release deleted it (its reply was lost).
+    Earlier,
+    /// The key was gone or held another token.
+    Lost,
+}
+
+pub(crate) enum Backend {
+    Redis(redis::RedisBackend),
+    Memory(memory::MemoryBackend),
+}
+
+impl Backend {
+    /// One atomic try: `Some(fence)` when taken, `None` when someone else holds it.
+    pub(crate) async fn try_acquire(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Option<u64>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.try_acquire(key, fence_key, token, ttl).await,
+            Backend::Memory(m) => Ok(m.try_acquire(key, token, ttl)),
+        }
+    }
+
+    /// One compare-and-delete.
+    pub(crate) async fn release(
+        &self,
+        key: &str,
+        marker_key: &str,
+        token: &str,
+        marker_ttl: Duration,
+    ) -> Result<Released, BackendError> {
+        match self {
+            Backend::Redis(r) => r.release(key, marker_key, token, marker_ttl).await,
+            Backend::Memory(m) => Ok(m.release(key, token)),
+        }
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        match self {
+            Backend::Redis(r) => r.ping().await,
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
+    pub(crate) fn is_memory(&self) -> bool {
+        matches!(self, Backend::Memory(_))
+    }
+}
+
+/// Milliseconds for `PX`, at least 1.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

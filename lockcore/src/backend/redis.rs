@@ -1,0 +1,166 @@
+//! The Redis backend: one multiplexed connection per client and tokio runtime,
+//! reconnected when it breaks, every call bounded by the command timeout.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, FromRedisValue, Script, ScriptInvocation};
+use tokio::runtime::Handle;
+
+use super::{Released, millis};
+use crate::error::{BackendError, BackendErrorKind};
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
+
+pub(crate) struct RedisBackend {
+    client: redis::Client,
+    timeout: Duration,
+    /// The live connection and the runtime it was born on: a connection's driver task
+    /// dies with its runtime, so a call from another runtime opens a new one.
+    slot: Mutex<Option<Slot>>,
+    connecting: tokio::sync::Mutex<()>,
+    generation: AtomicU64,
+}
+
+struct Slot {
+    runtime: tokio::runtime::Id,
+    conn: MultiplexedConnection,
+    generation: u64,
+}
+
+impl RedisBackend {
+    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
+        RedisBackend {
+            client,
+            timeout,
+            slot: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    fn cached(&self, runtime: tokio::runtime::Id) -> Option<(MultiplexedConnection, u64)> {
+        let slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        slot.as_ref()
+            .filter(|s| s.runtime == runtime)
+            .map(|s| (s.conn.clone(), s.generation))
+    }
+
+    async fn connection(&self) -> Result<(MultiplexedConnection, u64), BackendError> {
+        let runtime = Handle::try_current()
+            .map_err(|_| {
+                BackendError::new(BackendErrorKind::Config, "called outside a tokio runtime")
+            })?
+            .id();
+        if let Some(found) = self.cached(runtime) {
+            return Ok(found);
+        }
+        let _one_at_a_time = self.connecting.lock().await;
+        if let Some(found) = self.cached(runtime) {
+            return Ok(found);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(Slot {
+            runtime,
+            conn: conn.clone(),
+            generation,
+        });
+        tracing::debug!(target: "distlock", generation, "connected to redis");
+        Ok((conn, generation))
+    }
+
+    /// Drops the connection of `generation` so the next call reconnects.
+    fn forget(&self, generation: u64) {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_some_and(|s| s.generation == generation) {
+            *slot = None;
+        }
+    }
+
+    /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) within the timeout.
+    async fn eval<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, BackendError> {
+        let mut used = None;
+        let call = async {
+            let (mut conn, generation) = self.connection().await?;
+            used = Some(generation);
+            invocation.invoke_async::<T>(&mut conn).await.map_err(|e| {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                    self.forget(generation);
+                }
+                BackendError::from(e)
+            })
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(_) => {
+                if let Some(generation) = used {
+                    self.forget(generation);
+                }
+                Err(BackendError::timeout(self.timeout))
+            }
+        }
+    }
+
+    pub(crate) async fn try_acquire(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Option<u64>, BackendError> {
+        let mut inv = ACQUIRE.prepare_invoke();
+        inv.key(key).key(fence_key).arg(token).arg(millis(ttl));
+        let fence: u64 = self.eval(&inv).await?;
+        Ok((fence > 0).then_some(fence))
+    }
+
+    pub(crate) async fn release(
+        &self,
+        key: &str,
+        marker_key: &str,
+        token: &str,
+        marker_ttl: Duration,
+    ) -> Result<Released, BackendError> {
+        let mut inv = RELEASE.prepare_invoke();
+        inv.key(key)
+            .key(marker_key)
+            .arg(token)
+            .arg(millis(marker_ttl));
+        match self.eval::<u8>(&inv).await? {
+            1 => Ok(Released::Now),
+            2 => Ok(Released::Earlier),
+            _ => Ok(Released::Lost),
+        }
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        let call = async {
+            let (mut conn, generation) = self.connection().await?;
+            redis::cmd("PING")
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| {
+                    self.forget(generation);
+                    BackendError::from(e)
+                })
+        };
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or_else(|_| Err(BackendError::timeout(self.timeout)))
+    }
+}

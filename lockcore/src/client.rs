@@ -1,0 +1,289 @@
+//! The [`Locks`] client and its builder.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{Backend, memory::MemoryBackend, redis::RedisBackend};
+use crate::error::{BackendError, BackendErrorKind, Error, Result};
+use crate::lock::LockRequest;
+
+/// Default key prefix: the lock on `order:42` lives at Redis key `lock:order:42`.
+pub const DEFAULT_PREFIX: &str = "lock:";
+/// Default bound on every Redis call, connecting included.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A handle to the lock store, cheap to clone: every clone shares one multiplexed
+/// connection, re-opened when it breaks.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lockcore::Error> {
+/// use std::time::Duration;
+/// let locks = lockcore::Locks::connect("redis://127.0.0.1:6379/").await?;
+/// let guard = locks
+///     .lock("order:42")
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(3))
+///     .acquire()
+///     .await?;
+/// println!("fence {}", guard.fence());
+/// guard.release().await?; // Err(Error::Lost) if the lease ran out meanwhile
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locks {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) backend: Backend,
+    pub(crate) prefix: String,
+    pub(crate) holder: String,
+    pub(crate) marker_ttl: Duration,
+    /// Where the locks live, without credentials (for errors and `Debug`).
+    pub(crate) target: String,
+}
+
+impl Locks {
+    /// Connects to the Redis at `url` with default settings and checks it answers `PING`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lockcore::Error> {
+    /// let locks = lockcore::Locks::connect("redis://127.0.0.1:6379/").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<Locks> {
+        Locks::builder(url).connect().await
+    }
+
+    /// Starts configuring a client for the Redis at `url`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::builder("redis://127.0.0.1:6379/")
+    ///     .prefix("myapp:lock:")
+    ///     .command_timeout(Duration::from_millis(500))
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn builder(url: impl Into<String>) -> LocksBuilder {
+        LocksBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            timeout: DEFAULT_COMMAND_TIMEOUT,
+            holder: None,
+        }
+    }
+
+    /// Locks kept in this process, with the same TTL, token, fencing, `Busy` and `Lost`
+    /// rules as Redis: for unit tests of annotated code. Never chosen implicitly.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let g = locks.lock("a").acquire().await.unwrap();
+    /// assert!(matches!(locks.lock("a").acquire().await, Err(lockcore::Error::Busy { .. })));
+    /// g.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn in_memory() -> Locks {
+        Locks::new(
+            Backend::Memory(MemoryBackend::default()),
+            DEFAULT_PREFIX.to_owned(),
+            None,
+            DEFAULT_COMMAND_TIMEOUT,
+            "in-memory".to_owned(),
+        )
+    }
+
+    fn new(
+        backend: Backend,
+        prefix: String,
+        holder: Option<String>,
+        timeout: Duration,
+        target: String,
+    ) -> Locks {
+        let holder = sanitize_holder(&holder.unwrap_or_else(default_holder));
+        Locks {
+            inner: Arc::new(Inner {
+                backend,
+                prefix,
+                holder,
+                marker_ttl: (timeout * 10).max(Duration::from_secs(10)),
+                target,
+            }),
+        }
+    }
+
+    /// Starts a request for the lock named `name` (the Redis key is the prefix plus `name`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let guard = locks.lock("order:42").acquire().await.unwrap();
+    /// assert_eq!(guard.key(), "lock:order:42");
+    /// # guard.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest<'_> {
+        LockRequest::new(self, name.into())
+    }
+
+    /// The key prefix, `lock:` unless configured.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The holder identity written after the UUID in every token (`host:pid` by default).
+    pub fn holder_id(&self) -> &str {
+        &self.inner.holder
+    }
+
+    /// Whether this is the [`in_memory`](Locks::in_memory) backend.
+    pub fn is_in_memory(&self) -> bool {
+        self.inner.backend.is_memory()
+    }
+
+    /// Checks that the backend answers, within the command timeout.
+    pub async fn ping(&self) -> Result<()> {
+        self.inner
+            .backend
+            .ping()
+            .await
+            .map_err(|e| Error::backend(&self.inner.target, e))
+    }
+}
+
+impl fmt::Debug for Locks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locks")
+            .field("target", &self.inner.target)
+            .field("prefix", &self.inner.prefix)
+            .field("holder", &self.inner.holder)
+            .finish()
+    }
+}
+
+/// Configures a [`Locks`] client; see [`Locks::builder`].
+#[must_use = "a builder does nothing until `.build()` or `.connect()`"]
+#[derive(Debug, Clone)]
+pub struct LocksBuilder {
+    url: String,
+    prefix: String,
+    timeout: Duration,
+    holder: Option<String>,
+}
+
+impl LocksBuilder {
+    /// Prefix of every lock key (default `lock:`). It must not contain `{` or `}`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Bound on every Redis call, connecting included (default 1 s). A Redis outage
+    /// surfaces as [`Error::Backend`] within it.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The holder identity written into tokens after the UUID (default `host:pid`).
+    pub fn holder_id(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    /// Checks the settings and returns a client that connects on first use.
+    pub fn build(self) -> Result<Locks> {
+        let target = redact(&self.url);
+        let config_err = |detail: String| {
+            Error::backend(&target, BackendError::new(BackendErrorKind::Config, detail))
+        };
+        if self.prefix.contains(['{', '}']) {
+            return Err(config_err(format!(
+                "the key prefix `{}` must not contain `{{` or `}}`",
+                self.prefix
+            )));
+        }
+        if self.timeout.is_zero() {
+            return Err(config_err("the command timeout must not be zero".into()));
+        }
+        let client = redis::Client::open(self.url.as_str())
+            .map_err(|e| config_err(format!("invalid redis url: {e}")))?;
+        Ok(Locks::new(
+            Backend::Redis(RedisBackend::new(client, self.timeout)),
+            self.prefix,
+            self.holder,
+            self.timeout,
+            target,
+        ))
+    }
+
+    /// [`build`](Self::build), then checks that Redis answers `PING`.
+    pub async fn connect(self) -> Result<Locks> {
+        let locks = self.build()?;
+        locks.ping().await?;
+        Ok(locks)
+    }
+}
+
+/// `redis://user:secret@host/` shown as `redis://user:***@host/`.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme + 3],
+                    &creds[..colon],
+                    &url[at..]
+                ),
+                None => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn default_holder() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{host}:{}", std::process::id())
+}
+
+/// Tokens must not carry hash-tag braces or whitespace.
+fn sanitize_holder(holder: &str) -> String {
+    holder
+        .chars()
+        .map(|c| {
+            if c == '{' || c == '}' || c.is_whitespace() || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(redact("redis://u:pw@h:1/"), "redis://u:***@h:1/");
+        assert_eq!(redact("redis://pw@h/"), "redis://***@h/");
+        assert_eq!(redact("redis://h/"), "redis://h/");
+        assert_eq!(sanitize_holder("a {b}"), "a__b_");
+    }
+}

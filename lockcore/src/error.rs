@@ -1,0 +1,177 @@
+//! The one error type of distlock.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Result type whose error defaults to [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while taking, holding or releasing a lock.
+///
+/// Map it into your own error type with `From`; that is what the attributes require of
+/// the annotated function's error type.
+///
+/// ```
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(lockcore::Error),
+/// }
+///
+/// impl From<lockcore::Error> for AppError {
+///     fn from(e: lockcore::Error) -> Self {
+///         AppError::Lock(e)
+///     }
+/// }
+///
+/// let e: AppError = lockcore::Error::Lost { key: "lock:order:42".into() }.into();
+/// assert!(matches!(e, AppError::Lock(lockcore::Error::Lost { .. })));
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock is held by someone else and could not be taken within `wait`.
+    /// The body did not run.
+    #[error("lock `{key}` is busy (waited {waited:?})")]
+    Busy {
+        /// The full Redis key.
+        key: String,
+        /// How long the call tried before giving up.
+        waited: Duration,
+    },
+    /// The lock expired or was taken by another holder while the body ran: another
+    /// holder may have run the same critical section at the same time.
+    #[error("lock `{key}` was lost while it was held (it expired or another holder took it)")]
+    Lost {
+        /// The full Redis key.
+        key: String,
+    },
+    /// Redis could not be reached or answered with an error, within the command timeout.
+    #[error("lock backend failed for `{key}`: {source}")]
+    Backend {
+        /// The full Redis key, or the client's address when no key was involved.
+        key: String,
+        /// What failed.
+        #[source]
+        source: BackendError,
+    },
+    /// The key cannot be used: empty, or it would change the key's hash slot.
+    #[error("invalid lock key `{key}`: {reason}")]
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// The full Redis key the error is about.
+    ///
+    /// ```
+    /// let e = lockcore::Error::Lost { key: "lock:a".into() };
+    /// assert_eq!(e.key(), "lock:a");
+    /// ```
+    pub fn key(&self) -> &str {
+        match self {
+            Error::Busy { key, .. }
+            | Error::Lost { key }
+            | Error::Backend { key, .. }
+            | Error::InvalidKey { key, .. } => key,
+        }
+    }
+
+    /// Whether retrying the whole call later may succeed (`Busy` and `Backend`).
+    ///
+    /// ```
+    /// let e = lockcore::Error::Busy { key: "lock:a".into(), waited: Default::default() };
+    /// assert!(e.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Busy { .. } | Error::Backend { .. })
+    }
+
+    pub(crate) fn backend(key: &str, source: BackendError) -> Self {
+        Error::Backend {
+            key: key.to_owned(),
+            source,
+        }
+    }
+}
+
+/// Why the backend failed: a timeout, a connection problem or an error reply.
+#[derive(Debug, Clone)]
+pub struct BackendError {
+    kind: BackendErrorKind,
+    detail: String,
+}
+
+/// The broad class of a [`BackendError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// No answer within the command timeout.
+    Timeout,
+    /// The connection could not be made or broke.
+    Connection,
+    /// Redis answered with an error, or the reply had an unexpected shape.
+    Response,
+    /// The client is misconfigured (a bad URL, no tokio runtime).
+    Config,
+}
+
+impl BackendError {
+    pub(crate) fn new(kind: BackendErrorKind, detail: impl Into<String>) -> Self {
+        BackendError {
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn timeout(limit: Duration) -> Self {
+        Self::new(
+            BackendErrorKind::Timeout,
+            format!("no reply within {limit:?}"),
+        )
+    }
+
+    /// The broad class of the failure.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let locks = lockcore::Locks::builder("redis://127.0.0.1:1/").build().unwrap();
+    /// if let Err(lockcore::Error::Backend { source, .. }) = locks.lock("a").acquire().await {
+    ///     assert_eq!(source.kind(), lockcore::BackendErrorKind::Connection);
+    /// }
+    /// # }
+    /// ```
+    pub fn kind(&self) -> BackendErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            BackendErrorKind::Timeout => "timeout",
+            BackendErrorKind::Connection => "connection",
+            BackendErrorKind::Response => "response",
+            BackendErrorKind::Config => "configuration",
+        };
+        write!(f, "{kind}: {}", self.detail)
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+impl From<redis::RedisError> for BackendError {
+    fn from(e: redis::RedisError) -> Self {
+        let kind = if e.is_timeout() {
+            BackendErrorKind::Timeout
+        } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+            BackendErrorKind::Connection
+        } else {
+            BackendErrorKind::Response
+        };
+        BackendError::new(kind, e.to_string())
+    }
+}

@@ -1,0 +1,361 @@
+//! Taking, holding and releasing one lock.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Released;
+use crate::client::Locks;
+use crate::error::{BackendErrorKind, Error, Result};
+use crate::key;
+
+/// Default lease when `ttl` is not given.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+tokio::task_local! {
+    static CURRENT: LockInfo;
+}
+
+/// What is known about a held lock: its key, token and fencing token.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let locks = lockcore::Locks::in_memory();
+/// let guard = locks.lock("job").acquire().await.unwrap();
+/// let info = guard.info().clone();
+/// assert_eq!(info.key(), "lock:job");
+/// assert_eq!(info.fence(), 1);
+/// # guard.release().await.unwrap();
+/// # }
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    key: Arc<str>,
+    token: Arc<str>,
+    fence: u64,
+}
+
+impl LockInfo {
+    /// The full Redis key, prefix included (`lock:order:42`).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The value stored at the key: a UUID v4, then the holder identity (`uuid:host:pid`).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The fencing token: grows with every acquisition of this key, so storage can
+    /// reject a write from a holder whose lease has already passed to someone else.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    fn token_prefix(&self) -> &str {
+        self.token.get(..8).unwrap_or(&self.token)
+    }
+}
+
+impl fmt::Debug for LockInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockInfo")
+            .field("key", &self.key)
+            .field("token", &self.token)
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+/// The lock held by the annotated function running in this task, if any.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// assert!(lockcore::current_lock().is_none());
+/// let locks = lockcore::Locks::in_memory();
+/// let guard = locks.lock("job").acquire().await.unwrap();
+/// let fence = guard
+///     .scope(async { lockcore::current_lock().unwrap().fence() })
+///     .await;
+/// assert_eq!(fence, guard.fence());
+/// # guard.release().await.unwrap();
+/// # }
+/// ```
+pub fn current_lock() -> Option<LockInfo> {
+    CURRENT.try_with(LockInfo::clone).ok()
+}
+
+/// A request for one lock, made by [`Locks::lock`]; set `ttl` and `wait`, then `acquire`.
+#[must_use = "a lock request does nothing until `.acquire().await`"]
+#[derive(Debug)]
+pub struct LockRequest<'a> {
+    locks: &'a Locks,
+    name: String,
+    ttl: Duration,
+    wait: Duration,
+}
+
+impl<'a> LockRequest<'a> {
+    pub(crate) fn new(locks: &'a Locks, name: String) -> Self {
+        LockRequest {
+            locks,
+            name,
+            ttl: DEFAULT_TTL,
+            wait: Duration::ZERO,
+        }
+    }
+
+    /// The lease: how long the lock stays held if it is never released (default 30 s).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long to keep trying while someone else holds the lock (default zero: one try,
+    /// then [`Error::Busy`]).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Takes the lock: one atomic `SET NX PX` plus fencing `INCR` per try, retried
+    /// until `wait` runs out.
+    ///
+    /// Errors: [`Error::Busy`] when still held by someone else at the deadline,
+    /// [`Error::Backend`] when Redis fails (returned at once, within the command timeout),
+    /// [`Error::InvalidKey`] for an empty key or one whose hash tag is malformed.
+    pub async fn acquire(self) -> Result<LockGuard> {
+        let inner = &self.locks.inner;
+        let key = format!("{}{}", inner.prefix, self.name);
+        if let Err(reason) = key::check_key(&self.name).and(key::check_key(&key)) {
+            return Err(Error::InvalidKey {
+                key,
+                reason: reason.to_owned(),
+            });
+        }
+        let fence_key = key::companion(&key, ":fence");
+        let token = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
+        let started = Instant::now();
+        let deadline = started + self.wait;
+        let mut attempt = 0u32;
+        loop {
+            match inner
+                .backend
+                .try_acquire(&key, &fence_key, &token, self.ttl)
+                .await
+            {
+                Ok(Some(fence)) => {
+                    let info = LockInfo {
+                        key: key.into(),
+                        token: token.into(),
+                        fence,
+                    };
+                    let waited = started.elapsed();
+                    tracing::debug!(
+                        target: "distlock",
+                        key = info.key(),
+                        token = info.token_prefix(),
+                        fence,
+                        waited_ms = waited.as_secs_f64() * 1e3,
+                        attempts = attempt + 1,
+                        "lock acquired"
+                    );
+                    return Ok(LockGuard {
+                        locks: self.locks.clone(),
+                        info,
+                        acquired_at: Instant::now(),
+                        done: false,
+                    });
+                }
+                Ok(None) => {}
+                Err(source) => {
+                    if matches!(
+                        source.kind(),
+                        BackendErrorKind::Timeout | BackendErrorKind::Connection
+                    ) {
+                        // The SET may have landed with its reply lost: take it back.
+                        spawn_cleanup(self.locks.clone(), key.clone(), token);
+                    }
+                    tracing::warn!(target: "distlock", key, error = %source, "lock acquire failed");
+                    return Err(Error::backend(&key, source));
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let waited = now - started;
+                tracing::debug!(target: "distlock", key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy");
+                return Err(Error::Busy { key, waited });
+            }
+            wait_for_turn(attempt, deadline).await;
+            attempt = attempt.saturating_add(1);
+        }
+    }
+}
+
+/// The one place that decides how a waiter waits before its next try: jittered
+/// exponential backoff from 1 ms, capped at 16 ms, never past the deadline.
+async fn wait_for_turn(attempt: u32, deadline: Instant) {
+    const CAP_MS: u64 = 16;
+    let ceiling = (1u64 << attempt.min(4)).min(CAP_MS);
+    let micros = fastrand::u64(ceiling * 500..=ceiling * 1000);
+    let until = (Instant::now() + Duration::from_micros(micros)).min(deadline);
+    tokio::time::sleep_until(until).await;
+}
+
+fn spawn_cleanup(locks: Locks, key: String, token: String) {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        handle.spawn(async move {
+            let _ = locks.inner.release_raw(&key, &token).await;
+        });
+    }
+}
+
+/// A held lock. Release it with [`release`](LockGuard::release) to learn whether it was
+/// held to the end; dropping it instead schedules the release at once on the current
+/// tokio runtime (a loss found then is only logged).
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    locks: Locks,
+    info: LockInfo,
+    acquired_at: Instant,
+    done: bool,
+}
+
+impl LockGuard {
+    /// The full Redis key.
+    pub fn key(&self) -> &str {
+        self.info.key()
+    }
+
+    /// The token stored at the key.
+    pub fn token(&self) -> &str {
+        self.info.token()
+    }
+
+    /// The fencing token of this acquisition.
+    pub fn fence(&self) -> u64 {
+        self.info.fence()
+    }
+
+    /// Key, token and fence together.
+    pub fn info(&self) -> &LockInfo {
+        &self.info
+    }
+
+    /// How long the lock has been held.
+    pub fn held_for(&self) -> Duration {
+        self.acquired_at.elapsed()
+    }
+
+    /// Runs `fut` with this lock visible through [`current_lock`].
+    pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
+        CURRENT.scope(self.info.clone(), fut).await
+    }
+
+    /// Releases the lock with a compare-and-delete.
+    ///
+    /// Returns [`Error::Lost`] when the key was gone or held another token: the lease
+    /// ran out (or was taken) while the lock was held, so the critical section may have
+    /// overlapped with another holder's. A release whose reply is lost is retried once;
+    /// a marker left by the release script keeps that retry from reporting `Lost`.
+    pub async fn release(mut self) -> Result<()> {
+        self.done = true;
+        let held = self.acquired_at.elapsed();
+        self.locks.inner.finish(&self.info, held).await
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let held = self.acquired_at.elapsed();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let locks = self.locks.clone();
+                let info = self.info.clone();
+                handle.spawn(async move {
+                    let _ = locks.inner.finish(&info, held).await;
+                });
+            }
+            Err(_) => tracing::warn!(
+                target: "distlock",
+                key = self.info.key(),
+                "lock guard dropped outside a tokio runtime; the lock expires after its ttl"
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl crate::client::Inner {
+    /// Compare-and-delete, retried once on a transport failure.
+    async fn release_raw(&self, key: &str, token: &str) -> std::result::Result<Released, Error> {
+        let marker = key::companion(key, &format!(":released:{token}"));
+        let mut retried = false;
+        loop {
+            match self
+                .backend
+                .release(key, &marker, token, self.marker_ttl)
+                .await
+            {
+                Ok(found) => return Ok(found),
+                Err(e)
+                    if !retried
+                        && matches!(
+                            e.kind(),
+                            BackendErrorKind::Timeout | BackendErrorKind::Connection
+                        ) =>
+                {
+                    retried = true;
+                }
+                Err(e) => return Err(Error::backend(key, e)),
+            }
+        }
+    }
+
+    async fn finish(&self, info: &LockInfo, held: Duration) -> Result<()> {
+        let held_ms = held.as_secs_f64() * 1e3;
+        match self.release_raw(info.key(), info.token()).await {
+            Ok(Released::Now | Released::Earlier) => {
+                tracing::debug!(
+                    target: "distlock",
+                    key = info.key(),
+                    token = info.token_prefix(),
+                    fence = info.fence(),
+                    held_ms,
+                    "lock released"
+                );
+                Ok(())
+            }
+            Ok(Released::Lost) => {
+                tracing::warn!(
+                    target: "distlock",
+                    key = info.key(),
+                    token = info.token_prefix(),
+                    fence = info.fence(),
+                    held_ms,
+                    "lock lost while held: it expired or another holder took it"
+                );
+                Err(Error::Lost {
+                    key: info.key().to_owned(),
+                })
+            }
+            Err(e) => {
+                tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release failed");
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Parsing `name = value` attribute arguments, with precise errors.
+
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Expr, Ident, LitStr, Token};
+
+use crate::check::closest;
+
+/// One `name = value` argument; the name is kept so errors can point at it.
+pub(crate) struct RawArg {
+    pub(crate) name: Ident,
+    pub(crate) value: Expr,
+}
+
+/// All arguments, in the order written.
+pub(crate) struct RawArgs(pub(crate) Vec<RawArg>);
+
+impl Parse for RawArgs {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let list = Punctuated::<RawArg, Token![,]>::parse_terminated(input)?;
+        Ok(RawArgs(list.into_iter().collect()))
+    }
+}
+
+impl Parse for RawArg {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let name = Ident::parse_any(input).map_err(|e| {
+            syn::Error::new(e.span(), "expected an argument such as `key = \"...\"`")
+        })?;
+        if !input.peek(Token![=]) {
+            return Err(syn::Error::new(
+                name.span(),
+                format!("expected `=` and a value after `{name}`"),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        let value: Expr = input.parse()?;
+        Ok(RawArg { name, value })
+    }
+}
+
+/// Collects errors so one compile shows all of them.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, e: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+
+    pub(crate) fn finish(self) -> Option<syn::Error> {
+        self.0
+    }
+}
+
+/// Sorts arguments into named slots, reporting unknown and repeated names.
+pub(crate) struct ArgSlots<'a> {
+    known: &'a [&'a str],
+    values: Vec<Option<RawArg>>,
+}
+
+impl<'a> ArgSlots<'a> {
+    pub(crate) fn sort(args: RawArgs, known: &'a [&'a str], errors: &mut Errors) -> Self {
+        let mut values: Vec<Option<RawArg>> = known.iter().map(|_| None).collect();
+        for arg in args.0 {
+            let name = arg.name.unraw().to_string();
+            match known.iter().position(|k| *k == name) {
+                Some(i) if values[i].is_some() => errors.push(syn::Error::new(
+                    arg.name.span(),
+                    format!("duplicate argument `{name}`"),
+                )),
+                Some(i) => values[i] = Some(arg),
+                None => {
+                    let list = known
+                        .iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let hint = match closest(&name, known.iter().copied()) {
+                        Some(best) => format!("; did you mean `{best}`?"),
+                        None => String::new(),
+                    };
+                    errors.push(syn::Error::new(
+                        arg.name.span(),
+                        format!("unknown argument `{name}`{hint} expected one of: {list}"),
+                    ));
+                }
+            }
+        }
+        ArgSlots { known, values }
+    }
+
+    /// Takes the argument called `name`.
+    pub(crate) fn take(&mut self, name: &str) -> Option<RawArg> {
+        let i = self.known.iter().position(|k| *k == name)?;
+        self.values[i].take()
+    }
+}
+
+/// The value as a string literal, or an error naming the argument.
+pub(crate) fn lit_str(arg: &RawArg) -> syn::Result<LitStr> {
+    match &arg.value {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(s),
+            ..
+        }) => Ok(s.clone()),
+        other => Err(syn::Error::new(
+            other.span(),
+            format!(
+                "`{}` expects a string literal, e.g. `{} = \"...\"`",
+                arg.name, arg.name
+            ),
+        )),
+    }
+}

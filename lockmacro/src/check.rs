@@ -1,0 +1,133 @@
+//! Cross-checks between the arguments and the function: placeholders against the
+//! bindings the parameter patterns introduce.
+
+use syn::{FnArg, Pat, Signature};
+
+use crate::template::Template;
+
+/// Names bound by the function's parameters, walking destructuring patterns
+/// (`Path(id)`, `Json(Order { id, .. })`, `web::Path((a, b))`).
+pub(crate) fn param_bindings(sig: &Signature) -> Vec<String> {
+    let mut names = Vec::new();
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(_) => names.push("self".to_owned()),
+            FnArg::Typed(pat) => pat_bindings(&pat.pat, &mut names),
+        }
+    }
+    names
+}
+
+pub(crate) fn pat_bindings(pat: &Pat, out: &mut Vec<String>) {
+    match pat {
+        Pat::Ident(p) => {
+            out.push(p.ident.to_string());
+            if let Some((_, sub)) = &p.subpat {
+                pat_bindings(sub, out);
+            }
+        }
+        Pat::Tuple(t) => t.elems.iter().for_each(|p| pat_bindings(p, out)),
+        Pat::TupleStruct(t) => t.elems.iter().for_each(|p| pat_bindings(p, out)),
+        Pat::Struct(s) => s.fields.iter().for_each(|f| pat_bindings(&f.pat, out)),
+        Pat::Reference(r) => pat_bindings(&r.pat, out),
+        Pat::Slice(s) => s.elems.iter().for_each(|p| pat_bindings(p, out)),
+        Pat::Type(t) => pat_bindings(&t.pat, out),
+        Pat::Paren(p) => pat_bindings(&p.pat, out),
+        Pat::Or(o) => {
+            if let Some(first) = o.cases.first() {
+                pat_bindings(first, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every placeholder must name a binding; the error lists them and suggests the closest.
+pub(crate) fn check_placeholders(
+    template: &Template,
+    what: &str,
+    bindings: &[String],
+) -> syn::Result<()> {
+    let mut errors: Option<syn::Error> = None;
+    for (root, _) in template.args() {
+        if bindings.iter().any(|b| b == root) {
+            continue;
+        }
+        let available = if bindings.is_empty() {
+            "the function has no parameters".to_owned()
+        } else {
+            format!(
+                "available bindings: {}",
+                bindings
+                    .iter()
+                    .map(|b| format!("`{b}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let hint = match closest(root, bindings.iter().map(String::as_str)) {
+            Some(best) => format!("; did you mean `<{best}>`?"),
+            None => String::new(),
+        };
+        let e = syn::Error::new(
+            template.lit.span(),
+            format!(
+                "unknown placeholder `<{root}>` in {what}: no parameter binds `{root}`{hint} {available}"
+            ),
+        );
+        match &mut errors {
+            Some(all) => all.combine(e),
+            None => errors = Some(e),
+        }
+    }
+    errors.map_or(Ok(()), Err)
+}
+
+/// The candidate closest to `name`, if it is close enough to be a likely typo.
+pub(crate) fn closest<'a>(
+    name: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
+    candidates
+        .map(|c| (levenshtein(name, c), c))
+        .filter(|(d, c)| *d <= (name.len().max(c.len()) / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_bindings_in_patterns() {
+        let sig: Signature = syn::parse_quote! {
+            fn f(&self, Path((a, b)): Path<(u32, u32)>, Json(Order { id, customer: c, .. }): Json<Order>, x @ _: u8)
+        };
+        assert_eq!(param_bindings(&sig), ["self", "a", "b", "id", "c", "x"]);
+    }
+
+    #[test]
+    fn suggests() {
+        assert_eq!(closest("od", ["id", "n"].into_iter()), Some("id"));
+        assert_eq!(
+            closest("ttk", ["key", "ttl", "wait"].into_iter()),
+            Some("ttl")
+        );
+        assert_eq!(closest("zzzzz", ["id"].into_iter()), None);
+    }
+}

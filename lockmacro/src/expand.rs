@@ -1,0 +1,381 @@
+//! `#[distributed_lock]`: arguments → validated config → acquire / run / release.
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Block, Expr, Ident, ItemFn, LitStr, Pat, ReturnType, Stmt, Type};
+
+use crate::args::{ArgSlots, Errors, RawArgs, lit_str};
+use crate::check::{check_placeholders, param_bindings, pat_bindings};
+use crate::duration;
+use crate::template::{Part, Template};
+
+const LOCK_ARGS: &[&str] = &["key", "ttl", "wait", "client", "crate"];
+
+/// A validated `#[distributed_lock]`.
+struct LockConfig {
+    krate: syn::Path,
+    key: Template,
+    ttl_ms: u64,
+    wait_ms: u64,
+    client: Option<Expr>,
+}
+
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let mut func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(_) => {
+            let e = syn::Error::new(
+                Span::call_site(),
+                "`#[distributed_lock]` can only be applied to an `async fn` with a body",
+            );
+            return with_error(item, e);
+        }
+    };
+    let mut errors = Errors::default();
+    let config = match syn::parse2::<RawArgs>(args) {
+        Ok(raw) => lock_config(raw, &mut errors),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    };
+    let shape = Shape::of(&mut func);
+    if let Shape::NotAsync = shape {
+        errors.push(syn::Error::new(
+            func.sig.fn_token.span(),
+            "the `async` keyword is missing from the function declaration: `#[distributed_lock]` works on `async fn`",
+        ));
+    }
+    if let ReturnType::Default = func.sig.output {
+        errors.push(syn::Error::new(
+            func.sig.paren_token.span.close(),
+            "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<distlock::Error>`; add a return type",
+        ));
+    }
+    if let (Some(config), Some(bindings)) = (&config, shape.bindings(&func)) {
+        if let Err(e) = check_placeholders(&config.key, "the key template", &bindings) {
+            errors.push(e);
+        }
+    }
+    match (errors.finish(), config) {
+        (Some(e), _) => with_error(func.into_token_stream(), e),
+        (None, Some(config)) => {
+            let out = expand(func, shape, &config);
+            if std::env::var_os("DISTLOCK_MACROS_DEBUG").is_some() {
+                eprintln!("{out}");
+            }
+            out
+        }
+        (None, None) => func.into_token_stream(),
+    }
+}
+
+/// The user's item, unchanged, plus the error: IDEs keep seeing the function.
+fn with_error(item: TokenStream, e: syn::Error) -> TokenStream {
+    let e = e.to_compile_error();
+    quote!(#item #e)
+}
+
+fn lock_config(raw: RawArgs, errors: &mut Errors) -> Option<LockConfig> {
+    let mut slots = ArgSlots::sort(raw, LOCK_ARGS, errors);
+    let krate = match slots.take("crate") {
+        Some(arg) => match lit_str(&arg).and_then(|s| s.parse::<syn::Path>()) {
+            Ok(path) => Some(path),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        None => Some(syn::parse_quote!(::distlock)),
+    };
+    let key = match slots.take("key") {
+        Some(arg) => match lit_str(&arg).and_then(|lit| Template::parse(&lit)) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        None => {
+            errors.push(syn::Error::new(
+                Span::call_site(),
+                "missing required argument `key`, e.g. `#[distributed_lock(key = \"order:<id>\")]`",
+            ));
+            None
+        }
+    };
+    let ttl = duration_arg(slots.take("ttl"), errors, "").unwrap_or(Some(30_000));
+    let wait = duration_arg(
+        slots.take("wait"),
+        errors,
+        "; leave `wait` out for one try that fails fast with `Busy`",
+    )
+    .unwrap_or(Some(0));
+    let client = slots.take("client").map(|a| a.value);
+    Some(LockConfig {
+        krate: krate?,
+        key: key?,
+        ttl_ms: ttl?,
+        wait_ms: wait?,
+        client,
+    })
+}
+
+/// `None` when absent; `Some(None)` when present but invalid (the error is recorded).
+pub(crate) fn duration_arg(
+    arg: Option<crate::args::RawArg>,
+    errors: &mut Errors,
+    zero_hint: &str,
+) -> Option<Option<u64>> {
+    let arg = arg?;
+    let lit: LitStr = match lit_str(&arg) {
+        Ok(l) => l,
+        Err(e) => {
+            errors.push(e);
+            return Some(None);
+        }
+    };
+    let name = &arg.name;
+    match duration::parse(&lit.value()) {
+        Ok(d) if d.is_zero() => {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!("`{name}` must be greater than zero{zero_hint}"),
+            ));
+            Some(None)
+        }
+        Ok(d) => Some(Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
+        Err(msg) => {
+            errors.push(syn::Error::new(lit.span(), format!("{msg} (in `{name}`)")));
+            Some(None)
+        }
+    }
+}
+
+/// How the function's body is laid out.
+enum Shape {
+    /// `async fn`: wrap the block.
+    Async,
+    /// A method already rewritten by `#[async_trait]`: `Box::pin(async move { ...; let __ret: R = {body}; __ret })`.
+    /// Holds the index of the `let __ret` statement inside the async block.
+    AsyncTrait(usize),
+    NotAsync,
+}
+
+impl Shape {
+    fn of(func: &mut ItemFn) -> Shape {
+        if func.sig.asyncness.is_some() {
+            return Shape::Async;
+        }
+        match async_trait_block(&mut func.block).and_then(|b| ret_stmt(b).map(|(i, _)| i)) {
+            Some(i) => Shape::AsyncTrait(i),
+            None => Shape::NotAsync,
+        }
+    }
+
+    fn bindings(&self, func: &ItemFn) -> Option<Vec<String>> {
+        let mut names = param_bindings(&func.sig);
+        match self {
+            Shape::Async => {}
+            Shape::AsyncTrait(i) => {
+                let mut block = func.block.clone();
+                let inner = async_trait_block(&mut block)?;
+                for stmt in &inner.stmts[..*i] {
+                    if let Stmt::Local(local) = stmt {
+                        pat_bindings(&local.pat, &mut names);
+                    }
+                }
+            }
+            Shape::NotAsync => return None,
+        }
+        Some(names)
+    }
+}
+
+/// The block inside `Box::pin(async move { ... })`, the body `#[async_trait]` generates.
+fn async_trait_block(block: &mut Block) -> Option<&mut Block> {
+    let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last_mut() else {
+        return None;
+    };
+    let Expr::Path(callee) = &*call.func else {
+        return None;
+    };
+    if !callee
+        .path
+        .segments
+        .last()
+        .is_some_and(|s| s.ident == "pin")
+        || call.args.len() != 1
+    {
+        return None;
+    }
+    match call.args.first_mut() {
+        Some(Expr::Async(a)) => Some(&mut a.block),
+        _ => None,
+    }
+}
+
+/// The `let __ret: R = { body };` statement of an `#[async_trait]` body.
+fn ret_stmt(block: &mut Block) -> Option<(usize, &mut syn::Local)> {
+    block
+        .stmts
+        .iter_mut()
+        .enumerate()
+        .find_map(|(i, s)| match s {
+            Stmt::Local(local) => match &local.pat {
+                Pat::Type(pt) if matches!(&*pt.pat, Pat::Ident(id) if id.ident == "__ret") => {
+                    local.init.is_some().then_some((i, local))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+}
+
+fn expand(mut func: ItemFn, shape: Shape, config: &LockConfig) -> TokenStream {
+    match shape {
+        Shape::Async => {
+            let ret = match &func.sig.output {
+                ReturnType::Type(_, ty) => (**ty).clone(),
+                ReturnType::Default => syn::parse_quote!(()),
+            };
+            let block = &func.block;
+            let ret_var = Ident::new("__distlock_ret", Span::mixed_site());
+            let body = if contains_impl_trait(&ret) {
+                quote!(#block)
+            } else {
+                quote! {
+                    let #ret_var: #ret = #block;
+                    #[allow(unreachable_code)]
+                    #ret_var
+                }
+            };
+            let wrapped = locked_call(config, &ret, false, body);
+            func.block = Box::new(syn::parse_quote!({ #wrapped }));
+        }
+        Shape::AsyncTrait(_) => {
+            if let Some(inner) = async_trait_block(&mut func.block) {
+                if let Some((_, local)) = ret_stmt(inner) {
+                    let ret = match &local.pat {
+                        Pat::Type(pt) => (*pt.ty).clone(),
+                        _ => unreachable!("ret_stmt matched a typed pattern"),
+                    };
+                    if let Some(init) = &mut local.init {
+                        let body = &init.expr;
+                        let wrapped = locked_call(config, &ret, true, quote!(#body));
+                        init.expr = Box::new(syn::parse_quote!({ #wrapped }));
+                    }
+                }
+            }
+        }
+        Shape::NotAsync => {}
+    }
+    func.into_token_stream()
+}
+
+/// Key, client, then `run_locked(client, key, spec, async move { body }).await`.
+fn locked_call(
+    config: &LockConfig,
+    ret: &Type,
+    async_trait: bool,
+    body: TokenStream,
+) -> TokenStream {
+    let krate = &config.krate;
+    let key_var = Ident::new("__distlock_key", Span::mixed_site());
+    let client_var = Ident::new("__distlock_client", Span::mixed_site());
+    let buf = Ident::new("__distlock_buf", Span::mixed_site());
+    let key = key_expr(krate, &config.key, &buf, async_trait);
+    let client = match &config.client {
+        Some(expr) => {
+            let expr = if async_trait {
+                rename_self(expr.to_token_stream())
+            } else {
+                expr.to_token_stream()
+            };
+            quote_spanned!(expr.span()=> #krate::__private::client_of(&(#expr)))
+        }
+        None => quote!(#krate::__private::default_locks()),
+    };
+    let (ttl, wait) = (config.ttl_ms, config.wait_ms);
+    // Spanned on the return type: a return type that is not `Result<T, E: From<Error>>`
+    // is reported there.
+    let run = quote_spanned!(ret.span()=> #krate::__private::run_locked);
+    quote! {
+        let #key_var: ::std::string::String = #key;
+        let #client_var = #client;
+        #run(
+            #client_var,
+            #key_var,
+            #krate::__private::LockSpec { ttl_ms: #ttl, wait_ms: #wait },
+            async move { #body },
+        )
+        .await
+    }
+}
+
+/// The key as an expression building a `String`; placeholder values are borrowed.
+pub(crate) fn key_expr(
+    krate: &syn::Path,
+    template: &Template,
+    buf: &Ident,
+    async_trait: bool,
+) -> TokenStream {
+    let span = template.lit.span();
+    let pushes = template.parts.iter().map(|part| match part {
+        Part::Lit(s) => quote!(#buf.push_lit(#s);),
+        Part::Arg { root, fields } => {
+            let root = if root == "self" {
+                if async_trait {
+                    Ident::new("__self", span).into_token_stream()
+                } else {
+                    syn::token::SelfValue(span).into_token_stream()
+                }
+            } else {
+                Ident::new(root, span).into_token_stream()
+            };
+            let fields = fields.iter().map(|f| match f.parse::<u32>() {
+                Ok(i) => syn::Index { index: i, span }.into_token_stream(),
+                Err(_) => Ident::new(f, span).into_token_stream(),
+            });
+            quote_spanned! {span=>
+                #krate::__private::KeyBuf::push_arg(&mut #buf, &(#root #(.#fields)*));
+            }
+        }
+    });
+    quote! {{
+        let mut #buf = #krate::__private::KeyBuf::new();
+        #(#pushes)*
+        #buf.finish()
+    }}
+}
+
+/// `#[async_trait]` moved `self` into `__self`; expressions from the arguments must follow.
+fn rename_self(tokens: TokenStream) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|tt| match tt {
+            TokenTree::Ident(id) if id == "self" => {
+                TokenTree::Ident(Ident::new("__self", id.span()))
+            }
+            TokenTree::Group(g) => {
+                let mut new = proc_macro2::Group::new(g.delimiter(), rename_self(g.stream()));
+                new.set_span(g.span());
+                TokenTree::Group(new)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+fn contains_impl_trait(ty: &Type) -> bool {
+    contains_impl_tokens(ty.to_token_stream())
+}
+
+fn contains_impl_tokens(ts: TokenStream) -> bool {
+    ts.into_iter().any(|tt| match tt {
+        TokenTree::Ident(i) => i == "impl",
+        TokenTree::Group(g) => contains_impl_tokens(g.stream()),
+        _ => false,
+    })
+}

@@ -1,0 +1,18 @@
+//! Attribute macros of [distlock](https://docs.rs/distlock). Depend on `distlock`, which
+//! re-exports them; the generated code calls `distlock::__private`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+use proc_macro::TokenStream;
+
+mod args;
+mod check;
+mod duration;
+mod expand;
+mod template;
+
+/// Runs an async fn's body under a distributed lock; see `distlock::distributed_lock`.
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::distributed_lock(args.into(), item.into()).into()
+}

@@ -1,0 +1,180 @@
+//! Key templates: `"order:<id>"`, `"lock:{<tenant>}:job:<job.id>"`.
+//!
+//! Text outside `<...>` is literal (a `{...}` there is a Redis Cluster hash tag on
+//! purpose); each `<path>` is a parameter binding, optionally followed by field names.
+
+use syn::LitStr;
+
+/// One piece of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// Text copied as it is.
+    Lit(String),
+    /// A placeholder: `root.field.field`.
+    Arg { root: String, fields: Vec<String> },
+}
+
+/// A parsed template and the literal it came from (for error spans).
+pub(crate) struct Template {
+    pub(crate) lit: LitStr,
+    pub(crate) parts: Vec<Part>,
+}
+
+impl Template {
+    pub(crate) fn parse(lit: &LitStr) -> syn::Result<Template> {
+        parse_parts(&lit.value())
+            .map(|parts| Template {
+                lit: lit.clone(),
+                parts,
+            })
+            .map_err(|msg| syn::Error::new(lit.span(), msg))
+    }
+
+    /// The placeholders, in order.
+    pub(crate) fn args(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Arg { root, fields } => Some((root.as_str(), fields.as_slice())),
+            Part::Lit(_) => None,
+        })
+    }
+}
+
+fn parse_parts(text: &str) -> Result<Vec<Part>, String> {
+    if text.is_empty() {
+        return Err("the key template is empty; write e.g. `key = \"order:<id>\"`".into());
+    }
+    let mut parts = Vec::new();
+    let mut lit = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(['<', '>']) {
+        if rest[i..].starts_with('>') {
+            return Err(format!(
+                "unbalanced `>` in key template `{text}`: it has no matching `<`"
+            ));
+        }
+        lit.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let end = match after.find(['<', '>']) {
+            Some(j) if after[j..].starts_with('>') => j,
+            _ => {
+                return Err(format!(
+                    "unbalanced `<` in key template `{text}`: every `<` needs a closing `>`"
+                ));
+            }
+        };
+        let inner = &after[..end];
+        if inner.trim().is_empty() {
+            return Err(format!(
+                "empty placeholder `<>` in key template `{text}`: name a parameter, e.g. `<id>`"
+            ));
+        }
+        let mut segments = inner.split('.');
+        let root = segments.next().unwrap_or_default().to_owned();
+        let fields: Vec<String> = segments.map(str::to_owned).collect();
+        let ident_ok = |s: &str| {
+            let mut chars = s.chars();
+            chars.next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                && chars.all(|c| c.is_alphanumeric() || c == '_')
+        };
+        let field_ok =
+            |s: &str| ident_ok(s) || (!s.is_empty() && s.chars().all(|c| c.is_ascii_digit()));
+        if !ident_ok(&root) || !fields.iter().all(|f| field_ok(f)) {
+            return Err(format!(
+                "invalid placeholder `<{inner}>` in key template `{text}`: expected a parameter name or a field path such as `<order.id>`"
+            ));
+        }
+        if !lit.is_empty() {
+            parts.push(Part::Lit(std::mem::take(&mut lit)));
+        }
+        parts.push(Part::Arg { root, fields });
+        rest = &after[end + 1..];
+    }
+    lit.push_str(rest);
+    if !lit.is_empty() {
+        parts.push(Part::Lit(lit));
+    }
+    check_hash_tags(text, &parts)?;
+    Ok(parts)
+}
+
+/// Literal braces must form one well-formed hash tag: `{` ... `}` with something inside.
+fn check_hash_tags(text: &str, parts: &[Part]) -> Result<(), String> {
+    let mut open = false;
+    let mut inside = false;
+    for part in parts {
+        match part {
+            Part::Arg { .. } => inside |= open,
+            Part::Lit(s) => {
+                for c in s.chars() {
+                    match c {
+                        '{' if open => {
+                            return Err(format!(
+                                "nested `{{` in key template `{text}`: a hash tag is one `{{...}}`"
+                            ));
+                        }
+                        '{' => {
+                            open = true;
+                            inside = false;
+                        }
+                        '}' if !open => {
+                            return Err(format!(
+                                "unbalanced `}}` in key template `{text}`: it has no matching `{{`"
+                            ));
+                        }
+                        '}' if !inside => {
+                            return Err(format!("empty hash tag `{{}}` in key template `{text}`"));
+                        }
+                        '}' => open = false,
+                        _ => inside |= open,
+                    }
+                }
+            }
+        }
+    }
+    if open {
+        return Err(format!(
+            "unbalanced `{{` in key template `{text}`: a hash tag needs a closing `}}`"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arg(root: &str, fields: &[&str]) -> Part {
+        Part::Arg {
+            root: root.into(),
+            fields: fields.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn parses_parts() {
+        assert_eq!(
+            parse_parts("order:<id>").unwrap(),
+            vec![Part::Lit("order:".into()), arg("id", &[])]
+        );
+        assert_eq!(
+            parse_parts("{<t>}:<o.c.id>:x").unwrap(),
+            vec![
+                Part::Lit("{".into()),
+                arg("t", &[]),
+                Part::Lit("}:".into()),
+                arg("o", &["c", "id"]),
+                Part::Lit(":x".into())
+            ]
+        );
+        assert_eq!(parse_parts("<p.0>").unwrap(), vec![arg("p", &["0"])]);
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        for bad in [
+            "", "a<b", "a>b", "a<>", "a<b<c>>", "a<b c>", "<1a>", "{a", "a}", "{}", "{{a}}", "<a.>",
+        ] {
+            assert!(parse_parts(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+}
