@@ -17,12 +17,16 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
 
+/// How many runtimes' connections one client keeps.
+const MAX_RUNTIMES: usize = 8;
+
 pub(crate) struct RedisBackend {
     client: redis::Client,
     timeout: Duration,
-    /// The live connection and the runtime it was born on: a connection's driver task
-    /// dies with its runtime, so a call from another runtime opens a new one.
-    slot: Mutex<Option<Slot>>,
+    /// Live connections and the runtimes they were born on: a connection's driver task
+    /// dies with its runtime, so a call from another runtime opens its own. Kept short
+    /// (the newest [`MAX_RUNTIMES`]), since a runtime that shut down leaves a dead entry.
+    slots: Mutex<Vec<Slot>>,
     connecting: tokio::sync::Mutex<()>,
     generation: AtomicU64,
 }
@@ -38,16 +42,17 @@ impl RedisBackend {
         RedisBackend {
             client,
             timeout,
-            slot: Mutex::new(None),
+            slots: Mutex::new(Vec::new()),
             connecting: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
         }
     }
 
     fn cached(&self, runtime: tokio::runtime::Id) -> Option<(MultiplexedConnection, u64)> {
-        let slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-        slot.as_ref()
-            .filter(|s| s.runtime == runtime)
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .find(|s| s.runtime == runtime)
             .map(|s| (s.conn.clone(), s.generation))
     }
 
@@ -72,7 +77,12 @@ impl RedisBackend {
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|s| s.runtime != runtime);
+        if slots.len() >= MAX_RUNTIMES {
+            slots.remove(0);
+        }
+        slots.push(Slot {
             runtime,
             conn: conn.clone(),
             generation,
@@ -83,10 +93,8 @@ impl RedisBackend {
 
     /// Drops the connection of `generation` so the next call reconnects.
     fn forget(&self, generation: u64) {
-        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().is_some_and(|s| s.generation == generation) {
-            *slot = None;
-        }
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.retain(|s| s.generation != generation);
     }
 
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) within the timeout.

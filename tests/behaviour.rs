@@ -1,0 +1,450 @@
+//! Lock semantics, run against a real redis-server and against the in-memory backend.
+//!
+//! Each check is an `async fn(Locks)`; `both!` makes one test per backend.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{Error, Locks, distributed_lock};
+
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod on_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let server = super::RedisServer::start();
+                    let locks = distlock::Locks::connect(&server.url()).await.unwrap();
+                    super::$name(locks).await;
+                }
+            )*
+        }
+        mod in_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(distlock::Locks::in_memory()).await;
+                }
+            )*
+        }
+    };
+}
+
+both!(
+    busy_fails_fast_and_body_does_not_run,
+    wait_takes_the_lock_once_released,
+    wait_deadline_is_respected,
+    fence_grows_with_every_acquisition,
+    token_is_uuid_plus_holder,
+    expired_lock_reports_lost,
+    stolen_lock_reports_lost_and_body_error_wins,
+    every_exit_path_releases,
+    panic_releases,
+    cancelled_future_releases_at_once,
+    current_lock_is_task_local,
+    placeholders_are_escaped,
+    distinct_keys_do_not_contend,
+);
+
+#[distributed_lock(key = "job:<id>", ttl = "10s", client = locks)]
+async fn hold(locks: &Locks, id: u32, for_ms: u64, ran: &AtomicU32) -> Result<u64, AppError> {
+    ran.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(for_ms)).await;
+    Ok(distlock::current_lock().unwrap().fence())
+}
+
+fn lock_err(r: Result<impl std::fmt::Debug, AppError>) -> Error {
+    match r {
+        Err(AppError::Lock(e)) => e,
+        other => panic!("expected a lock error, got {other:?}"),
+    }
+}
+
+async fn busy_fails_fast_and_body_does_not_run(locks: Locks) {
+    let guard = locks.lock("job:1").acquire().await.unwrap();
+    let ran = AtomicU32::new(0);
+    let started = Instant::now();
+    let e = lock_err(hold(&locks, 1, 0, &ran).await);
+    assert!(
+        matches!(&e, Error::Busy { key, .. } if key == "lock:job:1"),
+        "{e:?}"
+    );
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "the body must not run when busy"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "wait defaults to zero"
+    );
+    guard.release().await.unwrap();
+    assert!(hold(&locks, 1, 0, &ran).await.is_ok());
+}
+
+#[distributed_lock(key = "job:<id>", ttl = "10s", wait = "5s", client = locks)]
+async fn hold_waiting(locks: &Locks, id: u32) -> Result<u64, AppError> {
+    Ok(distlock::current_lock().unwrap().fence())
+}
+
+async fn wait_takes_the_lock_once_released(locks: Locks) {
+    let guard = locks.lock("job:2").acquire().await.unwrap();
+    let first = guard.fence();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move { hold_waiting(&locks, 2).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter must wait while the lock is held"
+    );
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let fence = waiter.await.unwrap().unwrap();
+    assert!(fence > first);
+    // Bound with a wide margin: far below the 5 s wait, far above the backoff cap.
+    assert!(released.elapsed() < Duration::from_millis(500));
+}
+
+async fn wait_deadline_is_respected(locks: Locks) {
+    let _guard = locks.lock("dl").acquire().await.unwrap();
+    let started = Instant::now();
+    let e = locks
+        .lock("dl")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(e, Error::Busy { waited, .. } if waited >= Duration::from_millis(300)));
+    assert!(
+        took >= Duration::from_millis(300),
+        "gave up early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(800),
+        "overshot the deadline: {took:?}"
+    );
+}
+
+async fn fence_grows_with_every_acquisition(locks: Locks) {
+    let mut last = 0;
+    for _ in 0..5 {
+        let g = locks.lock("fenced").acquire().await.unwrap();
+        assert!(g.fence() > last);
+        last = g.fence();
+        g.release().await.unwrap();
+    }
+    let other = locks.lock("other-key").acquire().await.unwrap();
+    assert_eq!(other.fence(), 1, "fences count per key");
+    other.release().await.unwrap();
+}
+
+async fn token_is_uuid_plus_holder(locks: Locks) {
+    let g = locks.lock("tok").acquire().await.unwrap();
+    let token = g.token().to_owned();
+    let (uuid, holder) = token.split_once(':').unwrap();
+    assert_eq!(uuid.len(), 36);
+    assert_eq!(holder, locks.holder_id());
+    assert!(holder.ends_with(&format!(":{}", std::process::id())));
+    let g2 = {
+        g.release().await.unwrap();
+        locks.lock("tok").acquire().await.unwrap()
+    };
+    assert_ne!(
+        g2.token()[..36],
+        uuid[..],
+        "every acquisition gets a fresh token"
+    );
+    g2.release().await.unwrap();
+}
+
+async fn expired_lock_reports_lost(locks: Locks) {
+    let g = locks
+        .lock("short")
+        .ttl(Duration::from_millis(100))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let e = g.release().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Lost { key } if key == "lock:short"),
+        "{e:?}"
+    );
+}
+
+#[distributed_lock(key = "stolen", ttl = "100ms", client = locks)]
+async fn outlives_ttl(locks: &Locks, fail: bool, fence_seen: &AtomicU32) -> Result<(), AppError> {
+    fence_seen.store(
+        distlock::current_lock().unwrap().fence() as u32,
+        Ordering::SeqCst,
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    if fail {
+        return Err(AppError::App("body failed"));
+    }
+    Ok(())
+}
+
+async fn stolen_lock_reports_lost_and_body_error_wins(locks: Locks) {
+    for fail in [false, true] {
+        let fence = Arc::new(AtomicU32::new(0));
+        let call = tokio::spawn({
+            let (locks, fence) = (locks.clone(), fence.clone());
+            async move { outlives_ttl(&locks, fail, &fence).await }
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // The lease ran out: another holder takes the lock while the body still runs.
+        let thief = locks.lock("stolen").acquire().await.unwrap();
+        assert!(u64::from(fence.load(Ordering::SeqCst)) < thief.fence());
+        let result = call.await.unwrap();
+        if fail {
+            assert!(
+                matches!(result, Err(AppError::App("body failed"))),
+                "{result:?}"
+            );
+        } else {
+            assert!(matches!(lock_err(result), Error::Lost { .. }));
+        }
+        // The thief's lock was not touched by the loser's release.
+        thief.release().await.unwrap();
+    }
+}
+
+#[distributed_lock(key = "exit:<how>", client = locks)]
+async fn exits(locks: &Locks, how: &str) -> Result<u32, AppError> {
+    let parsed: u32 = match how {
+        "question" => "not a number".parse().map_err(|_| AppError::App("parse"))?,
+        "early" => return Ok(7),
+        "err" => return Err(AppError::App("err")),
+        _ => 1,
+    };
+    Ok(parsed)
+}
+
+async fn every_exit_path_releases(locks: Locks) {
+    for how in ["question", "early", "err", "ok"] {
+        let _ = exits(&locks, how).await;
+        let g = locks.lock(format!("exit:{how}")).acquire().await;
+        assert!(g.is_ok(), "exit path `{how}` left the lock held");
+        g.unwrap().release().await.unwrap();
+    }
+}
+
+#[distributed_lock(key = "boom", ttl = "30s", client = locks)]
+async fn panics(locks: &Locks) -> Result<(), AppError> {
+    panic!("body panicked");
+}
+
+async fn panic_releases(locks: Locks) {
+    let joined = tokio::spawn({
+        let locks = locks.clone();
+        async move { panics(&locks).await }
+    })
+    .await;
+    assert!(joined.unwrap_err().is_panic());
+    let g = locks
+        .lock("boom")
+        .wait(Duration::from_millis(100))
+        .acquire()
+        .await
+        .expect("a panic must release the lock long before its 30 s ttl");
+    g.release().await.unwrap();
+}
+
+async fn cancelled_future_releases_at_once(locks: Locks) {
+    let ran = AtomicU32::new(0);
+    let body = hold(&locks, 3, 60_000, &ran);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), body)
+            .await
+            .is_err()
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    let g = locks
+        .lock("job:3")
+        .wait(Duration::from_millis(100))
+        .acquire()
+        .await
+        .expect("a dropped future must release within 100 ms, not after its 10 s ttl");
+    g.release().await.unwrap();
+}
+
+async fn current_lock_is_task_local(locks: Locks) {
+    assert!(distlock::current_lock().is_none());
+    let seen = Arc::new(AtomicBool::new(false));
+    #[distributed_lock(key = "tl", client = locks)]
+    async fn inner(locks: &Locks, seen: Arc<AtomicBool>) -> Result<(), AppError> {
+        let info = distlock::current_lock().unwrap();
+        assert_eq!(info.key(), "lock:tl");
+        let other_task = tokio::spawn(async { distlock::current_lock().is_none() });
+        seen.store(other_task.await.unwrap(), Ordering::SeqCst);
+        Ok(())
+    }
+    inner(&locks, seen.clone()).await.unwrap();
+    assert!(
+        seen.load(Ordering::SeqCst),
+        "a spawned task does not inherit the lock"
+    );
+    assert!(distlock::current_lock().is_none());
+}
+
+#[distributed_lock(key = "user:{<tenant>}:<name>", client = locks)]
+async fn escaped(locks: &Locks, tenant: &str, name: &str) -> Result<String, AppError> {
+    Ok(distlock::current_lock().unwrap().key().to_owned())
+}
+
+async fn placeholders_are_escaped(locks: Locks) {
+    let key = escaped(&locks, "acme}x{", "a:b c%").await.unwrap();
+    assert_eq!(key, "lock:user:{acme%7Dx%7B}:a%3Ab%20c%25");
+}
+
+async fn distinct_keys_do_not_contend(locks: Locks) {
+    let a = locks.lock("k:a").acquire().await.unwrap();
+    let b = locks.lock("k:b").acquire().await.unwrap();
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+}
+
+// ---- Redis only ----
+
+#[tokio::test]
+async fn value_is_plain_utf8_readable_by_any_client() {
+    use redis::AsyncCommands;
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let g = locks.lock("order:42").acquire().await.unwrap();
+    let mut raw = server.raw().await;
+    let stored: String = raw.get("lock:order:42").await.unwrap();
+    assert_eq!(stored, g.token());
+    let fence: u64 = raw.get("{lock:order:42}:fence").await.unwrap();
+    assert_eq!(fence, g.fence());
+    let pttl: i64 = raw.pttl("lock:order:42").await.unwrap();
+    assert!(
+        pttl > 0 && pttl <= 30_000,
+        "default ttl 30 s, got {pttl} ms"
+    );
+    g.release().await.unwrap();
+    let gone: Option<String> = raw.get("lock:order:42").await.unwrap();
+    assert!(gone.is_none());
+}
+
+#[tokio::test]
+async fn release_by_another_token_never_deletes() {
+    use redis::AsyncCommands;
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let g = locks
+        .lock("cas")
+        .ttl(Duration::from_millis(100))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut raw = server.raw().await;
+    let _: () = raw.set("lock:cas", "someone-else").await.unwrap();
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+    let still: String = raw.get("lock:cas").await.unwrap();
+    assert_eq!(
+        still, "someone-else",
+        "compare-and-delete must not delete another holder's key"
+    );
+}
+
+#[tokio::test]
+async fn redis_restart_fails_within_timeout_then_recovers() {
+    let mut server = RedisServer::start();
+    let locks = Locks::builder(server.url())
+        .command_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let ran = AtomicU32::new(0);
+    hold(&locks, 9, 0, &ran).await.unwrap();
+    server.kill();
+    let started = Instant::now();
+    let e = lock_err(hold(&locks, 9, 0, &ran).await);
+    assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "an outage must not hang"
+    );
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "the body must not run without the lock"
+    );
+    server.restart();
+    // The new server has no scripts cached: EVALSHA answers NOSCRIPT and the script is reloaded.
+    let fence = hold(&locks, 9, 0, &ran).await.unwrap();
+    assert_eq!(fence, 1, "a fresh server starts a fresh fence");
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn hung_redis_is_a_timeout_not_a_hang() {
+    let server = RedisServer::start();
+    let locks = Locks::builder(server.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let stop = |sig: &str| {
+        let pid = server_pid(server.port);
+        std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+    };
+    stop("-STOP");
+    let started = Instant::now();
+    let e = locks.lock("hung").acquire().await.unwrap_err();
+    let took = started.elapsed();
+    stop("-CONT");
+    assert!(
+        matches!(e, Error::Backend { ref source, .. } if source.kind() == distlock::BackendErrorKind::Timeout),
+        "{e:?}"
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    // The lock may have been written before the reply was lost; it is cleaned up, and
+    // the client works again.
+    let g = locks
+        .lock("hung")
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    g.release().await.unwrap();
+}
+
+fn server_pid(port: u16) -> String {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("pgrep -f 'redis-server 127.0.0.1:{port}'"))
+        .output()
+        .unwrap();
+    let pid = String::from_utf8(out.stdout).unwrap();
+    pid.lines()
+        .next()
+        .expect("redis-server pid")
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn unreachable_redis_is_a_backend_error() {
+    let port = free_port();
+    let locks = Locks::builder(format!("redis://127.0.0.1:{port}/"))
+        .build()
+        .unwrap();
+    let ran = AtomicU32::new(0);
+    let e = lock_err(hold(&locks, 1, 0, &ran).await);
+    assert!(matches!(e, Error::Backend { .. }));
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
