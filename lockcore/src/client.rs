@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use crate::backend::{Backend, memory::MemoryBackend, redis::RedisBackend};
 use crate::error::{BackendError, BackendErrorKind, Error, Result};
+use crate::local::LocalQueues;
 use crate::lock::LockRequest;
+use crate::notify::{Notifier, Subscription, channel_of};
+use crate::watchdog::Watchdog;
 
 /// Default key prefix: the lock on `order:42` lives at Redis key `lock:order:42`.
 pub const DEFAULT_PREFIX: &str = "lock:";
@@ -42,6 +45,21 @@ pub(crate) struct Inner {
     pub(crate) marker_ttl: Duration,
     /// Where the locks live, without credentials (for errors and `Debug`).
     pub(crate) target: String,
+    /// Pub/Sub wake-ups (Redis only).
+    pub(crate) notifier: Option<Notifier>,
+    pub(crate) queues: Arc<LocalQueues>,
+    pub(crate) watchdog: Watchdog,
+}
+
+impl Inner {
+    /// Wake-ups for `key`'s releases; `None` when they cannot be had (then waiters poll).
+    pub(crate) async fn subscribe(&self, key: &str) -> Option<Subscription> {
+        match (&self.backend, &self.notifier) {
+            (Backend::Memory(m), _) => Some(Subscription::local(&m.waiters, channel_of(key))),
+            (Backend::Redis(_), Some(n)) => n.subscribe(channel_of(key)).await,
+            (Backend::Redis(_), None) => None,
+        }
+    }
 }
 
 impl Locks {
@@ -89,6 +107,7 @@ impl Locks {
     pub fn in_memory() -> Locks {
         Locks::new(
             Backend::Memory(MemoryBackend::default()),
+            None,
             DEFAULT_PREFIX.to_owned(),
             None,
             DEFAULT_COMMAND_TIMEOUT,
@@ -98,6 +117,7 @@ impl Locks {
 
     fn new(
         backend: Backend,
+        notifier: Option<Notifier>,
         prefix: String,
         holder: Option<String>,
         timeout: Duration,
@@ -111,6 +131,9 @@ impl Locks {
                 holder,
                 marker_ttl: (timeout * 10).max(Duration::from_secs(10)),
                 target,
+                notifier,
+                queues: Arc::default(),
+                watchdog: Watchdog::default(),
             }),
         }
     }
@@ -142,6 +165,23 @@ impl Locks {
     /// Whether this is the [`in_memory`](Locks::in_memory) backend.
     pub fn is_in_memory(&self) -> bool {
         self.inner.backend.is_memory()
+    }
+
+    /// Number of release channels this client is subscribed to on the current tokio
+    /// runtime: one per key that has waiters, zero when nobody waits.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// assert_eq!(locks.waiting_channels(), 0);
+    /// # }
+    /// ```
+    pub fn waiting_channels(&self) -> usize {
+        match (&self.inner.backend, &self.inner.notifier) {
+            (Backend::Memory(m), _) => m.waiters.len(),
+            (_, Some(n)) => n.active_channels(),
+            _ => 0,
+        }
     }
 
     /// Checks that the backend answers, within the command timeout.
@@ -212,7 +252,8 @@ impl LocksBuilder {
         let client = redis::Client::open(self.url.as_str())
             .map_err(|e| config_err(format!("invalid redis url: {e}")))?;
         Ok(Locks::new(
-            Backend::Redis(RedisBackend::new(client, self.timeout)),
+            Backend::Redis(RedisBackend::new(client.clone(), self.timeout)),
+            Some(Notifier::new(client, self.timeout)),
             self.prefix,
             self.holder,
             self.timeout,

@@ -19,7 +19,10 @@ mod backend;
 mod client;
 mod error;
 pub mod key;
+mod local;
 mod lock;
+mod notify;
+mod watchdog;
 
 #[doc(hidden)]
 pub mod __private;

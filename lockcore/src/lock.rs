@@ -7,16 +7,20 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::Released;
+use crate::backend::{Released, Try};
 use crate::client::Locks;
 use crate::error::{BackendErrorKind, Error, Result};
 use crate::key;
+use crate::local::Turn;
+use crate::notify::Subscription;
+use crate::watchdog::{HeldState, Lease};
 
 /// Default lease when `ttl` is not given.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 tokio::task_local! {
-    static CURRENT: LockInfo;
+    /// The locks held by annotated code running in this task, outermost first.
+    static CURRENT: Arc<[LockInfo]>;
 }
 
 /// What is known about a held lock: its key, token and fencing token.
@@ -31,11 +35,14 @@ tokio::task_local! {
 /// # guard.release().await.unwrap();
 /// # }
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct LockInfo {
     key: Arc<str>,
     token: Arc<str>,
     fence: u64,
+    /// Which client took it (reentrancy is per client and key).
+    client: usize,
+    state: Arc<HeldState>,
 }
 
 impl LockInfo {
@@ -53,6 +60,19 @@ impl LockInfo {
     /// reject a write from a holder whose lease has already passed to someone else.
     pub fn fence(&self) -> u64 {
         self.fence
+    }
+
+    /// Whether the lock is still believed held: `false` once lease keeping (`renew`)
+    /// found it lost or past its `max_hold`. Without `renew` nothing checks before the
+    /// release, which reports a loss as [`Error::Lost`].
+    pub fn is_held(&self) -> bool {
+        !self.state.is_lost()
+    }
+
+    /// Resolves when the lock is known to be lost (found by lease keeping). Never
+    /// resolves for a lock that stays held.
+    pub async fn lost(&self) {
+        self.state.lost().await
     }
 
     fn token_prefix(&self) -> &str {
@@ -85,7 +105,19 @@ impl fmt::Debug for LockInfo {
 /// # }
 /// ```
 pub fn current_lock() -> Option<LockInfo> {
-    CURRENT.try_with(LockInfo::clone).ok()
+    CURRENT.try_with(|held| held.last().cloned()).ok().flatten()
+}
+
+/// The lock on `key` this task already holds through client `client`, if any.
+fn held_in_task(key: &str, client: usize) -> Option<LockInfo> {
+    CURRENT
+        .try_with(|held| {
+            held.iter()
+                .find(|i| i.client == client && &*i.key == key)
+                .cloned()
+        })
+        .ok()
+        .flatten()
 }
 
 /// A request for one lock, made by [`Locks::lock`]; set `ttl` and `wait`, then `acquire`.
@@ -96,6 +128,8 @@ pub struct LockRequest<'a> {
     name: String,
     ttl: Duration,
     wait: Duration,
+    renew: bool,
+    max_hold: Option<Duration>,
 }
 
 impl<'a> LockRequest<'a> {
@@ -105,7 +139,43 @@ impl<'a> LockRequest<'a> {
             name,
             ttl: DEFAULT_TTL,
             wait: Duration::ZERO,
+            renew: false,
+            max_hold: None,
         }
+    }
+
+    /// Keeps the lease while the lock is held: renewed every `ttl / 3` with a
+    /// compare-and-extend, batched with every other renewable lock of the client
+    /// (default off). A renewal that finds the lock gone marks it lost
+    /// ([`LockInfo::is_held`], [`LockGuard::lost`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::in_memory();
+    /// let guard = locks
+    ///     .lock("report")
+    ///     .ttl(Duration::from_millis(300))
+    ///     .renew(true)
+    ///     .acquire()
+    ///     .await
+    ///     .unwrap();
+    /// tokio::time::sleep(Duration::from_millis(700)).await; // longer than the ttl
+    /// assert!(guard.info().is_held());
+    /// guard.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+
+    /// With [`renew`](Self::renew): stop renewing this long after acquisition, so a
+    /// stuck holder cannot keep the lock forever. The lock then counts as lost when its
+    /// last lease ends.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
     }
 
     /// The lease: how long the lock stays held if it is never released (default 30 s).
@@ -127,6 +197,10 @@ impl<'a> LockRequest<'a> {
     /// Errors: [`Error::Busy`] when still held by someone else at the deadline,
     /// [`Error::Backend`] when Redis fails (returned at once, within the command timeout),
     /// [`Error::InvalidKey`] for an empty key or one whose hash tag is malformed.
+    ///
+    /// A task that already holds the same key through the same client (an annotated fn
+    /// calling another with the same key) gets a reentrant guard at once, without a
+    /// round trip; only the outermost holder releases.
     pub async fn acquire(self) -> Result<LockGuard> {
         let inner = &self.locks.inner;
         let key = format!("{}{}", inner.prefix, self.name);
@@ -136,41 +210,41 @@ impl<'a> LockRequest<'a> {
                 reason: reason.to_owned(),
             });
         }
-        let fence_key = key::companion(&key, ":fence");
-        let token = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
+        let client = Arc::as_ptr(inner) as usize;
+        if let Some(outer) = held_in_task(&key, client) {
+            tracing::trace!(target: "distlock", key, fence = outer.fence, "lock re-entered");
+            return Ok(LockGuard {
+                locks: self.locks.clone(),
+                info: outer,
+                acquired_at: Instant::now(),
+                done: false,
+                reentrant: true,
+                turn: None,
+            });
+        }
         let started = Instant::now();
         let deadline = started + self.wait;
+        let Some(turn) = inner.queues.enter(&key, deadline).await else {
+            let waited = started.elapsed();
+            tracing::debug!(target: "distlock", key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy (held in this process)");
+            return Err(Error::Busy { key, waited });
+        };
+        let fence_key = key::companion(&key, ":fence");
+        let token = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
+        let mut wake: Option<Subscription> = None;
+        let mut subscribed = false;
         let mut attempt = 0u32;
         loop {
-            match inner
+            let left = match inner
                 .backend
                 .try_acquire(&key, &fence_key, &token, self.ttl)
                 .await
             {
-                Ok(Some(fence)) => {
-                    let info = LockInfo {
-                        key: key.into(),
-                        token: token.into(),
-                        fence,
-                    };
-                    let waited = started.elapsed();
-                    tracing::debug!(
-                        target: "distlock",
-                        key = info.key(),
-                        token = info.token_prefix(),
-                        fence,
-                        waited_ms = waited.as_secs_f64() * 1e3,
-                        attempts = attempt + 1,
-                        "lock acquired"
-                    );
-                    return Ok(LockGuard {
-                        locks: self.locks.clone(),
-                        info,
-                        acquired_at: Instant::now(),
-                        done: false,
-                    });
+                Ok(Try::Taken(fence)) => {
+                    drop(wake);
+                    return Ok(self.taken(key, token, fence, started, attempt, turn));
                 }
-                Ok(None) => {}
+                Ok(Try::Busy(left)) => left,
                 Err(source) => {
                     if matches!(
                         source.kind(),
@@ -182,27 +256,113 @@ impl<'a> LockRequest<'a> {
                     tracing::warn!(target: "distlock", key, error = %source, "lock acquire failed");
                     return Err(Error::backend(&key, source));
                 }
-            }
+            };
             let now = Instant::now();
             if now >= deadline {
                 let waited = now - started;
                 tracing::debug!(target: "distlock", key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy");
                 return Err(Error::Busy { key, waited });
             }
-            wait_for_turn(attempt, deadline).await;
+            if !subscribed {
+                // Subscribe, then try once more at once: a release that happened before
+                // the subscription was confirmed is not missed.
+                subscribed = true;
+                wake = inner.subscribe(&key).await;
+                if wake.is_some() {
+                    continue;
+                }
+            }
+            wait_for_turn(wake.as_mut(), left, attempt, deadline).await;
             attempt = attempt.saturating_add(1);
+        }
+    }
+
+    fn taken(
+        self,
+        key: String,
+        token: String,
+        fence: u64,
+        started: Instant,
+        attempt: u32,
+        turn: Turn,
+    ) -> LockGuard {
+        let inner = &self.locks.inner;
+        let acquired_at = Instant::now();
+        let info = LockInfo {
+            key: key.into(),
+            token: token.into(),
+            fence,
+            client: Arc::as_ptr(inner) as usize,
+            state: HeldState::new(),
+        };
+        let waited = started.elapsed();
+        tracing::debug!(
+            target: "distlock",
+            key = info.key(),
+            token = info.token_prefix(),
+            fence,
+            waited_ms = waited.as_secs_f64() * 1e3,
+            tries = attempt + 1,
+            renew = self.renew,
+            "lock acquired"
+        );
+        turn.set_lease_end((!self.renew).then(|| acquired_at + self.ttl));
+        if self.renew {
+            inner.watchdog.register(
+                inner,
+                Lease {
+                    key: info.key.clone(),
+                    token: info.token.clone(),
+                    ttl: self.ttl,
+                    acquired_at,
+                    max_hold: self.max_hold,
+                    state: info.state.clone(),
+                },
+            );
+        }
+        LockGuard {
+            locks: self.locks.clone(),
+            info,
+            acquired_at,
+            done: false,
+            reentrant: false,
+            turn: Some(turn),
         }
     }
 }
 
-/// The one place that decides how a waiter waits before its next try: jittered
-/// exponential backoff from 1 ms, capped at 16 ms, never past the deadline.
-async fn wait_for_turn(attempt: u32, deadline: Instant) {
-    const CAP_MS: u64 = 16;
-    let ceiling = (1u64 << attempt.min(4)).min(CAP_MS);
-    let micros = fastrand::u64(ceiling * 500..=ceiling * 1000);
-    let until = (Instant::now() + Duration::from_micros(micros)).min(deadline);
-    tokio::time::sleep_until(until).await;
+/// Longest sleep between tries while subscribed: covers a missed release message and a
+/// holder whose lease ran out without a release.
+const FALLBACK_CAP: Duration = Duration::from_millis(100);
+
+/// The one place that decides how a waiter waits before its next try, never past the
+/// deadline. Subscribed: until the release message, or the holder's remaining lease,
+/// or [`FALLBACK_CAP`], whichever comes first. Without a subscription (Pub/Sub
+/// unavailable): jittered exponential backoff from 1 ms, capped at 16 ms.
+async fn wait_for_turn(
+    wake: Option<&mut Subscription>,
+    left: Option<Duration>,
+    attempt: u32,
+    deadline: Instant,
+) {
+    let now = Instant::now();
+    match wake {
+        Some(wake) => {
+            let fallback = left
+                .map(|l| l + Duration::from_millis(1))
+                .unwrap_or(FALLBACK_CAP)
+                .min(FALLBACK_CAP);
+            let until = (now + fallback).min(deadline);
+            let _ = tokio::time::timeout_at(until, wake.released()).await;
+        }
+        None => {
+            const CAP_MS: u64 = 16;
+            let ceiling = (1u64 << attempt.min(4)).min(CAP_MS);
+            let micros = fastrand::u64(ceiling * 500..=ceiling * 1000);
+            let until = (now + Duration::from_micros(micros)).min(deadline);
+            tokio::time::sleep_until(until).await;
+        }
+    }
 }
 
 fn spawn_cleanup(locks: Locks, key: String, token: String) {
@@ -222,6 +382,10 @@ pub struct LockGuard {
     info: LockInfo,
     acquired_at: Instant,
     done: bool,
+    /// A nested acquisition of a lock this task already holds: releases nothing.
+    reentrant: bool,
+    /// This task's place at the head of the key's local queue, given up after release.
+    turn: Option<Turn>,
 }
 
 impl LockGuard {
@@ -250,9 +414,22 @@ impl LockGuard {
         self.acquired_at.elapsed()
     }
 
-    /// Runs `fut` with this lock visible through [`current_lock`].
+    /// Whether this guard re-entered a lock its task already held.
+    pub fn is_reentrant(&self) -> bool {
+        self.reentrant
+    }
+
+    /// Resolves when lease keeping finds the lock lost; see [`LockInfo::lost`].
+    pub async fn lost(&self) {
+        self.info.lost().await
+    }
+
+    /// Runs `fut` with this lock visible through [`current_lock`] (and re-entrant for
+    /// acquisitions of the same key in this task).
     pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
-        CURRENT.scope(self.info.clone(), fut).await
+        let mut held: Vec<LockInfo> = CURRENT.try_with(|held| held.to_vec()).unwrap_or_default();
+        held.push(self.info.clone());
+        CURRENT.scope(held.into(), fut).await
     }
 
     /// Releases the lock with a compare-and-delete.
@@ -261,25 +438,43 @@ impl LockGuard {
     /// ran out (or was taken) while the lock was held, so the critical section may have
     /// overlapped with another holder's. A release whose reply is lost is retried once;
     /// a marker left by the release script keeps that retry from reporting `Lost`.
+    ///
+    /// A reentrant guard releases nothing; it reports `Lost` only if the lock is already
+    /// known lost.
     pub async fn release(mut self) -> Result<()> {
         self.done = true;
+        if self.reentrant {
+            return if self.info.is_held() {
+                Ok(())
+            } else {
+                Err(Error::Lost {
+                    key: self.info.key().to_owned(),
+                })
+            };
+        }
+        self.info.state.mark_released();
         let held = self.acquired_at.elapsed();
-        self.locks.inner.finish(&self.info, held).await
+        let result = self.locks.inner.finish(&self.info, held).await;
+        drop(self.turn.take());
+        result
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.done {
+        if self.done || self.reentrant {
             return;
         }
+        self.info.state.mark_released();
         let held = self.acquired_at.elapsed();
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 let locks = self.locks.clone();
                 let info = self.info.clone();
+                let turn = self.turn.take();
                 handle.spawn(async move {
                     let _ = locks.inner.finish(&info, held).await;
+                    drop(turn);
                 });
             }
             Err(_) => tracing::warn!(

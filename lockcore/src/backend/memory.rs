@@ -1,16 +1,19 @@
-//! The in-process backend: the same TTL, token, fencing and loss rules as Redis.
+//! The in-process backend: the same TTL, token, fencing, loss and wake-up rules as Redis.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Released;
+use super::{Released, Try};
+use crate::notify::{Registry, channel_of};
 
 #[derive(Default)]
 pub(crate) struct MemoryBackend {
     state: Mutex<State>,
+    /// Waiters, woken on release as Pub/Sub would.
+    pub(crate) waiters: Arc<Registry>,
 }
 
 #[derive(Default)]
@@ -20,19 +23,19 @@ struct State {
 }
 
 impl MemoryBackend {
-    pub(crate) fn try_acquire(&self, key: &str, token: &str, ttl: Duration) -> Option<u64> {
+    pub(crate) fn try_acquire(&self, key: &str, token: &str, ttl: Duration) -> Try {
         let now = Instant::now();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, until)) = st.held.get(key) {
-            if *until > now {
-                return None;
-            }
+        if let Some((_, until)) = st.held.get(key)
+            && *until > now
+        {
+            return Try::Busy(Some(*until - now));
         }
         st.held
             .insert(key.to_owned(), (token.to_owned(), now + ttl));
         let fence = st.fences.entry(key.to_owned()).or_insert(0);
         *fence += 1;
-        Some(*fence)
+        Try::Taken(*fence)
     }
 
     pub(crate) fn release(&self, key: &str, token: &str) -> Released {
@@ -41,9 +44,23 @@ impl MemoryBackend {
         match st.held.get(key) {
             Some((held, until)) if held == token && *until > now => {
                 st.held.remove(key);
+                drop(st);
+                self.waiters.publish(&channel_of(key));
                 Released::Now
             }
             _ => Released::Lost,
+        }
+    }
+
+    pub(crate) fn extend(&self, key: &str, token: &str, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match st.held.get_mut(key) {
+            Some((held, until)) if held == token && *until > now => {
+                *until = now + ttl;
+                true
+            }
+            _ => false,
         }
     }
 }

@@ -7,6 +7,15 @@ use crate::error::BackendError;
 pub(crate) mod memory;
 pub(crate) mod redis;
 
+/// What one acquire try found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Try {
+    /// Taken, with this fencing token.
+    Taken(u64),
+    /// Held by someone else, for about this much longer (`None`: unknown).
+    Busy(Option<Duration>),
+}
+
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Released {
@@ -24,21 +33,21 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// One atomic try: `Some(fence)` when taken, `None` when someone else holds it.
+    /// One atomic try.
     pub(crate) async fn try_acquire(
         &self,
         key: &str,
         fence_key: &str,
         token: &str,
         ttl: Duration,
-    ) -> Result<Option<u64>, BackendError> {
+    ) -> Result<Try, BackendError> {
         match self {
             Backend::Redis(r) => r.try_acquire(key, fence_key, token, ttl).await,
             Backend::Memory(m) => Ok(m.try_acquire(key, token, ttl)),
         }
     }
 
-    /// One compare-and-delete.
+    /// One compare-and-delete that also wakes the key's waiters.
     pub(crate) async fn release(
         &self,
         key: &str,
@@ -49,6 +58,20 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.release(key, marker_key, token, marker_ttl).await,
             Backend::Memory(m) => Ok(m.release(key, token)),
+        }
+    }
+
+    /// Compare-and-extend of many locks in one round trip: `true` where extended.
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.extend_many(leases).await,
+            Backend::Memory(m) => Ok(leases
+                .iter()
+                .map(|(key, token, ttl)| m.extend(key, token, *ttl))
+                .collect()),
         }
     }
 

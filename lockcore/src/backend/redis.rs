@@ -9,13 +9,16 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, Script, ScriptInvocation};
 use tokio::runtime::Handle;
 
-use super::{Released, millis};
+use super::{Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
+use crate::notify::channel_of;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/acquire.lua")));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
+static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/extend.lua")));
 
 /// How many runtimes' connections one client keeps.
 const MAX_RUNTIMES: usize = 8;
@@ -130,11 +133,15 @@ impl RedisBackend {
         fence_key: &str,
         token: &str,
         ttl: Duration,
-    ) -> Result<Option<u64>, BackendError> {
+    ) -> Result<Try, BackendError> {
         let mut inv = ACQUIRE.prepare_invoke();
         inv.key(key).key(fence_key).arg(token).arg(millis(ttl));
-        let fence: u64 = self.eval(&inv).await?;
-        Ok((fence > 0).then_some(fence))
+        let reply: i64 = self.eval(&inv).await?;
+        Ok(match reply {
+            fence @ 1.. => Try::Taken(fence.unsigned_abs()),
+            -1 | 0 => Try::Busy(None),
+            left => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
+        })
     }
 
     pub(crate) async fn release(
@@ -148,11 +155,56 @@ impl RedisBackend {
         inv.key(key)
             .key(marker_key)
             .arg(token)
-            .arg(millis(marker_ttl));
+            .arg(millis(marker_ttl))
+            .arg(channel_of(key));
         match self.eval::<u8>(&inv).await? {
             1 => Ok(Released::Now),
             2 => Ok(Released::Earlier),
             _ => Ok(Released::Lost),
+        }
+    }
+
+    /// One pipeline of compare-and-extend calls (EVALSHA; on NOSCRIPT the script is
+    /// loaded and the pipeline sent once more).
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
+        let mut pipe = redis::pipe();
+        for (key, token, ttl) in leases {
+            pipe.cmd("EVALSHA")
+                .arg(EXTEND.get_hash())
+                .arg(1)
+                .arg(*key)
+                .arg(*token)
+                .arg(millis(*ttl));
+        }
+        let mut used = None;
+        let call = async {
+            let (mut conn, generation) = self.connection().await?;
+            used = Some(generation);
+            let mut reply = pipe.query_async::<Vec<i64>>(&mut conn).await;
+            if let Err(e) = &reply
+                && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+            {
+                EXTEND.prepare_invoke().load_async(&mut conn).await?;
+                reply = pipe.query_async::<Vec<i64>>(&mut conn).await;
+            }
+            reply.map_err(|e| {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                    self.forget(generation);
+                }
+                BackendError::from(e)
+            })
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => Ok(result?.into_iter().map(|r| r == 1).collect()),
+            Err(_) => {
+                if let Some(generation) = used {
+                    self.forget(generation);
+                }
+                Err(BackendError::timeout(self.timeout))
+            }
         }
     }
 

@@ -1,0 +1,171 @@
+//! Fair queueing of one process's tasks for one key.
+//!
+//! Tasks of one [`Locks`](crate::Locks) client that want the same key line up in a FIFO
+//! queue (tokio's fair semaphore), and only the head of the queue contends in Redis. A
+//! task that has just released cannot barge ahead of local waiters: it queues behind them.
+//! Across processes there is no queue: each process's head is woken by the release
+//! message and the first `SET NX` to arrive wins.
+//!
+//! The queue never outlives the holder's lease: once the lease the holder took has run
+//! out (a holder stuck past its ttl, without `renew`), local waiters stop waiting for its
+//! turn and contend in Redis, exactly as other processes may.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::time::Instant;
+
+#[derive(Default)]
+pub(crate) struct LocalQueues {
+    keys: Mutex<HashMap<String, Arc<Entry>>>,
+}
+
+struct Entry {
+    sem: Arc<Semaphore>,
+    /// When the current holder's lease runs out, if it is not being renewed.
+    lease_end: Mutex<Option<Instant>>,
+}
+
+/// This task's turn at the head of a key's local queue; the next task's turn starts
+/// when it is dropped.
+pub(crate) struct Turn {
+    permit: Option<OwnedSemaphorePermit>,
+    entry: Arc<Entry>,
+    key: String,
+    queues: Arc<LocalQueues>,
+}
+
+impl Turn {
+    /// Records the lease just taken, so waiters know when to stop waiting for this turn
+    /// (`None`: renewed, it lasts until released).
+    pub(crate) fn set_lease_end(&self, end: Option<Instant>) {
+        *self
+            .entry
+            .lease_end
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = end;
+    }
+}
+
+impl LocalQueues {
+    fn entry(&self, key: &str) -> Arc<Entry> {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.entry(key.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Entry {
+                    sem: Arc::new(Semaphore::new(1)),
+                    lease_end: Mutex::new(None),
+                })
+            })
+            .clone()
+    }
+
+    /// Waits for this task's turn until `deadline`; `None` when the deadline passed first
+    /// (with `deadline` already past: one immediate try). When the holder's lease runs
+    /// out first, the turn comes without the queue's permit.
+    pub(crate) async fn enter(self: &Arc<Self>, key: &str, deadline: Instant) -> Option<Turn> {
+        let entry = self.entry(key);
+        let mut permit = None;
+        let mut granted = false;
+        loop {
+            match entry.sem.clone().try_acquire_owned() {
+                Ok(p) => {
+                    permit = Some(p);
+                    granted = true;
+                    break;
+                }
+                Err(TryAcquireError::Closed) => break,
+                Err(TryAcquireError::NoPermits) => {}
+            }
+            let now = Instant::now();
+            let lease_end = *entry.lease_end.lock().unwrap_or_else(|e| e.into_inner());
+            if lease_end.is_some_and(|end| end <= now) {
+                granted = true; // the holder's lease is over: contend without the permit
+                break;
+            }
+            if now >= deadline {
+                break;
+            }
+            // Re-check the holder's lease at least every 100 ms (a new holder may have
+            // taken a shorter one).
+            let until = lease_end
+                .unwrap_or(deadline)
+                .min(deadline)
+                .min(now + std::time::Duration::from_millis(100));
+            if let Ok(Ok(p)) =
+                tokio::time::timeout_at(until, entry.sem.clone().acquire_owned()).await
+            {
+                permit = Some(p);
+                granted = true;
+                break;
+            }
+        }
+        let turn = Turn {
+            permit,
+            entry,
+            key: key.to_owned(),
+            queues: self.clone(),
+        };
+        // Without a turn, dropping it here also tidies the map.
+        granted.then_some(turn)
+    }
+
+    /// Keys with a queue right now (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.permit.take().is_some() {
+            self.set_lease_end(None);
+        }
+        let mut keys = self.queues.keys.lock().unwrap_or_else(|e| e.into_inner());
+        // Only the map and this turn hold it, and nobody holds the permit: forget the key.
+        if keys.get(&self.key).is_some_and(|entry| {
+            Arc::ptr_eq(entry, &self.entry)
+                && Arc::strong_count(entry) == 2
+                && entry.sem.available_permits() == 1
+        }) {
+            keys.remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn fifo_and_tidy() {
+        let q = Arc::new(LocalQueues::default());
+        let far = Instant::now() + Duration::from_secs(5);
+        let first = q.enter("k", far).await.unwrap();
+        assert!(
+            q.enter("k", Instant::now()).await.is_none(),
+            "held: an immediate try fails"
+        );
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..5 {
+            let (q, order) = (q.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let t = q.enter("k", far).await.unwrap();
+                order.lock().unwrap().push(i);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                drop(t);
+            }));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(first);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(q.len(), 0);
+    }
+}

@@ -1,0 +1,313 @@
+//! Waking waiters when a lock is released.
+//!
+//! The release script publishes on the lock's channel (`<key>:released`) in the same round
+//! trip that deletes the key. Every waiter of one [`Locks`](crate::Locks) client shares
+//! one Pub/Sub connection (one per tokio runtime); channels are subscribed while at least
+//! one waiter wants them and unsubscribed when the last one leaves, is served or is
+//! cancelled. A waiter sees a release as a change of a per-channel sequence number, so a
+//! message that arrives between two looks is never missed. When Pub/Sub is unavailable,
+//! waiters still wake on their capped fallback timer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::PubSubSink;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// The channel a lock's release is published on.
+pub(crate) fn channel_of(key: &str) -> String {
+    format!("{key}:released")
+}
+
+/// Channels with waiters: a sequence number per channel (0 until the subscription is
+/// confirmed) and how many waiters hold it.
+#[derive(Default)]
+pub(crate) struct Registry {
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+struct Channel {
+    seq: watch::Sender<u64>,
+    refs: usize,
+}
+
+impl Registry {
+    /// Bumps the channel's sequence, waking its waiters.
+    pub(crate) fn publish(&self, channel: &str) {
+        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = channels.get(channel) {
+            c.seq.send_modify(|s| *s = s.saturating_add(1).max(2));
+        }
+    }
+
+    /// Joins `channel`; `true` when this waiter is the first and must subscribe.
+    fn join(&self, channel: &str) -> (watch::Receiver<u64>, bool) {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        match channels.get_mut(channel) {
+            Some(c) => {
+                c.refs += 1;
+                (c.seq.subscribe(), false)
+            }
+            None => {
+                let (tx, rx) = watch::channel(0);
+                channels.insert(channel.to_owned(), Channel { seq: tx, refs: 1 });
+                (rx, true)
+            }
+        }
+    }
+
+    /// Marks a subscription confirmed (or, for an in-process registry, usable at once).
+    fn confirm(&self, channel: &str) {
+        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = channels.get(channel) {
+            c.seq.send_modify(|s| *s = (*s).max(1));
+        }
+    }
+
+    /// Leaves `channel`; `true` when it was the last waiter.
+    fn leave(&self, channel: &str) -> bool {
+        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let last = match channels.get_mut(channel) {
+            Some(c) => {
+                c.refs -= 1;
+                c.refs == 0
+            }
+            None => false,
+        };
+        if last {
+            channels.remove(channel);
+        }
+        last
+    }
+
+    /// Wakes everyone (the connection broke: retry, then rely on the fallback timer).
+    fn wake_all(&self) {
+        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        for c in channels.values() {
+            c.seq.send_modify(|s| *s = s.saturating_add(1).max(2));
+        }
+    }
+
+    /// Number of channels with waiters (for tests and metrics).
+    pub(crate) fn len(&self) -> usize {
+        self.channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+}
+
+/// One waiter's interest in one channel; leaving is automatic on drop.
+pub(crate) struct Subscription {
+    rx: watch::Receiver<u64>,
+    channel: String,
+    owner: Owner,
+}
+
+enum Owner {
+    Local(Arc<Registry>),
+    Redis(Arc<Hub>),
+}
+
+impl Subscription {
+    /// In-process: usable at once.
+    pub(crate) fn local(registry: &Arc<Registry>, channel: String) -> Subscription {
+        let (mut rx, _first) = registry.join(&channel);
+        registry.confirm(&channel);
+        rx.borrow_and_update();
+        Subscription {
+            rx,
+            channel,
+            owner: Owner::Local(registry.clone()),
+        }
+    }
+
+    /// Waits until a release is published after the last call (or the connection broke).
+    pub(crate) async fn released(&mut self) {
+        if self.rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        match &self.owner {
+            Owner::Local(registry) => {
+                registry.leave(&self.channel);
+            }
+            Owner::Redis(hub) => {
+                if hub.registry.leave(&self.channel) {
+                    let _ = hub
+                        .commands
+                        .send(Command::Unsubscribe(self.channel.clone()));
+                }
+            }
+        }
+    }
+}
+
+enum Command {
+    Subscribe(String, oneshot::Sender<bool>),
+    Unsubscribe(String),
+}
+
+/// One Pub/Sub connection and the task that serializes (un)subscriptions and fans
+/// messages out.
+pub(crate) struct Hub {
+    registry: Registry,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+/// The Pub/Sub side of one client: a hub per tokio runtime, made on first wait.
+pub(crate) struct Notifier {
+    client: redis::Client,
+    timeout: Duration,
+    hubs: Mutex<Vec<(tokio::runtime::Id, Arc<Hub>)>>,
+    connecting: tokio::sync::Mutex<()>,
+}
+
+impl Notifier {
+    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Notifier {
+        Notifier {
+            client,
+            timeout,
+            hubs: Mutex::new(Vec::new()),
+            connecting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn live_hub(&self, runtime: tokio::runtime::Id) -> Option<Arc<Hub>> {
+        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        hubs.iter()
+            .find(|(rt, hub)| *rt == runtime && !hub.commands.is_closed())
+            .map(|(_, hub)| hub.clone())
+    }
+
+    async fn hub(&self) -> Option<Arc<Hub>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?.id();
+        if let Some(hub) = self.live_hub(runtime) {
+            return Some(hub);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(hub) = self.live_hub(runtime) {
+            return Some(hub);
+        }
+        let pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
+            .await
+            .ok()?
+            .ok()?;
+        let (sink, stream) = pubsub.split();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let hub = Arc::new(Hub {
+            registry: Registry::default(),
+            commands: tx,
+        });
+        tokio::spawn(drive(Arc::downgrade(&hub), sink, stream, rx, self.timeout));
+        let mut hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        hubs.retain(|(rt, h)| *rt != runtime && !h.commands.is_closed());
+        if hubs.len() >= 8 {
+            hubs.remove(0);
+        }
+        hubs.push((runtime, hub.clone()));
+        Some(hub)
+    }
+
+    /// Subscribes to `channel`, waiting (within the timeout) for Redis to confirm it.
+    /// `None` when Pub/Sub is unavailable: the waiter then polls on its fallback timer.
+    pub(crate) async fn subscribe(&self, channel: String) -> Option<Subscription> {
+        let hub = self.hub().await?;
+        let (mut rx, first) = hub.registry.join(&channel);
+        let sub = Subscription {
+            rx: rx.clone(),
+            channel: channel.clone(),
+            owner: Owner::Redis(hub.clone()),
+        };
+        if first {
+            let (ack, confirmed) = oneshot::channel();
+            if hub
+                .commands
+                .send(Command::Subscribe(channel.clone(), ack))
+                .is_err()
+            {
+                return None;
+            }
+            match tokio::time::timeout(self.timeout, confirmed).await {
+                Ok(Ok(true)) => hub.registry.confirm(&channel),
+                _ => return None,
+            }
+        } else if tokio::time::timeout(self.timeout, rx.wait_for(|s| *s >= 1))
+            .await
+            .map_or(true, |r| r.is_err())
+        {
+            return None;
+        }
+        let mut sub = sub;
+        sub.rx.borrow_and_update();
+        Some(sub)
+    }
+
+    /// Channels subscribed right now on this runtime's hub (for tests).
+    pub(crate) fn active_channels(&self) -> usize {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return 0;
+        };
+        self.live_hub(handle.id())
+            .map_or(0, |hub| hub.registry.len())
+    }
+}
+
+async fn drive(
+    hub: Weak<Hub>,
+    mut sink: PubSubSink,
+    mut stream: redis::aio::PubSubStream,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    timeout: Duration,
+) {
+    // Subscribe and unsubscribe run in their own task, in order, so a slow reply never
+    // holds up the fan-out of messages.
+    let (fail_tx, mut failed) = oneshot::channel::<()>();
+    let control = tokio::spawn(async move {
+        let mut fail_tx = Some(fail_tx);
+        while let Some(cmd) = commands.recv().await {
+            let ok = match cmd {
+                Command::Subscribe(channel, ack) => {
+                    let ok = matches!(
+                        tokio::time::timeout(timeout, sink.subscribe(&channel)).await,
+                        Ok(Ok(()))
+                    );
+                    let _ = ack.send(ok);
+                    ok
+                }
+                Command::Unsubscribe(channel) => matches!(
+                    tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
+                    Ok(Ok(()))
+                ),
+            };
+            if !ok {
+                if let Some(tx) = fail_tx.take() {
+                    let _ = tx.send(());
+                }
+                break;
+            }
+        }
+    });
+    loop {
+        tokio::select! {
+            msg = stream.next() => match msg {
+                Some(msg) => match hub.upgrade() {
+                    Some(hub) => hub.registry.publish(msg.get_channel_name()),
+                    None => break,
+                },
+                None => break,
+            },
+            _ = &mut failed => break,
+        }
+    }
+    control.abort();
+    if let Some(hub) = hub.upgrade() {
+        hub.registry.wake_all();
+    }
+}

@@ -1,0 +1,230 @@
+//! Lease keeping: renewing held locks before their ttl runs out.
+//!
+//! Every renewable lock held through one client is registered with that client's single
+//! watchdog task. Each lock is due for renewal a third of its ttl after its last one; the
+//! task wakes at the earliest due time and renews, in ONE pipeline, every lock due within
+//! the next sixth of its ttl. So ten thousand held locks cost one timer and a handful of
+//! round trips per ttl, not ten thousand timers.
+//!
+//! A renewal is a compare-and-extend: it finds the key gone or holding another token when
+//! the lock was lost, and the lock's holder is told at once. A lock past its `max_hold`
+//! is not renewed any more and counts as lost when its last lease ends. A Redis failure
+//! is retried until the lease would have ended, then the lock counts as lost.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::client::Inner;
+
+/// Shared between a held lock, its `LockInfo`s and the watchdog.
+#[derive(Debug)]
+pub(crate) struct HeldState {
+    lost: watch::Sender<bool>,
+    released: AtomicBool,
+}
+
+impl HeldState {
+    pub(crate) fn new() -> Arc<HeldState> {
+        Arc::new(HeldState {
+            lost: watch::Sender::new(false),
+            released: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        self.lost.send_replace(true);
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    pub(crate) fn mark_released(&self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Resolves when the lock is known to be lost.
+    pub(crate) async fn lost(&self) {
+        let mut rx = self.lost.subscribe();
+        let _ = rx.wait_for(|lost| *lost).await;
+    }
+}
+
+/// One lock under the watchdog's care.
+pub(crate) struct Lease {
+    pub(crate) key: Arc<str>,
+    pub(crate) token: Arc<str>,
+    pub(crate) ttl: Duration,
+    pub(crate) acquired_at: Instant,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) state: Arc<HeldState>,
+}
+
+struct Tracked {
+    lease: Lease,
+    due: Instant,
+    lease_end: Instant,
+}
+
+/// The registration side of a client's watchdog task (one task per tokio runtime that
+/// registers leases; a task dies with its runtime and the next registration starts one).
+#[derive(Default)]
+pub(crate) struct Watchdog {
+    task: Mutex<Option<(tokio::runtime::Id, mpsc::UnboundedSender<Lease>)>>,
+}
+
+impl Watchdog {
+    pub(crate) fn register(&self, inner: &Arc<Inner>, lease: Lease) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        let lease = match task.as_ref() {
+            Some((rt, tx)) if *rt == handle.id() && !tx.is_closed() => match tx.send(lease) {
+                Ok(()) => return,
+                Err(e) => e.0,
+            },
+            _ => lease,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(lease);
+        handle.spawn(run(Arc::downgrade(inner), rx));
+        *task = Some((handle.id(), tx));
+    }
+}
+
+async fn run(client: std::sync::Weak<Inner>, mut incoming: mpsc::UnboundedReceiver<Lease>) {
+    let mut tracked: Vec<Tracked> = Vec::new();
+    loop {
+        let next = tracked.iter().map(|t| t.due.min(t.lease_end)).min();
+        let woke = match next {
+            Some(at) => tokio::select! {
+                lease = incoming.recv() => lease.map(Some),
+                _ = tokio::time::sleep_until(at) => Some(None),
+            },
+            None => incoming.recv().await.map(Some),
+        };
+        match woke {
+            None => return, // the client is gone
+            Some(Some(lease)) => {
+                let ttl = lease.ttl;
+                let at = lease.acquired_at;
+                tracked.push(Tracked {
+                    lease,
+                    due: at + ttl / 3,
+                    lease_end: at + ttl,
+                });
+                while let Ok(lease) = incoming.try_recv() {
+                    let (ttl, at) = (lease.ttl, lease.acquired_at);
+                    tracked.push(Tracked {
+                        lease,
+                        due: at + ttl / 3,
+                        lease_end: at + ttl,
+                    });
+                }
+                continue;
+            }
+            Some(None) => {}
+        }
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        tick(&inner, &mut tracked).await;
+    }
+}
+
+async fn tick(inner: &Inner, tracked: &mut Vec<Tracked>) {
+    let now = Instant::now();
+    tracked.retain(|t| {
+        if t.lease.state.is_released() {
+            return false;
+        }
+        let capped = t
+            .lease
+            .max_hold
+            .is_some_and(|max| now >= t.lease.acquired_at + max);
+        if now >= t.lease_end {
+            // The lease ran out (max_hold reached, or renewals kept failing).
+            t.lease.state.mark_lost();
+            tracing::warn!(
+                target: "distlock",
+                key = &*t.lease.key,
+                max_hold_reached = capped,
+                "lock lease ended without renewal"
+            );
+            return false;
+        }
+        true
+    });
+    let due: Vec<usize> = (0..tracked.len())
+        .filter(|&i| {
+            let t = &tracked[i];
+            let within_cap = t
+                .lease
+                .max_hold
+                .is_none_or(|max| now < t.lease.acquired_at + max);
+            within_cap && t.due <= now + t.lease.ttl / 6
+        })
+        .collect();
+    // Locks past max_hold are left to run out: move their due time past their lease end.
+    for t in tracked.iter_mut() {
+        if t.lease
+            .max_hold
+            .is_some_and(|max| now >= t.lease.acquired_at + max)
+        {
+            t.due = t.lease_end;
+        }
+    }
+    if due.is_empty() {
+        return;
+    }
+    let batch: Vec<(&str, &str, Duration)> = due
+        .iter()
+        .map(|&i| {
+            let l = &tracked[i].lease;
+            (&*l.key, &*l.token, l.ttl)
+        })
+        .collect();
+    let sent = Instant::now();
+    match inner.backend.extend_many(&batch).await {
+        Ok(results) => {
+            let mut lost = Vec::new();
+            for (&i, extended) in due.iter().zip(results) {
+                let t = &mut tracked[i];
+                if extended {
+                    t.lease_end = sent + t.lease.ttl;
+                    t.due = sent + t.lease.ttl / 3;
+                    tracing::trace!(target: "distlock", key = &*t.lease.key, "lock lease renewed");
+                } else {
+                    if !t.lease.state.is_released() {
+                        t.lease.state.mark_lost();
+                        tracing::warn!(
+                            target: "distlock",
+                            key = &*t.lease.key,
+                            "lock lost: renewal found the key gone or held by another token"
+                        );
+                    }
+                    lost.push(i);
+                }
+            }
+            for i in lost.into_iter().rev() {
+                tracked.swap_remove(i);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(target: "distlock", error = %e, locks = due.len(), "lock renewal failed; retrying");
+            for &i in &due {
+                let t = &mut tracked[i];
+                t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
+            }
+        }
+    }
+}
