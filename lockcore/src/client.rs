@@ -90,6 +90,7 @@ impl Locks {
             prefix: DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_COMMAND_TIMEOUT,
             holder: None,
+            notify: true,
         }
     }
 
@@ -212,9 +213,19 @@ pub struct LocksBuilder {
     prefix: String,
     timeout: Duration,
     holder: Option<String>,
+    notify: bool,
 }
 
 impl LocksBuilder {
+    /// Whether waiters are woken by the release message on one shared Pub/Sub connection
+    /// (default `true`). Off, they only retry on their fallback timer (at most 100 ms
+    /// apart, and when the holder's lease ends): for servers where `SUBSCRIBE` is not
+    /// allowed.
+    pub fn notify_waiters(mut self, notify: bool) -> Self {
+        self.notify = notify;
+        self
+    }
+
     /// Prefix of every lock key (default `lock:`). It must not contain `{` or `}`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
@@ -253,7 +264,7 @@ impl LocksBuilder {
             .map_err(|e| config_err(format!("invalid redis url: {e}")))?;
         Ok(Locks::new(
             Backend::Redis(RedisBackend::new(client.clone(), self.timeout)),
-            Some(Notifier::new(client, self.timeout)),
+            self.notify.then(|| Notifier::new(client, self.timeout)),
             self.prefix,
             self.holder,
             self.timeout,

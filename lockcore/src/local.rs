@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio::time::Instant;
 
+use crate::watchdog::HeldState;
+
 #[derive(Default)]
 pub(crate) struct LocalQueues {
     keys: Mutex<HashMap<String, Arc<Entry>>>,
@@ -23,8 +25,25 @@ pub(crate) struct LocalQueues {
 
 struct Entry {
     sem: Arc<Semaphore>,
-    /// When the current holder's lease runs out, if it is not being renewed.
-    lease_end: Mutex<Option<Instant>>,
+    /// The current holder's lease, as far as this process knows it.
+    lease: Mutex<Option<Lease>>,
+}
+
+/// How long the holder of a turn holds its lock.
+pub(crate) enum Lease {
+    /// Until this instant (not renewed).
+    Until(Instant),
+    /// Renewed until released or found lost.
+    Renewed(Arc<HeldState>),
+}
+
+impl Lease {
+    fn is_over(&self, now: Instant) -> bool {
+        match self {
+            Lease::Until(end) => *end <= now,
+            Lease::Renewed(state) => state.is_lost(),
+        }
+    }
 }
 
 /// This task's turn at the head of a key's local queue; the next task's turn starts
@@ -37,14 +56,9 @@ pub(crate) struct Turn {
 }
 
 impl Turn {
-    /// Records the lease just taken, so waiters know when to stop waiting for this turn
-    /// (`None`: renewed, it lasts until released).
-    pub(crate) fn set_lease_end(&self, end: Option<Instant>) {
-        *self
-            .entry
-            .lease_end
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = end;
+    /// Records the lease just taken, so waiters know when to stop waiting for this turn.
+    pub(crate) fn set_lease(&self, lease: Option<Lease>) {
+        *self.entry.lease.lock().unwrap_or_else(|e| e.into_inner()) = lease;
     }
 }
 
@@ -55,7 +69,7 @@ impl LocalQueues {
             .or_insert_with(|| {
                 Arc::new(Entry {
                     sem: Arc::new(Semaphore::new(1)),
-                    lease_end: Mutex::new(None),
+                    lease: Mutex::new(None),
                 })
             })
             .clone()
@@ -79,8 +93,17 @@ impl LocalQueues {
                 Err(TryAcquireError::NoPermits) => {}
             }
             let now = Instant::now();
-            let lease_end = *entry.lease_end.lock().unwrap_or_else(|e| e.into_inner());
-            if lease_end.is_some_and(|end| end <= now) {
+            let (over, lease_end) = match &*entry.lease.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(lease) => (
+                    lease.is_over(now),
+                    match lease {
+                        Lease::Until(end) => Some(*end),
+                        Lease::Renewed(_) => None,
+                    },
+                ),
+                None => (false, None),
+            };
+            if over {
                 granted = true; // the holder's lease is over: contend without the permit
                 break;
             }
@@ -121,7 +144,7 @@ impl LocalQueues {
 impl Drop for Turn {
     fn drop(&mut self) {
         if self.permit.take().is_some() {
-            self.set_lease_end(None);
+            self.set_lease(None);
         }
         let mut keys = self.queues.keys.lock().unwrap_or_else(|e| e.into_inner());
         // Only the map and this turn hold it, and nobody holds the permit: forget the key.

@@ -233,6 +233,8 @@ impl<'a> LockRequest<'a> {
         let token = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
         let mut wake: Option<Subscription> = None;
         let mut subscribed = false;
+        // Wake-ups were wanted but could not be had: poll with short backoff instead.
+        let mut polling = false;
         let mut attempt = 0u32;
         loop {
             let left = match inner
@@ -271,8 +273,9 @@ impl<'a> LockRequest<'a> {
                 if wake.is_some() {
                     continue;
                 }
+                polling = inner.notifier.is_some() || inner.backend.is_memory();
             }
-            wait_for_turn(wake.as_mut(), left, attempt, deadline).await;
+            wait_for_turn(wake.as_mut(), polling, left, attempt, deadline).await;
             attempt = attempt.saturating_add(1);
         }
     }
@@ -306,7 +309,11 @@ impl<'a> LockRequest<'a> {
             renew = self.renew,
             "lock acquired"
         );
-        turn.set_lease_end((!self.renew).then(|| acquired_at + self.ttl));
+        turn.set_lease(Some(if self.renew {
+            crate::local::Lease::Renewed(info.state.clone())
+        } else {
+            crate::local::Lease::Until(acquired_at + self.ttl)
+        }));
         if self.renew {
             inner.watchdog.register(
                 inner,
@@ -336,25 +343,27 @@ impl<'a> LockRequest<'a> {
 const FALLBACK_CAP: Duration = Duration::from_millis(100);
 
 /// The one place that decides how a waiter waits before its next try, never past the
-/// deadline. Subscribed: until the release message, or the holder's remaining lease,
-/// or [`FALLBACK_CAP`], whichever comes first. Without a subscription (Pub/Sub
-/// unavailable): jittered exponential backoff from 1 ms, capped at 16 ms.
+/// deadline. Until the release message (when subscribed), or the holder's remaining
+/// lease, or [`FALLBACK_CAP`], whichever comes first. When Pub/Sub was wanted but could
+/// not be had (`polling`): jittered exponential backoff from 1 ms, capped at 16 ms.
 async fn wait_for_turn(
     wake: Option<&mut Subscription>,
+    polling: bool,
     left: Option<Duration>,
     attempt: u32,
     deadline: Instant,
 ) {
     let now = Instant::now();
+    let fallback = left
+        .map(|l| l + Duration::from_millis(1))
+        .unwrap_or(FALLBACK_CAP)
+        .min(FALLBACK_CAP);
     match wake {
         Some(wake) => {
-            let fallback = left
-                .map(|l| l + Duration::from_millis(1))
-                .unwrap_or(FALLBACK_CAP)
-                .min(FALLBACK_CAP);
             let until = (now + fallback).min(deadline);
             let _ = tokio::time::timeout_at(until, wake.released()).await;
         }
+        None if !polling => tokio::time::sleep_until((now + fallback).min(deadline)).await,
         None => {
             const CAP_MS: u64 = 16;
             let ceiling = (1u64 << attempt.min(4)).min(CAP_MS);

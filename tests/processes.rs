@@ -1,0 +1,533 @@
+//! Multi-process tests against a real Redis: the test binary re-runs itself as child
+//! processes (`child_entry`) that take the same locks, and the parent checks mutual
+//! exclusion across processes, recovery after a holder is SIGKILLed, and `Lost` after a
+//! holder is paused (SIGSTOP) past its ttl.
+//!
+//! Parent and children talk by lines: the parent writes to a child's stdin, a child
+//! prints `@@<event> key=value ...` lines on stdout (other lines, such as the test
+//! harness's, are ignored).
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{Locks, distributed_lock};
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+
+/// Environment variable naming the role a child process plays.
+const ROLE_VAR: &str = "DISTLOCK_CHILD";
+/// Environment variable carrying the Redis URL to a child.
+const URL_VAR: &str = "DISTLOCK_URL";
+/// Upper bound on a child's life, in case its parent vanished without closing stdin.
+const CHILD_MAX_LIFE: Duration = Duration::from_secs(120);
+/// Bound on waiting for a child to start and report ready (other agents may load the box).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------
+// Parent side: spawning and talking to children.
+// ---------------------------------------------------------------------------------------
+
+/// A child process running one role; SIGKILLed and reaped on drop (also on panic).
+struct ChildProc {
+    role: &'static str,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl ChildProc {
+    fn spawn(role: &'static str, url: &str, env: &[(&str, String)]) -> ChildProc {
+        let exe = std::env::current_exe().expect("current_exe");
+        let mut cmd = Command::new(exe);
+        cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+            .env(ROLE_VAR, role)
+            .env(URL_VAR, url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn child test process");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stdin = child.stdin.take();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let pid = child.id();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(mut line) = line else { break };
+                // The harness writes `test child_entry ... ` without a newline, so a
+                // message may start mid-line.
+                match line.find("@@") {
+                    Some(at) => line = line.split_off(at),
+                    None if line.trim().is_empty() => {}
+                    None => eprintln!("[child {role} {pid}] {line}"),
+                }
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        ChildProc {
+            role,
+            child,
+            stdin,
+            lines: rx,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits (bounded) for the next `@@` line, which must start with `@@<event>`;
+    /// returns the rest of the line.
+    fn expect(&mut self, event: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        let want = format!("@@{event}");
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with("@@") => {
+                    let rest = line.strip_prefix(&want).unwrap_or_else(|| {
+                        panic!(
+                            "child {} ({}): expected `{want}`, got `{line}`",
+                            self.role,
+                            self.pid()
+                        )
+                    });
+                    return rest.trim().to_owned();
+                }
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "child {} ({}): no `{want}` within {timeout:?}",
+                    self.role,
+                    self.pid()
+                ),
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = self.child.wait().ok();
+                    panic!(
+                        "child {} ({}) closed stdout before `{want}` (exit: {status:?})",
+                        self.role,
+                        self.pid()
+                    )
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("child stdin open");
+        writeln!(stdin, "{line}").expect("write to child stdin");
+        stdin.flush().expect("flush child stdin");
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`) with the `kill` utility.
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {} failed", self.pid());
+    }
+
+    /// SIGKILL (what `Child::kill` sends on Unix) and reap.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits (bounded) for the child to exit on its own.
+    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        self.stdin = None;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "child {} ({}) did not exit within {timeout:?}",
+                self.role,
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ChildProc {
+    fn drop(&mut self) {
+        self.stdin = None;
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The number after `name=` in a line like `fence=3 violations=0`.
+fn field(rest: &str, name: &str) -> u64 {
+    let prefix = format!("{name}=");
+    rest.split_whitespace()
+        .find_map(|w| w.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no `{name}=` in `{rest}`"))
+        .parse()
+        .unwrap_or_else(|e| panic!("bad `{name}` in `{rest}`: {e}"))
+}
+
+/// Whether `/proc` reports the process as stopped; `None` where there is no `/proc`.
+fn is_stopped(pid: u32) -> Option<bool> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) S ...`: the state follows the last `)`.
+    let state = stat.rsplit_once(')')?.1.split_whitespace().next()?;
+    Some(state == "T" || state == "t")
+}
+
+// ---------------------------------------------------------------------------------------
+// Child side: roles.
+// ---------------------------------------------------------------------------------------
+
+/// Entry point of child processes; does nothing in a normal test run.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(ROLE_VAR) else {
+        return;
+    };
+    // Never outlive a vanished parent for long.
+    std::thread::spawn(|| {
+        std::thread::sleep(CHILD_MAX_LIFE);
+        eprintln!("child: exceeded {CHILD_MAX_LIFE:?}, exiting");
+        std::process::exit(3);
+    });
+    let url = std::env::var(URL_VAR).expect("DISTLOCK_URL");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("child runtime");
+    match role.as_str() {
+        "counter" => counter_role(&rt, &url),
+        "holder" => holder_role(&rt, &url),
+        "paused" => paused_role(&rt, &url),
+        other => panic!("unknown child role `{other}`"),
+    }
+}
+
+fn env_u64(name: &str) -> u64 {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} not set"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Blocks until the parent writes a line (or closes stdin).
+fn wait_for_parent() -> String {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("read stdin");
+    line.trim().to_owned()
+}
+
+/// The workload: a non-atomic read-modify-write with an await in the middle. Also counts
+/// how many others were inside at the same time (`inside` > 1 is an overlap).
+async fn read_modify_write(mut conn: MultiplexedConnection, name: &str) -> bool {
+    let counter = format!("data:counter:{name}");
+    let inside_key = format!("data:inside:{name}");
+    let inside: i64 = conn.incr(&inside_key, 1).await.expect("INCR inside");
+    let value: Option<u64> = conn.get(&counter).await.expect("GET counter");
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let () = conn
+        .set(&counter, value.unwrap_or(0) + 1)
+        .await
+        .expect("SET counter");
+    let _: i64 = conn.decr(&inside_key, 1).await.expect("DECR inside");
+    inside != 1
+}
+
+#[distributed_lock(key = "counter:<name>", ttl = "10s", wait = "30s", client = locks)]
+async fn locked_step(
+    locks: &Locks,
+    conn: MultiplexedConnection,
+    name: &str,
+) -> Result<bool, AppError> {
+    Ok(read_modify_write(conn, name).await)
+}
+
+async fn unlocked_step(conn: MultiplexedConnection, name: &str) -> Result<bool, AppError> {
+    Ok(read_modify_write(conn, name).await)
+}
+
+/// Env: `DISTLOCK_COUNTER` (name), `DISTLOCK_LOCKED` (0/1), `DISTLOCK_TASKS`,
+/// `DISTLOCK_ITERS`. Prints `@@ready`, waits for `go`, runs, prints
+/// `@@done violations=V ms=T`.
+fn counter_role(rt: &tokio::runtime::Runtime, url: &str) {
+    let name = std::env::var("DISTLOCK_COUNTER").expect("DISTLOCK_COUNTER");
+    let locked = env_u64("DISTLOCK_LOCKED") == 1;
+    let tasks = env_u64("DISTLOCK_TASKS");
+    let iters = env_u64("DISTLOCK_ITERS");
+    let (locks, conn) = rt.block_on(async {
+        let locks = Locks::connect(url).await.expect("Locks::connect");
+        let conn = redis::Client::open(url)
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connect");
+        (locks, conn)
+    });
+    println!("@@ready");
+    assert_eq!(wait_for_parent(), "go", "parent did not say go");
+    let started = Instant::now();
+    let violations = Arc::new(AtomicU64::new(0));
+    rt.block_on(async {
+        let mut handles = Vec::new();
+        for _ in 0..tasks {
+            let (locks, conn, name) = (locks.clone(), conn.clone(), name.clone());
+            let violations = violations.clone();
+            handles.push(tokio::spawn(async move {
+                for _ in 0..iters {
+                    let overlapped = if locked {
+                        locked_step(&locks, conn.clone(), &name).await
+                    } else {
+                        unlocked_step(conn.clone(), &name).await
+                    }
+                    .expect("step failed");
+                    if overlapped {
+                        violations.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("task panicked");
+        }
+    });
+    println!(
+        "@@done violations={} ms={}",
+        violations.load(Ordering::Relaxed),
+        started.elapsed().as_millis()
+    );
+}
+
+/// Env: `DISTLOCK_TTL_MS`. Takes `victim`, prints `@@ready fence=N`, then holds it until
+/// stdin closes (in practice: until SIGKILL).
+fn holder_role(rt: &tokio::runtime::Runtime, url: &str) {
+    let ttl = Duration::from_millis(env_u64("DISTLOCK_TTL_MS"));
+    let guard = rt.block_on(async {
+        let locks = Locks::connect(url).await.expect("Locks::connect");
+        locks
+            .lock("victim")
+            .ttl(ttl)
+            .acquire()
+            .await
+            .expect("acquire victim")
+    });
+    println!("@@ready fence={}", guard.fence());
+    let _ = wait_for_parent();
+    let _ = rt.block_on(guard.release());
+}
+
+#[distributed_lock(key = "paused", ttl = "1s", client = locks)]
+async fn paused_section(locks: &Locks, body: Duration) -> Result<u64, AppError> {
+    let fence = distlock::current_lock().expect("inside the lock").fence();
+    println!("@@in-body fence={fence}");
+    tokio::time::sleep(body).await;
+    Ok(fence)
+}
+
+/// Env: `DISTLOCK_BODY_MS`. Runs `paused_section` and prints `@@result lost` or
+/// `@@result <something else>`.
+fn paused_role(rt: &tokio::runtime::Runtime, url: &str) {
+    let body = Duration::from_millis(env_u64("DISTLOCK_BODY_MS"));
+    let result = rt.block_on(async {
+        let locks = Locks::connect(url).await.expect("Locks::connect");
+        paused_section(&locks, body).await
+    });
+    match result {
+        Err(AppError::Lock(distlock::Error::Lost { .. })) => println!("@@result lost"),
+        Ok(fence) => println!("@@result ok fence={fence}"),
+        Err(e) => println!("@@result error {e:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Parent tests.
+// ---------------------------------------------------------------------------------------
+
+const PROCS: u64 = 2;
+const TASKS: u64 = 8;
+const ITERS: u64 = 25;
+
+/// Runs the counter workload in `PROCS` children at once; returns the final counter and
+/// the overlaps the children saw.
+async fn run_counter(server: &RedisServer, name: &str, locked: bool) -> (u64, u64, Duration) {
+    let env = [
+        ("DISTLOCK_COUNTER", name.to_owned()),
+        ("DISTLOCK_LOCKED", u64::from(locked).to_string()),
+        ("DISTLOCK_TASKS", TASKS.to_string()),
+        ("DISTLOCK_ITERS", ITERS.to_string()),
+    ];
+    let mut children: Vec<ChildProc> = (0..PROCS)
+        .map(|_| ChildProc::spawn("counter", &server.url(), &env))
+        .collect();
+    for c in &mut children {
+        c.expect("ready", START_TIMEOUT);
+    }
+    let started = Instant::now();
+    for c in &mut children {
+        c.send("go");
+    }
+    let mut violations = 0;
+    for c in &mut children {
+        let done = c.expect("done", Duration::from_secs(90));
+        violations += field(&done, "violations");
+        assert!(c.wait_exit(Duration::from_secs(10)).success());
+    }
+    let elapsed = started.elapsed();
+    let mut raw = server.raw().await;
+    let value: Option<u64> = raw.get(format!("data:counter:{name}")).await.unwrap();
+    (value.unwrap_or(0), violations, elapsed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_processes() {
+    let server = RedisServer::start();
+    let expected = PROCS * TASKS * ITERS;
+
+    let (locked, overlaps, took) = run_counter(&server, "locked", true).await;
+    eprintln!("locked: counter {locked}/{expected}, overlaps {overlaps}, took {took:?}");
+    assert_eq!(overlaps, 0, "critical sections overlapped under the lock");
+    assert_eq!(locked, expected, "updates lost under the lock");
+
+    // Control: the same workload without the lock must lose updates, or this test
+    // could not fail.
+    let (unlocked, overlaps, took) = run_counter(&server, "unlocked", false).await;
+    eprintln!("unlocked: counter {unlocked}/{expected}, overlaps {overlaps}, took {took:?}");
+    assert!(
+        unlocked < expected,
+        "the unlocked control lost no updates ({unlocked}/{expected}): the workload does not race"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_holder_expires_after_ttl() {
+    const TTL: Duration = Duration::from_secs(2);
+    const MARGIN: Duration = Duration::from_millis(1500);
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+
+    let mut child = ChildProc::spawn(
+        "holder",
+        &server.url(),
+        &[("DISTLOCK_TTL_MS", TTL.as_millis().to_string())],
+    );
+    let child_fence = field(&child.expect("ready", START_TIMEOUT), "fence");
+    let child_pid = child.pid();
+
+    let killed_at = Instant::now();
+    child.kill();
+    let reaped = killed_at.elapsed();
+
+    // The dead child's lock is still there, with its token, until the ttl runs out.
+    let token: Option<String> = raw.get("lock:victim").await.unwrap();
+    let pttl: i64 = raw.pttl("lock:victim").await.unwrap();
+    let token = token.expect("the killed child's lock is gone before its ttl");
+    assert!(
+        token.ends_with(&format!(":{child_pid}")),
+        "lock held by `{token}`, not child {child_pid}"
+    );
+    assert!(pttl > 0, "lock has no ttl left: {pttl}");
+    let busy = locks.lock("victim").acquire().await;
+    assert!(
+        matches!(busy, Err(distlock::Error::Busy { .. })),
+        "zero-wait acquire right after the kill: {busy:?}"
+    );
+
+    let guard = locks
+        .lock("victim")
+        .ttl(Duration::from_secs(10))
+        .wait(TTL + Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("the lock of a SIGKILLed holder never came free");
+    let after_kill = killed_at.elapsed();
+    eprintln!(
+        "sigkill: reaped in {reaped:?}, pttl after kill {pttl} ms, reacquired {after_kill:?} after kill, fences {child_fence} -> {}",
+        guard.fence()
+    );
+    assert!(
+        after_kill <= TTL + MARGIN,
+        "reacquired {after_kill:?} after the kill; ttl is {TTL:?}"
+    );
+    // Not before the lease really ran out (Redis expires with ms precision).
+    assert!(
+        after_kill + Duration::from_millis(20) >= Duration::from_millis(pttl as u64),
+        "reacquired {after_kill:?} after the kill, but {pttl} ms of lease were left"
+    );
+    assert!(
+        guard.fence() > child_fence,
+        "fence {} not above the dead holder's {child_fence}",
+        guard.fence()
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstopped_holder_loses_its_lock() {
+    const TTL: Duration = Duration::from_secs(1); // as in `paused_section`
+    const BODY: Duration = Duration::from_millis(1500);
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+
+    let mut child = ChildProc::spawn(
+        "paused",
+        &server.url(),
+        &[("DISTLOCK_BODY_MS", BODY.as_millis().to_string())],
+    );
+    let child_fence = field(&child.expect("in-body", START_TIMEOUT), "fence");
+    let in_body_at = Instant::now();
+    child.signal("STOP");
+    let stop_deadline = Instant::now() + Duration::from_secs(2);
+    while is_stopped(child.pid()) == Some(false) {
+        assert!(Instant::now() < stop_deadline, "child did not stop");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // Past the child's ttl, while it cannot run: take the lock over.
+    tokio::time::sleep_until((in_body_at + TTL + Duration::from_millis(100)).into()).await;
+    let guard = locks
+        .lock("paused")
+        .ttl(Duration::from_secs(30))
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .await
+        .expect("the paused child's lock did not expire");
+    let taken_after = in_body_at.elapsed();
+    let parent_fence = guard.fence();
+
+    child.signal("CONT");
+    let result = child.expect("result", Duration::from_secs(10));
+    let result_after = in_body_at.elapsed();
+    eprintln!(
+        "sigstop: took over {taken_after:?} after in-body, child result `{result}` {result_after:?} after in-body, fences {child_fence} -> {parent_fence}"
+    );
+    assert_eq!(
+        result, "lost",
+        "the resumed child did not report its lock lost"
+    );
+    assert!(
+        child_fence < parent_fence,
+        "fence {parent_fence} not above the paused holder's {child_fence}"
+    );
+    assert!(child.wait_exit(Duration::from_secs(10)).success());
+    guard
+        .release()
+        .await
+        .expect("the parent's lock was disturbed by the resumed child");
+}

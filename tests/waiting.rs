@@ -1,0 +1,384 @@
+//! Waiting by notification, fair local queueing, lease keeping and reentrancy, against a
+//! real redis-server (and the in-memory backend where it makes sense).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{Error, Locks, distributed_lock};
+
+async fn redis_locks(server: &RedisServer) -> Locks {
+    Locks::connect(&server.url()).await.unwrap()
+}
+
+/// A holder in another client (its own local queue, as another process would be) keeps
+/// a 30 s lease; the waiter's fallback timer is then 100 ms, so only the release message
+/// can wake it sooner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_is_woken_by_the_release_message() {
+    let server = RedisServer::start();
+    let holder = redis_locks(&server).await;
+    let waiter = redis_locks(&server).await;
+    let mut gaps = Vec::new();
+    for _ in 0..7 {
+        let g = holder.lock("handoff").acquire().await.unwrap();
+        let w = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                let g = waiter
+                    .lock("handoff")
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let at = Instant::now();
+                g.release().await.unwrap();
+                at
+            }
+        });
+        // Let the waiter subscribe and go to sleep on its 100 ms fallback timer.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let released = Instant::now();
+        g.release().await.unwrap();
+        let acquired = w.await.unwrap();
+        gaps.push(acquired.duration_since(released));
+    }
+    gaps.sort();
+    let median = gaps[gaps.len() / 2];
+    assert!(
+        median < Duration::from_millis(50),
+        "handoffs {gaps:?}: a median this close to the 100 ms fallback means no message woke the waiter"
+    );
+    assert_eq!(
+        waiter.waiting_channels(),
+        0,
+        "served waiters leave their channel"
+    );
+}
+
+/// Control: the same handoff with wake-ups turned off waits for the fallback timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_messages_the_waiter_sleeps_its_fallback() {
+    let server = RedisServer::start();
+    let holder = redis_locks(&server).await;
+    let waiter = Locks::builder(server.url())
+        .notify_waiters(false)
+        .connect()
+        .await
+        .unwrap();
+    let g = holder.lock("handoff").acquire().await.unwrap();
+    let w = tokio::spawn(async move {
+        let g = waiter
+            .lock("handoff")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let gap = w.await.unwrap().duration_since(released);
+    // The waiter's last try was at most 30 ms before the release; it sleeps 100 ms.
+    assert!(
+        gap >= Duration::from_millis(50),
+        "woken after {gap:?} without any message?"
+    );
+}
+
+async fn numsub(server: &RedisServer, channel: &str) -> i64 {
+    let mut raw = server.raw().await;
+    let reply: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    match &reply[1] {
+        redis::Value::Int(n) => *n,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waiters_leave_no_subscription_behind() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let other = redis_locks(&server).await;
+    let g = other.lock("cancel-wait").acquire().await.unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                locks
+                    .lock("cancel-wait")
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        numsub(&server, "lock:cancel-wait:released").await,
+        1,
+        "one subscription shared by all waiters"
+    );
+    assert_eq!(locks.waiting_channels(), 1);
+    for w in &waiters {
+        w.abort();
+    }
+    for w in waiters {
+        let _ = w.await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while numsub(&server, "lock:cancel-wait:released").await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the channel stayed subscribed after every waiter left"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(locks.waiting_channels(), 0);
+    g.release().await.unwrap();
+}
+
+/// A holder whose process died never publishes: the waiter still gets the lock when the
+/// lease ends, via its fallback timer bounded by the holder's remaining ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_holder_without_release_is_noticed() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let other = redis_locks(&server).await;
+    let g = other
+        .lock("crashed")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    std::mem::forget(g); // like a crash: no release, no message
+    let started = Instant::now();
+    let w = locks
+        .lock("crashed")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    w.release().await.unwrap();
+}
+
+async fn fair_share(locks: Locks) {
+    const TASKS: usize = 8;
+    const TICKETS: u32 = 160;
+    let left = Arc::new(AtomicU32::new(TICKETS));
+    let mut handles = Vec::new();
+    for _ in 0..TASKS {
+        let (locks, left) = (locks.clone(), left.clone());
+        handles.push(tokio::spawn(async move {
+            let mut mine = 0u32;
+            loop {
+                let g = locks
+                    .lock("fair")
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .unwrap();
+                if left.load(Ordering::SeqCst) == 0 {
+                    g.release().await.unwrap();
+                    return mine;
+                }
+                left.fetch_sub(1, Ordering::SeqCst);
+                mine += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    let mut counts = Vec::new();
+    for h in handles {
+        counts.push(h.await.unwrap());
+    }
+    let fair = TICKETS / TASKS as u32;
+    assert_eq!(counts.iter().sum::<u32>(), TICKETS);
+    for c in &counts {
+        assert!(
+            *c >= fair / 2 && *c <= fair * 2,
+            "per-task acquisitions {counts:?}: some task was starved or barged (fair share {fair})"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_task_is_starved_redis() {
+    let server = RedisServer::start();
+    fair_share(redis_locks(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_task_is_starved_in_memory() {
+    fair_share(Locks::in_memory()).await;
+}
+
+async fn renewal_keeps_a_short_lease(locks: Locks) {
+    let g = locks
+        .lock("long-job")
+        .ttl(Duration::from_secs(1))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(g.info().is_held());
+    let thief = locks.lock("long-job").acquire().await;
+    assert!(
+        matches!(thief, Err(Error::Busy { .. })),
+        "renewed lock must still be held"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_1s_lock_through_a_3s_body_redis() {
+    let server = RedisServer::start();
+    renewal_keeps_a_short_lease(redis_locks(&server).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_a_1s_lock_through_a_3s_body_in_memory() {
+    renewal_keeps_a_short_lease(Locks::in_memory()).await;
+}
+
+/// Control for the renewal test: without `renew` the same lock is gone after its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_renewal_the_lease_runs_out() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let g = locks
+        .lock("long-job")
+        .ttl(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_stops_renewal() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let g = locks
+        .lock("capped")
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .max_hold(Duration::from_millis(900))
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .expect("a lock past max_hold must count as lost when its last lease ends");
+    let at = started.elapsed();
+    assert!(at >= Duration::from_millis(900), "lost too early: {at:?}");
+    assert!(!g.info().is_held());
+    // Another holder can take it: renewal really stopped.
+    let other = locks.lock("capped").acquire().await.unwrap();
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+    other.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_detects_a_stolen_lock() {
+    use redis::AsyncCommands;
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let g = locks
+        .lock("stolen-renew")
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let mut raw = server.raw().await;
+    let _: () = raw.set("lock:stolen-renew", "someone-else").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("the next renewal must notice the foreign token");
+    assert!(!g.info().is_held());
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+    let still: String = raw.get("lock:stolen-renew").await.unwrap();
+    assert_eq!(still, "someone-else");
+}
+
+// ---- reentrancy ----
+
+#[distributed_lock(key = "acct:<id>", client = locks)]
+async fn outer(locks: &Locks, id: u32, server_url: String) -> Result<(u64, u64, bool), AppError> {
+    let outer_fence = distlock::current_lock().unwrap().fence();
+    let inner_fence = inner(locks, id).await?;
+    // After the nested call returned, the lock is still held in Redis.
+    let mut raw = redis::Client::open(server_url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let still: Option<String> = redis::AsyncCommands::get(&mut raw, format!("lock:acct:{id}"))
+        .await
+        .unwrap();
+    Ok((outer_fence, inner_fence, still.is_some()))
+}
+
+#[distributed_lock(key = "acct:<id>", client = locks)]
+async fn inner(locks: &Locks, id: u32) -> Result<u64, AppError> {
+    Ok(distlock::current_lock().unwrap().fence())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_call_on_the_same_key_reenters() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let (outer_fence, inner_fence, held_after_inner) =
+        outer(&locks, 1, server.url()).await.unwrap();
+    assert_eq!(
+        outer_fence, inner_fence,
+        "the nested call must not take a new lock"
+    );
+    assert!(held_after_inner, "only the outermost exit releases");
+    // And the outermost exit did release.
+    let g = locks.lock("acct:1").acquire().await.unwrap();
+    assert_eq!(g.fence(), outer_fence + 1);
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_task_contends_normally() {
+    let locks = Locks::in_memory();
+    #[distributed_lock(key = "acct:<id>", client = locks)]
+    async fn spawns(locks: &Locks, id: u32) -> Result<bool, AppError> {
+        let locks2 = locks.clone();
+        let other = tokio::spawn(async move { inner(&locks2, id).await });
+        Ok(matches!(
+            other.await.unwrap(),
+            Err(AppError::Lock(Error::Busy { .. }))
+        ))
+    }
+    assert!(
+        spawns(&locks, 2).await.unwrap(),
+        "a different task must not re-enter"
+    );
+    // Another client is another holder, even in the same task.
+    let other_client = Locks::in_memory();
+    #[distributed_lock(key = "acct:<id>", client = locks)]
+    async fn via_two_clients(locks: &Locks, id: u32, other: &Locks) -> Result<u64, AppError> {
+        inner(other, id).await
+    }
+    assert!(via_two_clients(&locks, 3, &other_client).await.is_ok());
+}
