@@ -82,12 +82,12 @@ impl<'a> ArgSlots<'a> {
                         .collect::<Vec<_>>()
                         .join(", ");
                     let hint = match closest(&name, known.iter().copied()) {
-                        Some(best) => format!("; did you mean `{best}`?"),
+                        Some(best) => format!(": did you mean `{best}`?"),
                         None => String::new(),
                     };
                     errors.push(syn::Error::new(
                         arg.name.span(),
-                        format!("unknown argument `{name}`{hint} expected one of: {list}"),
+                        format!("unknown argument `{name}`{hint} (expected one of: {list})"),
                     ));
                 }
             }

@@ -72,7 +72,7 @@ pub(crate) fn check_placeholders(
         let e = syn::Error::new(
             template.lit.span(),
             format!(
-                "unknown placeholder `<{root}>` in {what}: no parameter binds `{root}`{hint} {available}"
+                "unknown placeholder `<{root}>` in {what}: no parameter binds `{root}`{hint} ({available})"
             ),
         );
         match &mut errors {

@@ -1,6 +1,6 @@
 //! `#[distributed_lock]`: arguments → validated config → acquire / run / release.
 
-use proc_macro2::{Span, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Block, Expr, Ident, ItemFn, LitStr, Pat, ReturnType, Stmt, Type};
@@ -33,14 +33,15 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
         }
     };
     let mut errors = Errors::default();
+    let shape = Shape::of(&mut func);
+    let bindings = shape.bindings(&func);
     let config = match syn::parse2::<RawArgs>(args) {
-        Ok(raw) => lock_config(raw, &mut errors),
+        Ok(raw) => lock_config(raw, bindings.as_deref(), &mut errors),
         Err(e) => {
             errors.push(e);
             None
         }
     };
-    let shape = Shape::of(&mut func);
     if let Shape::NotAsync = shape {
         errors.push(syn::Error::new(
             func.sig.fn_token.span(),
@@ -52,11 +53,6 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
             func.sig.paren_token.span.close(),
             "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<distlock::Error>`; add a return type",
         ));
-    }
-    if let (Some(config), Some(bindings)) = (&config, shape.bindings(&func)) {
-        if let Err(e) = check_placeholders(&config.key, "the key template", &bindings) {
-            errors.push(e);
-        }
     }
     match (errors.finish(), config) {
         (Some(e), _) => with_error(func.into_token_stream(), e),
@@ -77,7 +73,13 @@ fn with_error(item: TokenStream, e: syn::Error) -> TokenStream {
     quote!(#item #e)
 }
 
-fn lock_config(raw: RawArgs, errors: &mut Errors) -> Option<LockConfig> {
+/// `bindings` is `None` when the function's shape is already reported as wrong; the
+/// placeholders are checked here so their errors come with the other argument errors.
+fn lock_config(
+    raw: RawArgs,
+    bindings: Option<&[String]>,
+    errors: &mut Errors,
+) -> Option<LockConfig> {
     let mut slots = ArgSlots::sort(raw, LOCK_ARGS, errors);
     let krate = match slots.take("crate") {
         Some(arg) => match lit_str(&arg).and_then(|s| s.parse::<syn::Path>()) {
@@ -91,7 +93,14 @@ fn lock_config(raw: RawArgs, errors: &mut Errors) -> Option<LockConfig> {
     };
     let key = match slots.take("key") {
         Some(arg) => match lit_str(&arg).and_then(|lit| Template::parse(&lit)) {
-            Ok(t) => Some(t),
+            Ok(t) => {
+                if let Some(bindings) = bindings
+                    && let Err(e) = check_placeholders(&t, "the key template", bindings)
+                {
+                    errors.push(e);
+                }
+                Some(t)
+            }
             Err(e) => {
                 errors.push(e);
                 None
@@ -186,6 +195,20 @@ impl Shape {
                         pat_bindings(&local.pat, &mut names);
                     }
                 }
+                // `#[async_trait]` moves `self` to `__self` and patterns to `__argN`, then
+                // rebinds each parameter with `let`: keep the names the user wrote, once.
+                let internal = |n: &str| {
+                    n == "__self"
+                        || n.strip_prefix("__arg")
+                            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                };
+                let mut kept: Vec<String> = Vec::new();
+                for n in names {
+                    if !internal(&n) && !kept.contains(&n) {
+                        kept.push(n);
+                    }
+                }
+                names = kept;
             }
             Shape::NotAsync => return None,
         }
@@ -201,13 +224,12 @@ fn async_trait_block(block: &mut Block) -> Option<&mut Block> {
     let Expr::Path(callee) = &*call.func else {
         return None;
     };
-    if !callee
+    let is_pin = callee
         .path
         .segments
         .last()
-        .is_some_and(|s| s.ident == "pin")
-        || call.args.len() != 1
-    {
+        .is_some_and(|s| s.ident == "pin");
+    if !is_pin || call.args.len() != 1 {
         return None;
     }
     match call.args.first_mut() {
@@ -255,17 +277,17 @@ fn expand(mut func: ItemFn, shape: Shape, config: &LockConfig) -> TokenStream {
             func.block = Box::new(syn::parse_quote!({ #wrapped }));
         }
         Shape::AsyncTrait(_) => {
-            if let Some(inner) = async_trait_block(&mut func.block) {
-                if let Some((_, local)) = ret_stmt(inner) {
-                    let ret = match &local.pat {
-                        Pat::Type(pt) => (*pt.ty).clone(),
-                        _ => unreachable!("ret_stmt matched a typed pattern"),
-                    };
-                    if let Some(init) = &mut local.init {
-                        let body = &init.expr;
-                        let wrapped = locked_call(config, &ret, true, quote!(#body));
-                        init.expr = Box::new(syn::parse_quote!({ #wrapped }));
-                    }
+            if let Some(inner) = async_trait_block(&mut func.block)
+                && let Some((_, local)) = ret_stmt(inner)
+            {
+                let ret = match &local.pat {
+                    Pat::Type(pt) => (*pt.ty).clone(),
+                    _ => unreachable!("ret_stmt matched a typed pattern"),
+                };
+                if let Some(init) = &mut local.init {
+                    let body = &init.expr;
+                    let wrapped = locked_call(config, &ret, true, quote!(#body));
+                    *init.expr = syn::parse_quote!({ #wrapped });
                 }
             }
         }
@@ -293,24 +315,36 @@ fn locked_call(
             } else {
                 expr.to_token_stream()
             };
-            quote_spanned!(expr.span()=> #krate::__private::client_of(&(#expr)))
+            // Over the expression: a client of the wrong type is reported there.
+            let (first, last) = span_range(expr.clone());
+            let client_of = respan_range(quote!(#krate::__private::client_of), first, last);
+            let amp = respan(quote!(&), first);
+            let arg = group(Delimiter::Parenthesis, quote!(#amp #expr), last);
+            quote!(#client_of #arg)
         }
         None => quote!(#krate::__private::default_locks()),
     };
     let (ttl, wait) = (config.ttl_ms, config.wait_ms);
-    // Spanned on the return type: a return type that is not `Result<T, E: From<Error>>`
-    // is reported there.
-    let run = quote_spanned!(ret.span()=> #krate::__private::run_locked);
-    quote! {
-        let #key_var: ::std::string::String = #key;
-        let #client_var = #client;
-        #run(
+    // The call and its `.await` both require `R: LockOutput`. Both on one token of the
+    // return type, a return type that is not `Result<T, E: From<Error>>` is reported
+    // there, once, rather than on the whole attribute.
+    let at = output_span(ret);
+    let run = respan(quote!(#krate::__private::run_locked), at);
+    let args = group(
+        Delimiter::Parenthesis,
+        quote! {
             #client_var,
             #key_var,
             #krate::__private::LockSpec { ttl_ms: #ttl, wait_ms: #wait },
             async move { #body },
-        )
-        .await
+        },
+        at,
+    );
+    let dot_await = respan(quote!(.await), at);
+    quote! {
+        let #key_var: ::std::string::String = #key;
+        let #client_var = #client;
+        #run #args #dot_await
     }
 }
 
@@ -322,6 +356,9 @@ pub(crate) fn key_expr(
     async_trait: bool,
 ) -> TokenStream {
     let span = template.lit.span();
+    // The whole call on the literal, so a placeholder that is not `Display` is reported
+    // there and not on the attribute.
+    let push_arg = respan(quote!(#krate::__private::KeyBuf::push_arg), span);
     let pushes = template.parts.iter().map(|part| match part {
         Part::Lit(s) => quote!(#buf.push_lit(#s);),
         Part::Arg { root, fields } => {
@@ -339,7 +376,7 @@ pub(crate) fn key_expr(
                 Err(_) => Ident::new(f, span).into_token_stream(),
             });
             quote_spanned! {span=>
-                #krate::__private::KeyBuf::push_arg(&mut #buf, &(#root #(.#fields)*));
+                #push_arg(&mut #buf, &(#root #(.#fields)*));
             }
         }
     });
@@ -348,6 +385,74 @@ pub(crate) fn key_expr(
         #(#pushes)*
         #buf.finish()
     }}
+}
+
+/// `tokens` with every span set to `span` (hygiene unchanged: only the location moves).
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let TokenTree::Group(g) = &tt {
+                let mut new = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                new.set_span(g.span().located_at(span));
+                tt = TokenTree::Group(new);
+            } else {
+                tt.set_span(tt.span().located_at(span));
+            }
+            tt
+        })
+        .collect()
+}
+
+/// Where a return type that is not `Result<T, E: From<Error>>` is reported: at `E` in
+/// `Result<T, E>` (the usual mistake is an `E` without the `From` impl), else at the
+/// type's first token.
+fn output_span(ret: &Type) -> Span {
+    if let Type::Path(p) = ret
+        && let Some(last) = p.path.segments.last()
+        && last.ident == "Result"
+        && let syn::PathArguments::AngleBracketed(args) = &last.arguments
+    {
+        let types: Vec<_> = args
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                syn::GenericArgument::Type(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        if let [_, error] = types[..] {
+            return span_range(error.to_token_stream()).0;
+        }
+    }
+    span_range(ret.to_token_stream()).0
+}
+
+/// The spans of the first and last tokens: code respanned over them (see [`respan_range`])
+/// makes rustc underline everything in between, which a single `Span` cannot on stable.
+fn span_range(tokens: TokenStream) -> (Span, Span) {
+    let mut iter = tokens.into_iter();
+    let first = iter.next().map_or_else(Span::call_site, |tt| tt.span());
+    let last = iter.last().map_or(first, |tt| match tt {
+        TokenTree::Group(g) => g.span_close(),
+        other => other.span(),
+    });
+    (first, last)
+}
+
+/// `tokens` with the first token located at `first` and all others at `last`.
+fn respan_range(tokens: TokenStream, first: Span, last: Span) -> TokenStream {
+    let mut iter = tokens.into_iter();
+    let head = iter.next().map(|tt| respan(tt.into(), first));
+    let tail = respan(iter.collect(), last);
+    quote!(#head #tail)
+}
+
+/// A group of `inner` (whose spans are kept) with its delimiters at `span`.
+fn group(delimiter: Delimiter, inner: TokenStream, span: Span) -> TokenTree {
+    let mut g = proc_macro2::Group::new(delimiter, inner);
+    g.set_span(Span::call_site().located_at(span));
+    TokenTree::Group(g)
 }
 
 /// `#[async_trait]` moved `self` into `__self`; expressions from the arguments must follow.
