@@ -67,7 +67,10 @@ async fn main() -> Result<(), AppError> {
         match t.await.expect("task panicked") {
             Ok(_) => sold += 1,
             Err(AppError::SoldOut) => refused += 1,
-            Err(e) => return Err(e),
+            Err(AppError::Lock(e)) => {
+                eprintln!("lock error: {e}");
+                return Err(AppError::Lock(e));
+            }
         }
     }
     println!(

@@ -382,3 +382,93 @@ async fn another_task_contends_normally() {
     }
     assert!(via_two_clients(&locks, 3, &other_client).await.is_ok());
 }
+
+// ---- lease keeping through the attribute ----
+
+#[distributed_lock(key = "report:<id>", ttl = "1s", renew = true, client = locks)]
+async fn long_report(locks: &Locks, id: u32, steps: &AtomicU32) -> Result<bool, AppError> {
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        steps.fetch_add(1, Ordering::SeqCst);
+    }
+    Ok(distlock::current_lock().unwrap().is_held())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_attribute_holds_a_1s_lock_through_a_3s_body() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let steps = AtomicU32::new(0);
+    let other = redis_locks(&server).await;
+    let (result, busy) = tokio::join!(long_report(&locks, 1, &steps), async {
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        other.lock("report:1").acquire().await
+    });
+    assert!(result.unwrap(), "still held at the end of the body");
+    assert!(
+        matches!(busy, Err(Error::Busy { .. })),
+        "2.5 s into a 1 s ttl the lock is still held"
+    );
+    assert_eq!(steps.load(Ordering::SeqCst), 30);
+}
+
+#[distributed_lock(key = "report:<id>", ttl = "600ms", renew = true, on_lost = "continue", client = locks)]
+async fn long_report_continue(locks: &Locks, id: u32, steps: &AtomicU32) -> Result<bool, AppError> {
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        steps.fetch_add(1, Ordering::SeqCst);
+    }
+    Ok(distlock::current_lock().unwrap().is_held())
+}
+
+async fn steal_after(server: &RedisServer, key: &str, after: Duration) {
+    use redis::AsyncCommands;
+    tokio::time::sleep(after).await;
+    let mut raw = server.raw().await;
+    let _: () = raw.set(key, "thief").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stolen_lock_cancels_the_body_by_default() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let steps = AtomicU32::new(0);
+    let started = Instant::now();
+    let (result, ()) = tokio::join!(
+        long_report(&locks, 2, &steps),
+        steal_after(&server, "lock:report:2", Duration::from_millis(500))
+    );
+    assert!(
+        matches!(result, Err(AppError::Lock(Error::Lost { .. }))),
+        "{result:?}"
+    );
+    let ran = steps.load(Ordering::SeqCst);
+    assert!(
+        ran < 30,
+        "the body must be cancelled, not run to the end ({ran} steps)"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "cancelled at the next renewal, long before the 3 s body ends"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stolen_lock_with_continue_runs_on_and_reports_lost() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let steps = AtomicU32::new(0);
+    let (result, ()) = tokio::join!(
+        long_report_continue(&locks, 3, &steps),
+        steal_after(&server, "lock:report:3", Duration::from_millis(300))
+    );
+    assert!(
+        matches!(result, Err(AppError::Lock(Error::Lost { .. }))),
+        "{result:?}"
+    );
+    assert_eq!(
+        steps.load(Ordering::SeqCst),
+        15,
+        "`continue` lets the body finish"
+    );
+}

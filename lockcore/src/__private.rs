@@ -36,6 +36,11 @@ pub fn default_locks() -> Result<Locks, Error> {
 }
 
 /// What `client = <expr>` may evaluate to.
+#[diagnostic::on_unimplemented(
+    message = "`client = ...` must be a `distlock::Locks`, `&Locks` or `Arc<Locks>`, found `{Self}`",
+    label = "not a `distlock::Locks`",
+    note = "build one with `distlock::Locks::connect(url)` or `Locks::builder(url).build()`"
+)]
 pub trait AsLocks {
     /// The client.
     fn as_locks(&self) -> &Locks;
@@ -71,13 +76,19 @@ pub struct LockSpec {
     pub ttl_ms: u64,
     /// Wait in milliseconds.
     pub wait_ms: u64,
+    /// Keep the lease while the body runs.
+    pub renew: bool,
+    /// With `renew`: stop renewing after this long (0: never).
+    pub max_hold_ms: u64,
+    /// With `renew`: cancel the body as soon as the lock is found lost.
+    pub cancel_on_lost: bool,
 }
 
 /// The return type of an annotated function: `Result<T, E>` with `E: From<Error>`.
 #[diagnostic::on_unimplemented(
     message = "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<distlock::Error>`, found `{Self}`",
     label = "expected `Result<T, E>` with `E: From<distlock::Error>`",
-    note = "the lock reports `Busy`, `Lost` and `Backend` failures through the function's error type; implement `From<distlock::Error>` for it"
+    note = "the lock reports `Busy`, `Lost` and `Backend` failures through the function's error type `E`, so `E` must implement `From<distlock::Error>`"
 )]
 pub trait LockOutput {
     /// A lock failure as this return value.
@@ -114,17 +125,33 @@ where
         Ok(locks) => locks,
         Err(e) => return R::from_lock_error(e),
     };
-    let guard = match locks
+    let mut request = locks
         .lock(key)
         .ttl(Duration::from_millis(spec.ttl_ms))
         .wait(Duration::from_millis(spec.wait_ms))
-        .acquire()
-        .await
-    {
+        .renew(spec.renew);
+    if spec.max_hold_ms > 0 {
+        request = request.max_hold(Duration::from_millis(spec.max_hold_ms));
+    }
+    let guard = match request.acquire().await {
         Ok(guard) => guard,
         Err(e) => return R::from_lock_error(e),
     };
-    let out = guard.scope(body).await;
+    let out = if spec.renew && spec.cancel_on_lost {
+        // Lease keeping found the lock lost: drop the body at its next await point.
+        tokio::select! {
+            biased;
+            out = guard.scope(body) => out,
+            () = guard.lost() => {
+                let key = guard.key().to_owned();
+                tracing::warn!(target: "distlock", key, "lock lost while held: the body was cancelled");
+                let _ = guard.release().await;
+                return R::from_lock_error(Error::Lost { key });
+            }
+        }
+    } else {
+        guard.scope(body).await
+    };
     match guard.release().await {
         Ok(()) => out,
         Err(e) if out.is_ok() => R::from_lock_error(e),

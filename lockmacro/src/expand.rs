@@ -10,7 +10,9 @@ use crate::check::{check_placeholders, param_bindings, pat_bindings};
 use crate::duration;
 use crate::template::{Part, Template};
 
-const LOCK_ARGS: &[&str] = &["key", "ttl", "wait", "client", "crate"];
+const LOCK_ARGS: &[&str] = &[
+    "key", "ttl", "wait", "renew", "max_hold", "on_lost", "client", "crate",
+];
 
 /// A validated `#[distributed_lock]`.
 struct LockConfig {
@@ -18,6 +20,10 @@ struct LockConfig {
     key: Template,
     ttl_ms: u64,
     wait_ms: u64,
+    renew: bool,
+    /// Zero: no cap.
+    max_hold_ms: u64,
+    cancel_on_lost: bool,
     client: Option<Expr>,
 }
 
@@ -121,14 +127,79 @@ fn lock_config(
         "; leave `wait` out for one try that fails fast with `Busy`",
     )
     .unwrap_or(Some(0));
+    let renew_arg = slots.take("renew");
+    let renew = match &renew_arg {
+        Some(arg) => match bool_lit(arg) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        None => Some(false),
+    };
+    let needs_renew = |name: &str, arg: &crate::args::RawArg, errors: &mut Errors| {
+        if renew == Some(false) {
+            errors.push(syn::Error::new(
+                arg.name.span(),
+                format!("`{name}` only applies to lease keeping; add `renew = true`"),
+            ));
+        }
+    };
+    let max_hold_arg = slots.take("max_hold");
+    if let Some(arg) = &max_hold_arg {
+        needs_renew("max_hold", arg, errors);
+    }
+    let max_hold = duration_arg(max_hold_arg, errors, "").unwrap_or(Some(0));
+    let cancel_on_lost = match slots.take("on_lost") {
+        Some(arg) => {
+            needs_renew("on_lost", &arg, errors);
+            match lit_str(&arg) {
+                Ok(lit) if lit.value() == "cancel" => Some(true),
+                Ok(lit) if lit.value() == "continue" => Some(false),
+                Ok(lit) => {
+                    errors.push(syn::Error::new(
+                        lit.span(),
+                        format!(
+                            "unknown `on_lost` policy `{}`: expected `\"cancel\"` (default: the body is cancelled at its next await) or `\"continue\"` (it runs on and the call returns `Lost`)",
+                            lit.value()
+                        ),
+                    ));
+                    None
+                }
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            }
+        }
+        None => Some(true),
+    };
     let client = slots.take("client").map(|a| a.value);
     Some(LockConfig {
         krate: krate?,
         key: key?,
         ttl_ms: ttl?,
         wait_ms: wait?,
+        renew: renew?,
+        max_hold_ms: max_hold?,
+        cancel_on_lost: cancel_on_lost?,
         client,
     })
+}
+
+/// The value as a `bool` literal.
+fn bool_lit(arg: &crate::args::RawArg) -> syn::Result<bool> {
+    match &arg.value {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Bool(b),
+            ..
+        }) => Ok(b.value),
+        other => Err(syn::Error::new(
+            other.span(),
+            format!("`{}` expects `true` or `false`", arg.name),
+        )),
+    }
 }
 
 /// `None` when absent; `Some(None)` when present but invalid (the error is recorded).
@@ -268,6 +339,7 @@ fn expand(mut func: ItemFn, shape: Shape, config: &LockConfig) -> TokenStream {
                 quote!(#block)
             } else {
                 quote! {
+                    #[allow(clippy::diverging_sub_expression)]
                     let #ret_var: #ret = #block;
                     #[allow(unreachable_code)]
                     #ret_var
@@ -324,7 +396,14 @@ fn locked_call(
         }
         None => quote!(#krate::__private::default_locks()),
     };
-    let (ttl, wait) = (config.ttl_ms, config.wait_ms);
+    let LockConfig {
+        ttl_ms,
+        wait_ms,
+        renew,
+        max_hold_ms,
+        cancel_on_lost,
+        ..
+    } = config;
     // The call and its `.await` both require `R: LockOutput`. Both on one token of the
     // return type, a return type that is not `Result<T, E: From<Error>>` is reported
     // there, once, rather than on the whole attribute.
@@ -335,7 +414,13 @@ fn locked_call(
         quote! {
             #client_var,
             #key_var,
-            #krate::__private::LockSpec { ttl_ms: #ttl, wait_ms: #wait },
+            #krate::__private::LockSpec {
+                ttl_ms: #ttl_ms,
+                wait_ms: #wait_ms,
+                renew: #renew,
+                max_hold_ms: #max_hold_ms,
+                cancel_on_lost: #cancel_on_lost,
+            },
             async move { #body },
         },
         at,
