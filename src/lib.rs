@@ -82,6 +82,9 @@ pub use lockcore::{
 /// | `key = "order:<id>"` | required | the lock name; `<binding>` or `<binding.field>` interpolates a parameter |
 /// | `ttl = "30s"` | `30s` | lease: how long the lock stays if never released |
 /// | `wait = "3s"` | none | how long to keep trying while someone else holds it |
+/// | `renew = true` | `false` | keep the lease while the body runs (renewed every `ttl / 3`) |
+/// | `max_hold = "5m"` | none | with `renew`: stop renewing after this long |
+/// | `on_lost = "continue"` | `"cancel"` | with `renew`: when a renewal finds the lock lost, cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way the call returns `Lost` |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` to use instead |
 /// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |
 ///
@@ -90,8 +93,9 @@ pub use lockcore::{
 /// # Keys
 ///
 /// A placeholder names any binding the parameter patterns introduce, including
-/// destructured ones (`Path(id): Path<u64>`, `web::Path((a, b))`) and `self`; field paths
-/// (`<order.customer.id>`) work. The value is formatted with `Display` and escaped so it
+/// destructured ones (`Path(id): Path<u64>`, `Json(order): Json<Order>`) and `self`; field
+/// paths (`<order.customer.id>`, `<path.0>` for actix's `path: web::Path<(u32, u32)>`,
+/// whose field is private and cannot be destructured) work. The value is formatted with `Display` and escaped so it
 /// cannot change the key's shape: `%`, `:`, `{`, `}`, whitespace and control characters
 /// become `%XX` (see [`key`]). Literal `{...}` in the template is a Redis Cluster hash tag.
 ///
@@ -101,6 +105,14 @@ pub use lockcore::{
 /// `Busy`: not acquired within `wait`, the body did not run. `Lost`: the body returned
 /// `Ok` but the lock had expired or been taken before release. `Backend`: Redis failed
 /// within the command timeout.
+///
+/// # Waiting, fairness, reentrancy
+///
+/// Waiters are woken by a message published in the release script (one Pub/Sub
+/// connection per client), with a fallback retry at most 100 ms apart. Tasks of one
+/// process queue for a key in FIFO order; only the head contends in Redis. A nested call
+/// on a key the task already holds through the same client runs without a round trip,
+/// and only the outermost exit releases. See [`Locks::lock`].
 ///
 /// Mistakes are compile errors: an unknown placeholder (with the available bindings),
 /// a malformed template, a bad or zero duration, a missing `key`, an unknown or repeated
