@@ -54,18 +54,46 @@ pub enum Error {
         #[source]
         source: BackendError,
     },
-    /// The key cannot be used: empty, or it would change the key's hash slot.
-    #[error("invalid lock key `{key}`: {reason}")]
+    /// The key cannot be used: an empty lock key or one that would change its hash slot,
+    /// or an idempotency key header that is empty, too long or not visible ASCII.
+    /// Nothing was sent to Redis.
+    #[error("invalid key `{key}`: {reason}")]
     InvalidKey {
-        /// The key as given.
+        /// The key as given (for a header: escaped and shortened for display).
         key: String,
         /// What is wrong with it.
         reason: String,
     },
+    /// `#[idempotent]`: another call with the same key is still running (its claim's
+    /// lease has not ended). The body did not run; retry after `retry_after`.
+    #[error(
+        "idempotency key `{key}` is in use by a call still in progress (retry after {retry_after:?})"
+    )]
+    InProgress {
+        /// The full Redis key of the record.
+        key: String,
+        /// Time left on the running call's lease.
+        retry_after: Duration,
+    },
+    /// `#[idempotent]`: the key was used before with a different payload. The body did
+    /// not run.
+    #[error("idempotency key `{key}` was already used with a different payload")]
+    PayloadMismatch {
+        /// The full Redis key of the record.
+        key: String,
+    },
+    /// `#[idempotent(header = ...)]`: the request has no such header. Nothing was sent to
+    /// Redis and the body did not run.
+    #[error("the request has no `{header}` header, which this endpoint requires")]
+    MissingKey {
+        /// The header's name.
+        header: String,
+    },
 }
 
 impl Error {
-    /// The full Redis key the error is about.
+    /// The full Redis key the error is about (for [`Error::MissingKey`], the header's
+    /// name).
     ///
     /// ```
     /// let e = lockcore::Error::Lost { key: "lock:a".into() };
@@ -76,18 +104,25 @@ impl Error {
             Error::Busy { key, .. }
             | Error::Lost { key }
             | Error::Backend { key, .. }
-            | Error::InvalidKey { key, .. } => key,
+            | Error::InvalidKey { key, .. }
+            | Error::InProgress { key, .. }
+            | Error::PayloadMismatch { key } => key,
+            Error::MissingKey { header } => header,
         }
     }
 
-    /// Whether retrying the whole call later may succeed (`Busy` and `Backend`).
+    /// Whether retrying the same call later may succeed (`Busy`, `Backend` and
+    /// `InProgress`).
     ///
     /// ```
     /// let e = lockcore::Error::Busy { key: "lock:a".into(), waited: Default::default() };
     /// assert!(e.is_retryable());
     /// ```
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Busy { .. } | Error::Backend { .. })
+        matches!(
+            self,
+            Error::Busy { .. } | Error::Backend { .. } | Error::InProgress { .. }
+        )
     }
 
     pub(crate) fn backend(key: &str, source: BackendError) -> Self {

@@ -18,6 +18,8 @@
 mod backend;
 mod client;
 mod error;
+pub mod idempotency;
+mod integrations;
 pub mod key;
 mod local;
 mod lock;
@@ -29,6 +31,8 @@ pub mod __private;
 
 pub use client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_PREFIX, Locks, LocksBuilder};
 pub use error::{BackendError, BackendErrorKind, Error, Result};
+pub use idempotency::http::{IdemRequest, IdemResponse, MAX_KEY_LEN};
+pub use idempotency::record::{Captured, REPLAYED_HEADER};
 pub use lock::{DEFAULT_TTL, LockGuard, LockInfo, LockRequest, current_lock};
 
 /// Makes `locks` the client that attributes without `client = ...` use, replacing any

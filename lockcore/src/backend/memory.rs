@@ -14,6 +14,8 @@ pub(crate) struct MemoryBackend {
     state: Mutex<State>,
     /// Waiters, woken on release as Pub/Sub would.
     pub(crate) waiters: Arc<Registry>,
+    /// Idempotency records: JSON text and when the key expires (see `super::idem`).
+    pub(crate) records: Mutex<HashMap<String, (String, Instant)>>,
 }
 
 #[derive(Default)]

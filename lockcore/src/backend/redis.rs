@@ -101,7 +101,7 @@ impl RedisBackend {
     }
 
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) within the timeout.
-    async fn eval<T: FromRedisValue>(
+    pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {

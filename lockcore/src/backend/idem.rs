@@ -1,0 +1,301 @@
+//! Idempotency records on both backends: claim, complete, release and renew, each one
+//! atomic step that checks the claimer's owner token (a Lua script on Redis, one mutex
+//! section in memory, with the same rules).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+use tokio::time::Instant;
+
+use super::memory::MemoryBackend;
+use super::redis::RedisBackend;
+use super::{Backend, millis};
+use crate::error::{BackendError, BackendErrorKind};
+use crate::idempotency::record::now_ms;
+
+static CLAIM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/idem_claim.lua")));
+static COMPLETE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/idem_complete.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/idem_release.lua")));
+static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/idem_renew.lua")));
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    /// No record (or this owner's own): claimed.
+    New,
+    /// An in-progress record past its lease, now claimed by us; it was `previous`'s.
+    TookOver { previous: String },
+    /// Completed with the same fingerprint: the record, to replay.
+    Completed(String),
+    /// In progress under a live lease with this much left.
+    InProgress(Duration),
+    /// The record's fingerprint differs.
+    Mismatch,
+}
+
+/// Where the claim's settings go.
+pub(crate) struct ClaimArgs<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) fp: &'a str,
+    pub(crate) lease: Duration,
+    /// Lifetime of the in-progress key: lease plus retention.
+    pub(crate) lifetime: Duration,
+}
+
+impl Backend {
+    pub(crate) async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+        match self {
+            Backend::Redis(r) => r.idem_claim(a).await,
+            Backend::Memory(m) => m.idem_claim(a),
+        }
+    }
+
+    /// `true` when stored (now, or by an earlier try of the same call).
+    pub(crate) async fn idem_complete(
+        &self,
+        key: &str,
+        owner: &str,
+        record: &str,
+        retention: Duration,
+        channel: &str,
+    ) -> Result<bool, BackendError> {
+        match self {
+            Backend::Redis(r) => {
+                r.idem_complete(key, owner, record, retention, channel)
+                    .await
+            }
+            Backend::Memory(m) => Ok(m.idem_complete(key, owner, record, retention, channel)),
+        }
+    }
+
+    pub(crate) async fn idem_release(
+        &self,
+        key: &str,
+        owner: &str,
+        channel: &str,
+    ) -> Result<bool, BackendError> {
+        match self {
+            Backend::Redis(r) => r.idem_release(key, owner, channel).await,
+            Backend::Memory(m) => Ok(m.idem_release(key, owner, channel)),
+        }
+    }
+
+    pub(crate) async fn idem_renew(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        lifetime: Duration,
+    ) -> Result<bool, BackendError> {
+        match self {
+            Backend::Redis(r) => r.idem_renew(key, owner, lease, lifetime).await,
+            Backend::Memory(m) => Ok(m.idem_renew(key, owner, lease, lifetime)),
+        }
+    }
+}
+
+fn bad_reply(detail: String) -> BackendError {
+    BackendError::new(BackendErrorKind::Response, detail)
+}
+
+impl RedisBackend {
+    async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+        let mut inv = CLAIM.prepare_invoke();
+        inv.key(a.key)
+            .arg(a.owner)
+            .arg(a.fp)
+            .arg(millis(a.lease))
+            .arg(millis(a.lifetime));
+        let (code, detail): (i64, String) = self.eval(&inv).await?;
+        Ok(match code {
+            1 => Claimed::New,
+            2 => Claimed::TookOver { previous: detail },
+            3 => Claimed::Completed(detail),
+            4 => Claimed::InProgress(Duration::from_millis(detail.parse().unwrap_or(0))),
+            5 => Claimed::Mismatch,
+            other => return Err(bad_reply(format!("unexpected claim reply {other}"))),
+        })
+    }
+
+    async fn idem_complete(
+        &self,
+        key: &str,
+        owner: &str,
+        record: &str,
+        retention: Duration,
+        channel: &str,
+    ) -> Result<bool, BackendError> {
+        let mut inv = COMPLETE.prepare_invoke();
+        inv.key(key)
+            .arg(owner)
+            .arg(record)
+            .arg(millis(retention))
+            .arg(channel);
+        Ok(self.eval::<i64>(&inv).await? > 0)
+    }
+
+    async fn idem_release(
+        &self,
+        key: &str,
+        owner: &str,
+        channel: &str,
+    ) -> Result<bool, BackendError> {
+        let mut inv = RELEASE.prepare_invoke();
+        inv.key(key).arg(owner).arg(channel);
+        Ok(self.eval::<i64>(&inv).await? == 1)
+    }
+
+    async fn idem_renew(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        lifetime: Duration,
+    ) -> Result<bool, BackendError> {
+        let mut inv = RENEW.prepare_invoke();
+        inv.key(key)
+            .arg(owner)
+            .arg(millis(lease))
+            .arg(millis(lifetime));
+        Ok(self.eval::<i64>(&inv).await? == 1)
+    }
+}
+
+/// The parts of a record the state machine reads.
+struct Seen {
+    status: String,
+    owner: String,
+    fp: String,
+    lease_until_ms: u64,
+}
+
+fn seen(raw: &str) -> Option<Seen> {
+    let v: serde_json::Value = serde_json::from_str(raw).ok()?;
+    let text = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_owned();
+    Some(Seen {
+        status: text("status"),
+        owner: text("owner"),
+        fp: text("fp"),
+        lease_until_ms: v
+            .get("lease_until_ms")
+            .and_then(|x| x.as_f64())
+            .map_or(0, |f| f as u64),
+    })
+}
+
+fn in_progress(owner: &str, fp: &str, now: u64, lease: Duration) -> String {
+    serde_json::json!({
+        "status": "in_progress",
+        "owner": owner,
+        "fp": fp,
+        "lease_until_ms": now + millis(lease),
+        "claimed_at_ms": now,
+    })
+    .to_string()
+}
+
+impl MemoryBackend {
+    fn records(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, Instant)>> {
+        let mut map = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        map.retain(|_, (_, until)| *until > now);
+        map
+    }
+
+    fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+        let now = now_ms();
+        let mut map = self.records();
+        let fresh = (
+            in_progress(a.owner, a.fp, now, a.lease),
+            Instant::now() + a.lifetime,
+        );
+        let Some((raw, _)) = map.get(a.key) else {
+            map.insert(a.key.to_owned(), fresh);
+            return Ok(Claimed::New);
+        };
+        let rec = seen(raw).ok_or_else(|| bad_reply("record is not JSON".into()))?;
+        match rec.status.as_str() {
+            "completed" if rec.fp == a.fp => Ok(Claimed::Completed(raw.clone())),
+            "completed" => Ok(Claimed::Mismatch),
+            "in_progress" if rec.owner == a.owner => {
+                map.insert(a.key.to_owned(), fresh);
+                Ok(Claimed::New)
+            }
+            "in_progress" if rec.lease_until_ms > now && rec.fp != a.fp => Ok(Claimed::Mismatch),
+            "in_progress" if rec.lease_until_ms > now => Ok(Claimed::InProgress(
+                Duration::from_millis(rec.lease_until_ms - now),
+            )),
+            "in_progress" => {
+                map.insert(a.key.to_owned(), fresh);
+                Ok(Claimed::TookOver {
+                    previous: rec.owner,
+                })
+            }
+            other => Err(bad_reply(format!("record has unknown status `{other}`"))),
+        }
+    }
+
+    fn owned_in_progress(raw: &str, owner: &str) -> bool {
+        seen(raw).is_some_and(|r| r.status == "in_progress" && r.owner == owner)
+    }
+
+    fn idem_complete(
+        &self,
+        key: &str,
+        owner: &str,
+        record: &str,
+        retention: Duration,
+        channel: &str,
+    ) -> bool {
+        let mut map = self.records();
+        match map.get(key) {
+            Some((raw, _)) if raw == record => true,
+            Some((raw, _)) if Self::owned_in_progress(raw, owner) => {
+                map.insert(
+                    key.to_owned(),
+                    (record.to_owned(), Instant::now() + retention),
+                );
+                drop(map);
+                self.waiters.publish(channel);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn idem_release(&self, key: &str, owner: &str, channel: &str) -> bool {
+        let mut map = self.records();
+        match map.get(key) {
+            Some((raw, _)) if Self::owned_in_progress(raw, owner) => {
+                map.remove(key);
+                drop(map);
+                self.waiters.publish(channel);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn idem_renew(&self, key: &str, owner: &str, lease: Duration, lifetime: Duration) -> bool {
+        let mut map = self.records();
+        match map.get_mut(key) {
+            Some((raw, until)) if Self::owned_in_progress(raw, owner) => {
+                let mut v: serde_json::Value =
+                    serde_json::from_str(raw).unwrap_or(serde_json::Value::Null);
+                v["lease_until_ms"] = serde_json::Value::from(now_ms() + millis(lease));
+                *raw = v.to_string();
+                *until = Instant::now() + lifetime;
+                true
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,563 @@
+//! Handlers: the key from a request header, the response captured, stored and replayed.
+//!
+//! Framework-neutral; `crate::integrations::{axum, actix}` connect it to the frameworks.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::record::{self, Captured, REPLAYED_HEADER};
+use super::{Begin, Claim, Fingerprint, IdemSpec, begin, record_key};
+use crate::client::Locks;
+use crate::error::Error;
+use crate::key;
+
+/// Longest idempotency key accepted, in bytes (the limit Stripe and the IETF draft use).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// What an idempotent handler sees of its request: the headers, method, matched route
+/// and query. The attribute adds it as a hidden first parameter; it is an extractor for
+/// axum (`FromRequestParts`, feature `axum`) and actix-web (`FromRequest`, feature
+/// `actix`), and never fails to extract.
+pub struct IdemRequest {
+    /// Lower-case names and raw values.
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
+    pub(crate) method: String,
+    pub(crate) route: String,
+    pub(crate) query: String,
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+    pub(crate) origin: Origin,
+}
+
+/// Which framework extracted the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// Built by hand (tests of the runtime).
+    Manual,
+    /// axum.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
+    Axum,
+    /// actix-web; the request itself is kept on this worker thread under this id
+    /// (`HttpRequest` is not `Send`, and axum handlers need `Send` futures).
+    #[cfg_attr(not(feature = "actix"), allow(dead_code))]
+    Actix(u64),
+}
+
+impl IdemRequest {
+    /// A request built by hand: `headers` as (name, value) pairs.
+    pub fn new(
+        method: &str,
+        route: &str,
+        query: &str,
+        headers: impl IntoIterator<Item = (String, Vec<u8>)>,
+    ) -> IdemRequest {
+        IdemRequest {
+            headers: headers
+                .into_iter()
+                .map(|(n, v)| (n.to_ascii_lowercase(), v))
+                .collect(),
+            method: method.to_owned(),
+            route: route.to_owned(),
+            query: query.to_owned(),
+            origin: Origin::Manual,
+        }
+    }
+
+    /// The request method.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// The route template the framework matched (`/orders/{id}`), empty when unknown.
+    pub fn route(&self) -> &str {
+        &self.route
+    }
+
+    /// Every value of header `name` (case-insensitive).
+    pub fn header_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+impl std::fmt::Debug for IdemRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdemRequest")
+            .field("method", &self.method)
+            .field("route", &self.route)
+            .field("query", &self.query)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for IdemRequest {
+    fn drop(&mut self) {
+        #[cfg(feature = "actix")]
+        if let Origin::Actix(id) = self.origin {
+            crate::integrations::actix::forget(id);
+        }
+    }
+}
+
+/// The key from the configured header, checked and escaped; `None` when absent and not
+/// required. Nothing here touches Redis.
+pub(crate) fn header_key(req: &IdemRequest, spec: &IdemSpec) -> Result<Option<String>, Error> {
+    let header = spec.header;
+    let values: Vec<&[u8]> = req.header_values(header).collect();
+    let raw = match values.as_slice() {
+        [] if spec.required => {
+            return Err(Error::MissingKey {
+                header: header.to_owned(),
+            });
+        }
+        [] => return Ok(None),
+        [one] => *one,
+        many => {
+            return Err(Error::InvalidKey {
+                key: shown(many[0]),
+                reason: format!(
+                    "the request has {} `{header}` headers; send exactly one",
+                    many.len()
+                ),
+            });
+        }
+    };
+    let invalid = |reason: String| Error::InvalidKey {
+        key: shown(raw),
+        reason,
+    };
+    if raw.is_empty() {
+        return Err(invalid(format!("the `{header}` header is empty")));
+    }
+    if raw.len() > MAX_KEY_LEN {
+        return Err(invalid(format!(
+            "the `{header}` header is {} bytes long; at most {MAX_KEY_LEN} are allowed",
+            raw.len()
+        )));
+    }
+    if let Some((at, &b)) = raw
+        .iter()
+        .enumerate()
+        .find(|(_, b)| !(0x21..=0x7e).contains(*b))
+    {
+        let what = match b {
+            b'\r' => "a carriage return (CR)".to_owned(),
+            b'\n' => "a line feed (LF)".to_owned(),
+            b' ' => "a space".to_owned(),
+            b'\t' => "a tab".to_owned(),
+            0x80.. => format!("a non-ASCII byte (0x{b:02X})"),
+            _ => format!("a control character (0x{b:02X})"),
+        };
+        return Err(invalid(format!(
+            "the `{header}` header contains {what} at byte {at}; only visible ASCII characters (`!` to `~`) are allowed"
+        )));
+    }
+    let text = std::str::from_utf8(raw).unwrap_or_default();
+    let mut escaped = String::with_capacity(text.len());
+    key::escape_into(&mut escaped, text);
+    Ok(Some(escaped))
+}
+
+/// A header value as it may be shown in an error: escaped, at most 64 characters.
+fn shown(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    let mut out = String::new();
+    key::escape_into(&mut out, &text);
+    if out.chars().count() > 64 {
+        out = out.chars().take(64).collect::<String>() + "...";
+    }
+    out
+}
+
+/// What an idempotent handler returns; renders as an axum response (`IntoResponse`) or
+/// an actix-web one (`Responder`).
+pub struct IdemResponse(pub(crate) Outcome);
+
+pub(crate) enum Outcome {
+    /// This call ran the body: its response as it was (with `Set-Cookie` and the rest).
+    Fresh(Captured),
+    /// A repeat answered from the record.
+    Replayed(Captured),
+    /// Rejected before the body ran.
+    Failed(Error),
+}
+
+impl IdemResponse {
+    /// The response to send, framework-neutral.
+    pub fn into_captured(self) -> Captured {
+        match self.0 {
+            Outcome::Fresh(cap) => cap,
+            Outcome::Replayed(mut cap) => {
+                cap.headers
+                    .push((REPLAYED_HEADER.to_ascii_lowercase(), b"true".to_vec()));
+                cap
+            }
+            Outcome::Failed(e) => problem(&e),
+        }
+    }
+
+    /// The error this response reports, if the call was rejected.
+    pub fn error(&self) -> Option<&Error> {
+        match &self.0 {
+            Outcome::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<Error> for IdemResponse {
+    fn from(e: Error) -> Self {
+        IdemResponse(Outcome::Failed(e))
+    }
+}
+
+impl std::fmt::Debug for IdemResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Outcome::Fresh(c) => f.debug_tuple("Fresh").field(&c.status).finish(),
+            Outcome::Replayed(c) => f.debug_tuple("Replayed").field(&c.status).finish(),
+            Outcome::Failed(e) => f.debug_tuple("Failed").field(e).finish(),
+        }
+    }
+}
+
+/// The HTTP status an error maps to.
+pub(crate) fn status_of(e: &Error) -> u16 {
+    match e {
+        Error::MissingKey { .. } | Error::InvalidKey { .. } => 400,
+        Error::InProgress { .. } => 409,
+        Error::PayloadMismatch { .. } => 422,
+        Error::Busy { .. } | Error::Backend { .. } => 503,
+        Error::Lost { .. } => 500,
+    }
+}
+
+fn retry_after(e: &Error) -> Option<Duration> {
+    match e {
+        Error::InProgress { retry_after, .. } => Some(*retry_after),
+        Error::Busy { .. } => Some(Duration::from_secs(1)),
+        _ => None,
+    }
+}
+
+/// An RFC 9457 `application/problem+json` response for `e`. The detail never contains
+/// the Redis key (it would show the prefix and module paths to clients).
+pub(crate) fn problem(e: &Error) -> Captured {
+    let status = status_of(e);
+    let (kind, title, detail) = match e {
+        Error::MissingKey { header } => (
+            "missing-idempotency-key",
+            "Idempotency key missing",
+            format!("This endpoint requires an `{header}` header."),
+        ),
+        Error::InvalidKey { reason, .. } => {
+            ("invalid-key", "Invalid idempotency key", reason.clone())
+        }
+        Error::InProgress { retry_after, .. } => (
+            "idempotency-key-in-use",
+            "Request in progress",
+            format!(
+                "A request with the same idempotency key is still being processed; retry in {} s.",
+                secs(*retry_after)
+            ),
+        ),
+        Error::PayloadMismatch { .. } => (
+            "idempotency-key-reused",
+            "Idempotency key reused",
+            "This idempotency key was already used with a different request payload.".to_owned(),
+        ),
+        Error::Busy { .. } => (
+            "busy",
+            "Resource busy",
+            "The resource is locked by another request; retry later.".to_owned(),
+        ),
+        Error::Backend { .. } => (
+            "store-unavailable",
+            "Service unavailable",
+            "The lock and idempotency store is unavailable.".to_owned(),
+        ),
+        Error::Lost { .. } => (
+            "lock-lost",
+            "Lock lost",
+            "The lock protecting this operation expired while it ran.".to_owned(),
+        ),
+    };
+    let body = serde_json::json!({
+        "type": format!("urn:distlock:problem:{kind}"),
+        "title": title,
+        "status": status,
+        "detail": detail,
+    });
+    let mut headers = vec![(
+        "content-type".to_owned(),
+        b"application/problem+json".to_vec(),
+    )];
+    if let Some(after) = retry_after(e) {
+        headers.push((
+            "retry-after".to_owned(),
+            secs(after).to_string().into_bytes(),
+        ));
+    }
+    Captured {
+        status,
+        headers,
+        body: body.to_string().into_bytes(),
+    }
+}
+
+/// Whole seconds, rounded up, at least 1 (for `Retry-After`).
+fn secs(d: Duration) -> u64 {
+    d.as_millis().div_ceil(1000).max(1) as u64
+}
+
+/// One idempotent handler call: header checked, key claimed (or replayed), the body run
+/// with the lease renewed, then the response stored or the claim released.
+pub struct HandlerRun {
+    claim: Option<Claim>,
+    digest: String,
+    spec: IdemSpec,
+}
+
+impl HandlerRun {
+    /// Checks the header, then claims. `Err` is the response to send at once: a replay,
+    /// or a rejection (`MissingKey`, `InvalidKey`, `InProgress`, `PayloadMismatch`,
+    /// `Backend`).
+    pub async fn begin(
+        req: &IdemRequest,
+        client: Result<Locks, Error>,
+        function: &'static str,
+        scope: Option<String>,
+        mut fp: Fingerprint,
+        spec: IdemSpec,
+    ) -> Result<HandlerRun, IdemResponse> {
+        let key = match header_key(req, &spec) {
+            Ok(Some(key)) => key,
+            Ok(None) => {
+                tracing::debug!(target: "distlock", header = spec.header, function, "no idempotency key: running without idempotency (`required = false`)");
+                return Ok(HandlerRun {
+                    claim: None,
+                    digest: String::new(),
+                    spec,
+                });
+            }
+            Err(e) => {
+                tracing::debug!(target: "distlock", error = %e, function, "idempotency key rejected");
+                return Err(e.into());
+            }
+        };
+        let locks = client?;
+        fp.http(&req.method, &req.route, &req.query);
+        let record = record_key(locks.prefix(), function, scope.as_deref(), &key);
+        match begin(&locks, record.clone(), &fp, &spec).await? {
+            Begin::Run(claim) => Ok(HandlerRun {
+                claim: Some(claim),
+                digest: fp.digest(),
+                spec,
+            }),
+            Begin::Replay(raw) => Err(match record::stored_response(&record, &raw) {
+                Ok(cap) => IdemResponse(Outcome::Replayed(cap)),
+                Err(e) => e.into(),
+            }),
+        }
+    }
+
+    /// Runs the handler's body, renewing the claim's lease meanwhile.
+    pub async fn keep<F: Future>(&self, body: F) -> F::Output {
+        match &self.claim {
+            Some(claim) => claim.keep(body).await,
+            None => body.await,
+        }
+    }
+
+    /// Stores the response when it may be replayed, else releases the claim; returns it.
+    ///
+    /// Stored: status below 500 except 408, 409, 425 and 429, with a body of at most
+    /// `max_body` bytes. Released (so a retry runs the body): every other response.
+    pub async fn finish(self, cap: Captured) -> IdemResponse {
+        let Some(claim) = self.claim else {
+            return IdemResponse(Outcome::Fresh(cap));
+        };
+        let storable = cap.status < 500 && ![408, 409, 425, 429].contains(&cap.status);
+        if !storable {
+            tracing::debug!(target: "distlock", key = claim.key(), status = cap.status, "response not stored (retryable status); the claim is released");
+            claim.release().await;
+        } else if cap.body.len() > self.spec.max_body {
+            tracing::warn!(
+                target: "distlock",
+                key = claim.key(),
+                bytes = cap.body.len(),
+                max_body = self.spec.max_body,
+                "response body over `max_body`: returned but not stored; the claim is released"
+            );
+            claim.release().await;
+        } else {
+            let record = record::completed_response(&self.digest, &cap);
+            claim
+                .complete(&record, Duration::from_millis(self.spec.ttl_ms.max(1)))
+                .await;
+        }
+        IdemResponse(Outcome::Fresh(cap))
+    }
+}
+
+/// A handler's return value, offered to the capture traits by generated code:
+/// `(&&&&Reply::new(out)).__distlock_capture(&req)` picks, by autoref specialization,
+/// [`CaptureBoth`] (the type is an axum response and an actix responder: decided by
+/// which framework extracted the request), else [`CaptureAxum`], else [`CaptureActix`],
+/// else [`CaptureNone`], a compile error that says what is wrong.
+pub struct Reply<T>(Cell<Option<T>>);
+
+impl<T> Reply<T> {
+    /// Wraps the handler's return value.
+    pub fn new(value: T) -> Self {
+        Reply(Cell::new(Some(value)))
+    }
+
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+    pub(crate) fn take(&self) -> T {
+        self.0
+            .take()
+            .unwrap_or_else(|| unreachable!("a reply is captured once"))
+    }
+}
+
+/// A capture that may be awaited in a `Send` handler future.
+pub type SendCapture = Pin<Box<dyn Future<Output = Captured> + Send>>;
+/// A capture for actix-web, whose bodies are not `Send`.
+pub type LocalCapture = Pin<Box<dyn Future<Output = Captured>>>;
+
+/// Capture of a type that is both an axum response and an actix responder.
+pub trait CaptureBoth {
+    /// Renders and buffers the response.
+    fn __distlock_capture(&self, req: &IdemRequest) -> SendCapture;
+}
+
+/// Capture of an axum response.
+pub trait CaptureAxum {
+    /// Renders and buffers the response.
+    fn __distlock_capture(&self, req: &IdemRequest) -> SendCapture;
+}
+
+/// Capture of an actix-web responder.
+pub trait CaptureActix {
+    /// Renders and buffers the response.
+    fn __distlock_capture(&self, req: &IdemRequest) -> LocalCapture;
+}
+
+/// The last resort of the capture: reached only for a type that is neither an axum
+/// response nor an actix responder, where it is a compile error.
+pub trait CaptureNone {
+    /// Never callable: `Self: HandlerReturn` holds for no type.
+    fn __distlock_capture(&self, req: &IdemRequest) -> std::future::Ready<Captured>
+    where
+        Self: HandlerReturn;
+}
+
+/// Implemented by no type: names what an idempotent handler must return.
+#[diagnostic::on_unimplemented(
+    message = "`#[idempotent(header = ...)]` handlers must return a response: a type implementing `axum::response::IntoResponse` (with distlock's feature `axum`) or `actix_web::Responder` (with feature `actix`)",
+    label = "not a response type of an enabled framework",
+    note = "enable the feature of your framework: `distlock = {{ features = [\"axum\"] }}` or `[\"actix\"]`; for a plain async fn use `key = \"...\"` instead of `header`"
+)]
+pub trait HandlerReturn {}
+
+impl<T> CaptureNone for Reply<T> {
+    fn __distlock_capture(&self, _req: &IdemRequest) -> std::future::Ready<Captured>
+    where
+        Self: HandlerReturn,
+    {
+        unreachable!("`Reply<T>: HandlerReturn` holds for no `T`")
+    }
+}
+
+/// A response the handler could not produce (its body failed to read).
+#[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+pub(crate) fn internal_error(what: &str) -> Captured {
+    tracing::error!(target: "distlock", "{what}");
+    Captured {
+        status: 500,
+        headers: vec![("content-type".into(), b"text/plain; charset=utf-8".to_vec())],
+        body: b"internal server error".to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(required: bool) -> IdemSpec {
+        IdemSpec {
+            ttl_ms: 1000,
+            lease_ms: 1000,
+            wait_ms: 0,
+            max_body: 10,
+            header: "Idempotency-Key",
+            required,
+        }
+    }
+
+    fn req(values: &[&[u8]]) -> IdemRequest {
+        IdemRequest::new(
+            "POST",
+            "/x",
+            "",
+            values
+                .iter()
+                .map(|v| ("Idempotency-Key".to_owned(), v.to_vec())),
+        )
+    }
+
+    fn reason(values: &[&[u8]]) -> String {
+        match header_key(&req(values), &spec(true)) {
+            Err(Error::InvalidKey { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn header_rules() {
+        assert!(matches!(
+            header_key(&req(&[]), &spec(true)),
+            Err(Error::MissingKey { .. })
+        ));
+        assert_eq!(header_key(&req(&[]), &spec(false)).unwrap(), None);
+        assert_eq!(
+            header_key(&req(&[b"a:b{c}%"]), &spec(true)).unwrap(),
+            Some("a%3Ab%7Bc%7D%25".into())
+        );
+        assert!(reason(&[b""]).contains("is empty"));
+        assert!(reason(&[&[b'a'; 256]]).contains("256 bytes long; at most 255"));
+        assert!(reason(&[b"a\r\nb"]).contains("carriage return (CR) at byte 1"));
+        assert!(reason(&[b"a b"]).contains("a space at byte 1"));
+        assert!(reason(&["é".as_bytes()]).contains("non-ASCII byte (0xC3) at byte 0"));
+        assert!(reason(&[b"a\x7f"]).contains("control character (0x7F)"));
+        assert!(reason(&[b"a", b"b"]).contains("2 `Idempotency-Key` headers"));
+        assert!(header_key(&req(&[&[b'a'; 255]]), &spec(true)).is_ok());
+    }
+
+    #[test]
+    fn problems() {
+        let p = problem(&Error::InProgress {
+            key: "lock:idem:x".into(),
+            retry_after: Duration::from_millis(1500),
+        });
+        assert_eq!(p.status, 409);
+        assert!(p.headers.contains(&("retry-after".into(), b"2".to_vec())));
+        let body = String::from_utf8(p.body).unwrap();
+        assert!(!body.contains("lock:idem"), "{body}");
+        assert_eq!(
+            problem(&Error::PayloadMismatch { key: "k".into() }).status,
+            422
+        );
+        assert_eq!(
+            problem(&Error::MissingKey {
+                header: "Idempotency-Key".into()
+            })
+            .status,
+            400
+        );
+    }
+}

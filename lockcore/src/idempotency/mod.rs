@@ -1,0 +1,504 @@
+//! Idempotency: run a body once per key, and answer every repeat with the stored result.
+//!
+//! The state machine lives in Redis, one JSON record per key (see [`record`]):
+//!
+//! ```text
+//!              claim (no record)                    complete (owner token matches)
+//!   (none) ───────────────────────▶ in_progress ─────────────────────────────────▶ completed
+//!      ▲                              │   ▲  │                                      (kept `ttl`)
+//!      └──── release (owner matches) ─┘   │  └─ lease ended: the next claim takes it over
+//!            on Err / 5xx / panic / drop  └──── renew (owner matches) every lease / 3
+//! ```
+//!
+//! Claim, complete, release and renew are each one Lua script that checks the claimer's
+//! owner token; nothing is GET-then-SET. A claim that finds a completed record with the
+//! same payload fingerprint replays it; with another fingerprint it is
+//! [`Error::PayloadMismatch`]; a live in-progress record is [`Error::InProgress`], or with
+//! `wait` the caller waits (woken by the complete or release script's `PUBLISH` on
+//! `<record>:done`, with a capped fallback retry) until the first call finishes.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::backend::idem::{ClaimArgs, Claimed};
+use crate::client::{Inner, Locks};
+use crate::error::{BackendErrorKind, Error};
+use crate::key;
+use crate::notify::Subscription;
+
+pub mod fingerprint;
+pub(crate) mod http;
+pub(crate) mod record;
+
+pub use fingerprint::Fingerprint;
+
+/// Default lease of a claim: how long a crashed claimer blocks its key.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default retention of a completed record.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+/// Default cap on a stored response body.
+pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
+
+/// Longest sleep between claim tries while waiting: covers a missed message.
+const FALLBACK_CAP: Duration = Duration::from_millis(250);
+
+/// Settings fixed at compile time by `#[idempotent]`.
+#[derive(Debug, Clone, Copy)]
+pub struct IdemSpec {
+    /// Retention of the completed record, in milliseconds.
+    pub ttl_ms: u64,
+    /// Lease of the claim, in milliseconds.
+    pub lease_ms: u64,
+    /// How long a repeat waits for a running call (0: answer `InProgress` at once).
+    pub wait_ms: u64,
+    /// Largest response body stored (handlers).
+    pub max_body: usize,
+    /// The header carrying the key (handlers).
+    pub header: &'static str,
+    /// Whether a request without the header is rejected (handlers).
+    pub required: bool,
+}
+
+impl IdemSpec {
+    fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms.max(1))
+    }
+
+    fn retention(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.max(1))
+    }
+}
+
+/// `<prefix>idem:<module::fn>[:<scope>]:<key>`; `scope` and `key` arrive escaped.
+pub(crate) fn record_key(prefix: &str, function: &str, scope: Option<&str>, key: &str) -> String {
+    match scope {
+        Some(scope) => format!("{prefix}idem:{function}:{scope}:{key}"),
+        None => format!("{prefix}idem:{function}:{key}"),
+    }
+}
+
+/// The channel the complete and release scripts publish on (same hash slot as the record).
+pub(crate) fn done_channel(record: &str) -> String {
+    key::companion(record, ":done")
+}
+
+impl Inner {
+    /// Wake-ups on an arbitrary channel; `None` when they cannot be had.
+    pub(crate) async fn subscribe_channel(&self, channel: String) -> Option<Subscription> {
+        match (&self.backend, &self.notifier) {
+            (Backend::Memory(m), _) => Some(Subscription::local(&m.waiters, channel)),
+            (Backend::Redis(_), Some(n)) => n.subscribe(channel).await,
+            (Backend::Redis(_), None) => None,
+        }
+    }
+}
+
+/// How a call begins.
+pub(crate) enum Begin {
+    /// Claimed: run the body, then complete or release.
+    Run(Claim),
+    /// Completed before with the same payload: the stored record.
+    Replay(String),
+}
+
+/// Claims `key`, replays it, or waits up to `spec.wait_ms` for a running call to end.
+pub(crate) async fn begin(
+    locks: &Locks,
+    key: String,
+    fp: &Fingerprint,
+    spec: &IdemSpec,
+) -> Result<Begin, Error> {
+    let inner = &locks.inner;
+    if let Err(reason) = key::check_key(&key) {
+        return Err(Error::InvalidKey {
+            key,
+            reason: reason.to_owned(),
+        });
+    }
+    let digest = fp.digest();
+    let owner = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
+    let channel = done_channel(&key);
+    let lease = spec.lease();
+    let lifetime = lease + spec.retention();
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(spec.wait_ms);
+    let mut wake: Option<Subscription> = None;
+    let mut subscribed = false;
+    loop {
+        let args = ClaimArgs {
+            key: &key,
+            owner: &owner,
+            fp: &digest,
+            lease,
+            lifetime,
+        };
+        let found = match inner.backend.idem_claim(&args).await {
+            Ok(found) => found,
+            Err(source) => {
+                if matches!(
+                    source.kind(),
+                    BackendErrorKind::Timeout | BackendErrorKind::Connection
+                ) {
+                    // The claim may have landed with its reply lost: give it back.
+                    Claim::new(locks, key.clone(), owner, channel, lease, lifetime).spawn_release();
+                }
+                tracing::warn!(target: "distlock", key, error = %source, "idempotency claim failed");
+                return Err(Error::backend(&key, source));
+            }
+        };
+        let left = match found {
+            Claimed::New => {
+                tracing::debug!(
+                    target: "distlock",
+                    key,
+                    fingerprint = &digest[..12],
+                    skipped = ?fp.skipped(),
+                    waited_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "idempotency key claimed"
+                );
+                return Ok(Begin::Run(Claim::new(
+                    locks, key, owner, channel, lease, lifetime,
+                )));
+            }
+            Claimed::TookOver { previous } => {
+                tracing::warn!(
+                    target: "distlock",
+                    key,
+                    previous_owner = previous,
+                    "idempotency key claimed by taking over an expired claim (its claimer stopped renewing the lease); the body runs again"
+                );
+                return Ok(Begin::Run(Claim::new(
+                    locks, key, owner, channel, lease, lifetime,
+                )));
+            }
+            Claimed::Completed(raw) => {
+                tracing::debug!(target: "distlock", key, "idempotent replay of the stored result");
+                return Ok(Begin::Replay(raw));
+            }
+            Claimed::Mismatch => {
+                tracing::warn!(target: "distlock", key, fingerprint = &digest[..12], "idempotency key reused with a different payload");
+                return Err(Error::PayloadMismatch { key });
+            }
+            Claimed::InProgress(left) => left,
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            tracing::debug!(
+                target: "distlock",
+                key,
+                retry_after_ms = left.as_millis() as u64,
+                waited_ms = (now - started).as_secs_f64() * 1e3,
+                "idempotency key in use by a call in progress"
+            );
+            return Err(Error::InProgress {
+                key,
+                retry_after: left,
+            });
+        }
+        if !subscribed {
+            // Subscribe, then try once more at once: a completion published before the
+            // subscription was confirmed is not missed.
+            subscribed = true;
+            wake = inner.subscribe_channel(channel.clone()).await;
+            if wake.is_some() {
+                continue;
+            }
+        }
+        let fallback = (left + Duration::from_millis(1)).min(FALLBACK_CAP);
+        let until = (now + fallback).min(deadline);
+        match wake.as_mut() {
+            Some(w) => {
+                let _ = tokio::time::timeout_at(until, w.released()).await;
+            }
+            None => tokio::time::sleep_until(until).await,
+        }
+    }
+}
+
+/// A claimed record. Complete or release it; dropping it (a panic, a cancelled future)
+/// schedules the release at once on the current tokio runtime.
+pub(crate) struct Claim {
+    locks: Locks,
+    key: String,
+    owner: String,
+    channel: String,
+    lease: Duration,
+    lifetime: Duration,
+    done: bool,
+}
+
+impl Claim {
+    fn new(
+        locks: &Locks,
+        key: String,
+        owner: String,
+        channel: String,
+        lease: Duration,
+        lifetime: Duration,
+    ) -> Claim {
+        Claim {
+            locks: locks.clone(),
+            key,
+            owner,
+            channel,
+            lease,
+            lifetime,
+            done: false,
+        }
+    }
+
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Runs `body`, renewing the lease every `lease / 3` meanwhile (in this task, so the
+    /// body keeps its task-locals and need not be `Send` beyond what it already is).
+    pub(crate) async fn keep<F: Future>(&self, body: F) -> F::Output {
+        let beat = async {
+            let every = (self.lease / 3).max(Duration::from_millis(1));
+            loop {
+                tokio::time::sleep(every).await;
+                match self
+                    .locks
+                    .inner
+                    .backend
+                    .idem_renew(&self.key, &self.owner, self.lease, self.lifetime)
+                    .await
+                {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(target: "distlock", key = self.key, "idempotency claim lost while the body ran (its lease ended and another call took it over)");
+                        std::future::pending::<()>().await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotency lease renewal failed; retrying");
+                    }
+                }
+            }
+        };
+        tokio::pin!(body);
+        tokio::select! {
+            biased;
+            out = &mut body => out,
+            () = beat => unreachable!("the heartbeat never ends"),
+        }
+    }
+
+    /// Stores `record` (retained `ttl`) and wakes waiters. A failure is logged: the body
+    /// has run, and the caller still gets its result.
+    pub(crate) async fn complete(mut self, record: &str, retention: Duration) {
+        self.done = true;
+        let inner = &self.locks.inner;
+        let mut retried = false;
+        loop {
+            match inner
+                .backend
+                .idem_complete(&self.key, &self.owner, record, retention, &self.channel)
+                .await
+            {
+                Ok(true) => {
+                    tracing::debug!(target: "distlock", key = self.key, bytes = record.len(), "idempotent result stored");
+                    return;
+                }
+                Ok(false) => {
+                    tracing::warn!(target: "distlock", key = self.key, "idempotent result not stored: the claim was lost (its lease ended and another call took it over)");
+                    return;
+                }
+                Err(e)
+                    if !retried
+                        && matches!(
+                            e.kind(),
+                            BackendErrorKind::Timeout | BackendErrorKind::Connection
+                        ) =>
+                {
+                    retried = true;
+                }
+                Err(e) => {
+                    tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotent result not stored; the claim ends with its lease");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Gives the claim up so a retry runs the body.
+    pub(crate) async fn release(mut self) {
+        self.done = true;
+        release(&self.locks, &self.key, &self.owner, &self.channel).await;
+    }
+
+    fn spawn_release(mut self) {
+        self.done = true;
+        let Claim {
+            locks,
+            key,
+            owner,
+            channel,
+            ..
+        } = &self;
+        let (locks, key, owner, channel) =
+            (locks.clone(), key.clone(), owner.clone(), channel.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move { release(&locks, &key, &owner, &channel).await });
+            }
+            Err(_) => tracing::warn!(
+                target: "distlock",
+                key,
+                "idempotency claim dropped outside a tokio runtime; it ends with its lease"
+            ),
+        }
+    }
+}
+
+async fn release(locks: &Locks, key: &str, owner: &str, channel: &str) {
+    match locks.inner.backend.idem_release(key, owner, channel).await {
+        Ok(true) => tracing::debug!(target: "distlock", key, "idempotency claim released"),
+        Ok(false) => tracing::debug!(target: "distlock", key, "idempotency claim already gone"),
+        Err(e) => {
+            tracing::warn!(target: "distlock", key, error = %e, "idempotency claim release failed; it ends with its lease")
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let claim = Claim {
+            locks: self.locks.clone(),
+            key: std::mem::take(&mut self.key),
+            owner: std::mem::take(&mut self.owner),
+            channel: std::mem::take(&mut self.channel),
+            lease: self.lease,
+            lifetime: self.lifetime,
+            done: false,
+        };
+        claim.spawn_release();
+    }
+}
+
+/// What an idempotent plain fn returns: `Result<T, E>` with `T` storable and
+/// `E: From<distlock::Error>`.
+#[diagnostic::on_unimplemented(
+    message = "`#[idempotent]` functions must return `Result<T, E>` where `T: Serialize + DeserializeOwned` and `E: From<distlock::Error>`, found `{Self}`",
+    label = "expected `Result<T, E>`",
+    note = "the `Ok` value is stored as JSON and replayed to repeats; idempotency failures (`InProgress`, `PayloadMismatch`, `Backend`) are returned through `E`"
+)]
+pub trait IdemOutput: Sized {
+    /// An idempotency failure as this return value.
+    fn from_idem_error(error: Error) -> Self;
+    /// The `Ok` value as JSON (`None` for an `Err`, which is not stored).
+    fn to_stored(&self) -> Option<Result<serde_json::Value, serde_json::Error>>;
+    /// The `Ok` value back from its JSON.
+    fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error>;
+}
+
+/// An `Ok` type `#[idempotent]` can store and replay.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be stored by `#[idempotent]`: it must implement `serde::Serialize` and `serde::de::DeserializeOwned`",
+    label = "the `Ok` type must be `Serialize + DeserializeOwned`",
+    note = "the first call's `Ok` value is stored as JSON and replayed to every repeat; derive `serde::Serialize` and `serde::Deserialize` for it"
+)]
+pub trait IdemValue: serde::Serialize + serde::de::DeserializeOwned {}
+
+#[diagnostic::do_not_recommend]
+impl<T: serde::Serialize + serde::de::DeserializeOwned> IdemValue for T {}
+
+impl<T: IdemValue, E: From<Error>> IdemOutput for Result<T, E> {
+    fn from_idem_error(error: Error) -> Self {
+        Err(error.into())
+    }
+
+    fn to_stored(&self) -> Option<Result<serde_json::Value, serde_json::Error>> {
+        self.as_ref().ok().map(serde_json::to_value)
+    }
+
+    fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(value).map(Ok)
+    }
+}
+
+/// Where a plain fn's record lives: the function's path, the rendered scope, the key.
+#[derive(Debug)]
+pub struct IdemTarget {
+    /// `module::path::fn_name`.
+    pub function: &'static str,
+    /// The rendered `scope` template, if any.
+    pub scope: Option<String>,
+    /// The rendered `key` template.
+    pub key: String,
+}
+
+/// The body of an `#[idempotent(key = ...)]` fn: claim or replay, run with the lease
+/// renewed, then store an `Ok` or release on `Err`, panic or cancellation.
+pub async fn run_idempotent<R, F>(
+    client: Result<Locks, Error>,
+    target: IdemTarget,
+    fp: Fingerprint,
+    spec: IdemSpec,
+    body: F,
+) -> R
+where
+    R: IdemOutput,
+    F: Future<Output = R>,
+{
+    let locks = match client {
+        Ok(locks) => locks,
+        Err(e) => return R::from_idem_error(e),
+    };
+    let key = record_key(
+        locks.prefix(),
+        target.function,
+        target.scope.as_deref(),
+        &target.key,
+    );
+    let claim = match begin(&locks, key.clone(), &fp, &spec).await {
+        Ok(Begin::Run(claim)) => claim,
+        Ok(Begin::Replay(raw)) => {
+            return match record::stored_value(&key, &raw).and_then(|v| {
+                R::from_stored(v).map_err(|e| {
+                    Error::backend(
+                        &key,
+                        crate::error::BackendError::new(
+                            BackendErrorKind::Response,
+                            format!("the stored result does not decode as the return type: {e}"),
+                        ),
+                    )
+                })
+            }) {
+                Ok(out) => out,
+                Err(e) => R::from_idem_error(e),
+            };
+        }
+        Err(e) => return R::from_idem_error(e),
+    };
+    let out = claim.keep(body).await;
+    match out.to_stored() {
+        Some(Ok(value)) => {
+            let record = record::completed_value(&fp.digest(), &value);
+            claim.complete(&record, spec.retention()).await;
+        }
+        Some(Err(e)) => {
+            tracing::warn!(target: "distlock", key = claim.key(), error = %e, "the result cannot be stored as JSON; the claim is released");
+            claim.release().await;
+        }
+        None => claim.release().await,
+    }
+    out
+}
+
+/// What `#[idempotent]` expands to (re-exported by `crate::__private`).
+pub(crate) mod private {
+    pub use super::fingerprint::{FpArg, FpSerialize, FpSkip};
+    pub use super::http::{
+        CaptureActix, CaptureAxum, CaptureBoth, CaptureNone, HandlerReturn, HandlerRun,
+        IdemRequest, IdemResponse, LocalCapture, Reply, SendCapture,
+    };
+    pub use super::{Fingerprint, IdemOutput, IdemSpec, IdemTarget, IdemValue, run_idempotent};
+}

@@ -1,0 +1,159 @@
+//! actix-web 4: `IdemRequest` is an extractor, `IdemResponse` a responder and `Error` a
+//! `ResponseError`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::http::header::{HeaderName, HeaderValue};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, Responder, ResponseError};
+
+use crate::error::Error;
+use crate::idempotency::http::{
+    CaptureActix, IdemRequest, IdemResponse, LocalCapture, Origin, Reply, internal_error, problem,
+    status_of,
+};
+use crate::idempotency::record::{Captured, FRAMING};
+
+thread_local! {
+    /// Requests of idempotent handlers running on this worker thread. `HttpRequest` is
+    /// not `Send`; keeping it here keeps `IdemRequest` `Send` (axum needs that), and
+    /// actix runs a handler on one thread from extraction to response.
+    static REQUESTS: RefCell<HashMap<u64, HttpRequest>> = RefCell::new(HashMap::new());
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn forget(id: u64) {
+    let _ = REQUESTS.try_with(|r| r.borrow_mut().remove(&id));
+}
+
+fn with_request<R>(id: u64, f: impl FnOnce(&HttpRequest) -> R) -> Option<R> {
+    REQUESTS
+        .try_with(|r| r.borrow().get(&id).cloned())
+        .ok()
+        .flatten()
+        .map(|req| f(&req))
+}
+
+impl FromRequest for IdemRequest {
+    type Error = actix_web::Error;
+    type Future = std::future::Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        REQUESTS.with(|r| r.borrow_mut().insert(id, req.clone()));
+        std::future::ready(Ok(IdemRequest {
+            headers: req
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+            method: req.method().as_str().to_owned(),
+            route: req.match_pattern().unwrap_or_default(),
+            query: req.query_string().to_owned(),
+            origin: Origin::Actix(id),
+        }))
+    }
+}
+
+/// A captured response as an actix one (framing headers are left to the server).
+pub(crate) fn render(cap: Captured) -> HttpResponse {
+    let status = StatusCode::from_u16(cap.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut res = HttpResponse::build(status);
+    for (name, value) in cap.headers {
+        if FRAMING.contains(&name.as_str()) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) {
+            res.append_header((n, v));
+        }
+    }
+    res.body(cap.body)
+}
+
+fn head(res: &HttpResponse<BoxBody>) -> (u16, Vec<(String, Vec<u8>)>) {
+    (
+        res.status().as_u16(),
+        res.headers()
+            .iter()
+            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+            .collect(),
+    )
+}
+
+/// A rendered response whose body is a stream: status, headers, body.
+pub(crate) type Streaming = (u16, Vec<(String, Vec<u8>)>, BoxBody);
+
+/// Renders `value` against the request `id` and buffers it: at once when the body is
+/// in memory (every body but a stream), else `Err` with the streaming body.
+pub(crate) fn capture_now<T: Responder>(
+    value: T,
+    id: u64,
+) -> Result<Captured, Streaming> {
+    let Some(res) = with_request(id, |req| value.respond_to(req).map_into_boxed_body()) else {
+        return Ok(internal_error(
+            "an actix responder was returned, but the request was not extracted by actix-web",
+        ));
+    };
+    let (status, headers) = head(&res);
+    let body = res.into_body();
+    match body.try_into_bytes() {
+        Ok(bytes) => Ok(Captured {
+            status,
+            headers,
+            body: bytes.to_vec(),
+        }),
+        Err(body) => Err((status, headers, body)),
+    }
+}
+
+impl<T: Responder> CaptureActix for &Reply<T> {
+    fn __distlock_capture(&self, req: &IdemRequest) -> LocalCapture {
+        let Origin::Actix(id) = req.origin else {
+            return Box::pin(std::future::ready(internal_error(
+                "an actix responder was returned, but the request was not extracted by actix-web",
+            )));
+        };
+        match capture_now(self.take(), id) {
+            Ok(cap) => Box::pin(std::future::ready(cap)),
+            Err((status, headers, body)) => Box::pin(async move {
+                match actix_web::body::to_bytes(body).await {
+                    Ok(bytes) => Captured {
+                        status,
+                        headers,
+                        body: bytes.to_vec(),
+                    },
+                    Err(e) => internal_error(&format!("the handler's response body failed: {e}")),
+                }
+            }),
+        }
+    }
+}
+
+impl Responder for IdemResponse {
+    type Body = BoxBody;
+
+    fn respond_to(self, _req: &HttpRequest) -> HttpResponse<Self::Body> {
+        render(self.into_captured())
+    }
+}
+
+/// RFC 9457 `application/problem+json`: `MissingKey`/`InvalidKey` 400, `InProgress` 409
+/// with `Retry-After`, `PayloadMismatch` 422, `Busy` 503 with `Retry-After`, `Backend`
+/// 503, `Lost` 500.
+impl ResponseError for Error {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(status_of(self)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    fn error_response(&self) -> HttpResponse<BoxBody> {
+        render(problem(self))
+    }
+}

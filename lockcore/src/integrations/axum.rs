@@ -1,0 +1,96 @@
+//! axum 0.8: `IdemRequest` is an extractor, `IdemResponse` and `Error` are responses.
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, MatchedPath};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::error::Error;
+use crate::idempotency::http::{
+    CaptureAxum, IdemRequest, IdemResponse, Origin, Reply, SendCapture, internal_error, problem,
+};
+use crate::idempotency::record::{Captured, FRAMING};
+
+impl<S: Send + Sync> FromRequestParts<S> for IdemRequest {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(IdemRequest {
+            headers: parts
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+            method: parts.method.as_str().to_owned(),
+            route: parts
+                .extensions
+                .get::<MatchedPath>()
+                .map(|m| m.as_str().to_owned())
+                .unwrap_or_default(),
+            query: parts.uri.query().unwrap_or_default().to_owned(),
+            origin: Origin::Axum,
+        })
+    }
+}
+
+/// A captured response as an axum one (framing headers are left to the server).
+pub(crate) fn render(cap: Captured) -> Response {
+    let mut res = Response::new(Body::from(cap.body));
+    *res.status_mut() =
+        StatusCode::from_u16(cap.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let headers = res.headers_mut();
+    for (name, value) in cap.headers {
+        if FRAMING.contains(&name.as_str()) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(&value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    res
+}
+
+/// Buffers an axum response.
+pub(crate) async fn capture(res: Response) -> Captured {
+    let (parts, body) = res.into_parts();
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(bytes) => Captured {
+            status: parts.status.as_u16(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+            body: bytes.to_vec(),
+        },
+        Err(e) => internal_error(&format!("the handler's response body failed: {e}")),
+    }
+}
+
+impl IntoResponse for IdemResponse {
+    fn into_response(self) -> Response {
+        render(self.into_captured())
+    }
+}
+
+/// RFC 9457 `application/problem+json`: `MissingKey`/`InvalidKey` 400, `InProgress` 409
+/// with `Retry-After`, `PayloadMismatch` 422, `Busy` 503 with `Retry-After`, `Backend`
+/// 503, `Lost` 500.
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        render(problem(&self))
+    }
+}
+
+impl<T: IntoResponse> CaptureAxum for &&Reply<T> {
+    fn __distlock_capture(&self, _req: &IdemRequest) -> SendCapture {
+        let res = self.take().into_response();
+        Box::pin(capture(res))
+    }
+}

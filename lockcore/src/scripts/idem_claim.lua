@@ -1,0 +1,64 @@
+-- Claim an idempotency record in one step. KEYS[1] record key.
+-- ARGV[1] owner token, ARGV[2] payload fingerprint, ARGV[3] lease in ms,
+-- ARGV[4] lifetime of the in-progress key in ms (lease + retention, so nothing is stuck forever).
+-- Returns {code, detail}:
+--   1 claimed (detail '')
+--   2 claimed by taking over an in-progress record whose lease had ended (detail: its owner)
+--   3 completed earlier with the same fingerprint (detail: the record, to replay)
+--   4 in progress under a live lease (detail: ms left on that lease)
+--   5 same key, different fingerprint (detail: the record's status)
+-- The lease end is Redis's own clock (TIME), never the caller's.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function claim()
+  local rec = cjson.encode({
+    status = 'in_progress',
+    owner = ARGV[1],
+    fp = ARGV[2],
+    lease_until_ms = now + tonumber(ARGV[3]),
+    claimed_at_ms = now,
+  })
+  redis.call('SET', KEYS[1], rec, 'PX', ARGV[4])
+end
+local raw = redis.call('GET', KEYS[1])
+if not raw then
+  claim()
+  return {1, ''}
+end
+-- Completed records are written by the client with `status` and `fp` first: read them
+-- without decoding a body that may be large.
+local status, fp = string.match(raw, '^{"status":"([%a_]+)","fp":"(%x*)"')
+local rec = nil
+if status ~= 'completed' then
+  local ok, decoded = pcall(cjson.decode, raw)
+  if not ok or type(decoded) ~= 'table' then
+    return redis.error_reply('ERR idempotency record ' .. KEYS[1] .. ' is not a JSON object')
+  end
+  rec = decoded
+  status = rec.status
+  fp = rec.fp
+end
+if status == 'completed' then
+  if fp ~= ARGV[2] then
+    return {5, 'completed'}
+  end
+  return {3, raw}
+end
+if status ~= 'in_progress' then
+  return redis.error_reply('ERR idempotency record ' .. KEYS[1] .. ' has unknown status')
+end
+if rec.owner == ARGV[1] then
+  -- A retry of this same claim whose first reply was lost.
+  claim()
+  return {1, ''}
+end
+local lease = tonumber(rec.lease_until_ms) or 0
+if lease > now then
+  if fp ~= ARGV[2] then
+    return {5, 'in_progress'}
+  end
+  return {4, tostring(lease - now)}
+end
+-- The claimer stopped renewing (crashed, or paused past its lease): take it over.
+claim()
+return {2, tostring(rec.owner)}

@@ -1,0 +1,14 @@
+-- Give up a claim so a retry runs the body. KEYS[1] record key.
+-- ARGV[1] owner token, ARGV[2] channel that wakes waiters.
+-- Returns 1 released, 0 when the record is gone or no longer this owner's claim.
+local raw = redis.call('GET', KEYS[1])
+if not raw or string.sub(raw, 1, 22) == '{"status":"completed",' then
+  return 0
+end
+local ok, rec = pcall(cjson.decode, raw)
+if not ok or type(rec) ~= 'table' or rec.status ~= 'in_progress' or rec.owner ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], '1')
+return 1
