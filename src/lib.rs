@@ -39,6 +39,9 @@ pub use lockcore::{
     BackendError, BackendErrorKind, DEFAULT_COMMAND_TIMEOUT, DEFAULT_PREFIX, DEFAULT_TTL, Error,
     LockGuard, LockInfo, LockRequest, Locks, LocksBuilder, Result, current_lock, install, key,
 };
+pub use lockcore::{
+    Captured, IdemRequest, IdemResponse, MAX_KEY_LEN, REPLAYED_HEADER, idempotency,
+};
 
 /// Runs an `async fn` alone across every process that shares one Redis.
 ///
@@ -119,6 +122,100 @@ pub use lockcore::{
 /// argument, a non-async fn, a return type that is not a suitable `Result`, and a
 /// placeholder whose type is not `Display`.
 pub use lockmacro::distributed_lock;
+
+/// Runs an async fn, or an axum / actix-web handler, once per key across every process
+/// that shares one Redis; every repeat gets the first result back.
+///
+/// ```no_run
+/// # #[derive(Debug)] struct AppError;
+/// # impl From<distlock::Error> for AppError { fn from(_: distlock::Error) -> Self { AppError } }
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Receipt { charged: u64 }
+///
+/// /// A payment provider retries this callback; the card is charged once.
+/// #[distlock::idempotent(key = "pay-callback:<notify_id>", ttl = "24h")]
+/// async fn on_paid(notify_id: String, amount: u64) -> Result<Receipt, AppError> {
+///     Ok(Receipt { charged: amount })
+/// }
+/// ```
+///
+/// On a handler (features `axum` or `actix`), the key comes from a request header; the
+/// attribute adds the extractor itself and the handler's return type becomes
+/// [`IdemResponse`]:
+///
+/// ```no_run
+/// use axum::{Json, extract::Path};
+/// # #[derive(serde::Serialize, serde::Deserialize)] pub struct Order { qty: u32 }
+/// #[distlock::idempotent(header = "Idempotency-Key")]
+/// async fn create(Path(user): Path<u64>, Json(order): Json<Order>) -> (axum::http::StatusCode, String) {
+///     (axum::http::StatusCode::CREATED, format!("order for {user}"))
+/// }
+/// ```
+///
+/// # Arguments
+///
+/// | argument | default | meaning |
+/// |---|---|---|
+/// | `key = "pay:<id>"` | | async fns: the key, a template like `#[distributed_lock]`'s (same escaping and checks) |
+/// | `header = "Idempotency-Key"` | | handlers: the key is this request header's value |
+/// | `scope = "<user_id>"` | none | a template added to the key, e.g. per tenant |
+/// | `ttl = "24h"` | `24h` | how long a completed record is kept and replayed |
+/// | `lease = "30s"` | `30s` | how long a claim survives without renewal (a crashed caller blocks the key this long); renewed every `lease / 3` while the body runs |
+/// | `wait = "5s"` | none | a repeat that arrives while the first call runs waits this long for its result instead of getting `InProgress` |
+/// | `required = false` | `true` | handlers: run without idempotency when the header is missing, instead of `MissingKey` |
+/// | `fingerprint = [a, b]` | all `Serialize` bindings | the bindings whose values make up the payload fingerprint |
+/// | `max_body = "1MiB"` | `1MiB` | handlers: larger responses are returned but not stored |
+/// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` |
+/// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |
+///
+/// Exactly one of `key` and `header` is required.
+///
+/// # The record
+///
+/// One JSON string per key at `<prefix>idem:<module::path::fn>[:<scope>]:<key>` (e.g.
+/// `lock:idem:shop::pay::on_paid:pay-callback:N-1`), readable with `redis-cli GET`: while
+/// the body runs `{"status":"in_progress","owner":..,"fp":..,"lease_until_ms":..}`, then
+/// `{"status":"completed","fp":..,"value":..}` (fns) or `..,"response":{"status":..,
+/// "headers":[..],"body":..}` (handlers). Claim, complete, release and renew are each one
+/// Lua script that checks the owner token. See [`idempotency`] for the state machine.
+///
+/// # What happens
+///
+/// | the record | the call |
+/// |---|---|
+/// | none, or in progress past its lease (the claimer crashed) | claims it and runs the body |
+/// | completed, same payload | replays the stored result; the body does not run |
+/// | completed or in progress, different payload | `Err(PayloadMismatch)` (HTTP 422) |
+/// | in progress | `Err(InProgress)` (HTTP 409 with `Retry-After`); with `wait`, waits (woken by a Pub/Sub message) and replays |
+///
+/// - Async fns return `Result<T, E>` with `T: Serialize + DeserializeOwned` and
+///   `E: From<distlock::Error>`. `Ok` is stored (including `()`); `Err`, a panic and a
+///   cancelled future release the claim so a retry runs the body.
+/// - Handlers: the status, headers and body (up to `max_body`) are stored when the
+///   status is below 500 and not 408, 409, 425 or 429; otherwise the claim is released.
+///   Replays carry `Idempotent-Replayed: true` and never `Set-Cookie`, `Date` or
+///   hop-by-hop headers.
+/// - Bad keys never reach Redis: no header is `MissingKey` (400); an empty one, one over
+///   255 bytes or one with characters outside visible ASCII is `InvalidKey` (400) saying
+///   what is wrong. Header values are escaped like placeholders.
+///
+/// The fingerprint hashes the bindings whose type is `Serialize` (others, such as
+/// `State` or a pool, are left out), and for handlers the method, matched route and
+/// query; see [`idempotency::fingerprint`] for exactly what is hashed.
+///
+/// # With `#[distributed_lock]`
+///
+/// Both orders expand the same way: the claim is taken first, then the lock, then the
+/// body runs. We recommend writing `#[idempotent]` on top, which reads in that order:
+/// repeats are answered from the record without touching the lock, and a body that
+/// failed to get the lock (`Busy`) releases its claim so a retry can run.
+///
+/// # Errors
+///
+/// `InProgress`, `PayloadMismatch`, `MissingKey`, `InvalidKey` and `Backend`; through
+/// `E` for fns, as RFC 9457 `application/problem+json` responses for handlers.
+/// Mistakes in the arguments are compile errors on the offending token.
+pub use lockmacro::idempotent;
 
 #[doc(hidden)]
 pub mod __private {

@@ -74,7 +74,7 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
 }
 
 /// The user's item, unchanged, plus the error: IDEs keep seeing the function.
-fn with_error(item: TokenStream, e: syn::Error) -> TokenStream {
+pub(crate) fn with_error(item: TokenStream, e: syn::Error) -> TokenStream {
     let e = e.to_compile_error();
     quote!(#item #e)
 }
@@ -189,7 +189,7 @@ fn lock_config(
 }
 
 /// The value as a `bool` literal.
-fn bool_lit(arg: &crate::args::RawArg) -> syn::Result<bool> {
+pub(crate) fn bool_lit(arg: &crate::args::RawArg) -> syn::Result<bool> {
     match &arg.value {
         Expr::Lit(syn::ExprLit {
             lit: syn::Lit::Bool(b),
@@ -234,7 +234,7 @@ pub(crate) fn duration_arg(
 }
 
 /// How the function's body is laid out.
-enum Shape {
+pub(crate) enum Shape {
     /// `async fn`: wrap the block.
     Async,
     /// A method already rewritten by `#[async_trait]`: `Box::pin(async move { ...; let __ret: R = {body}; __ret })`.
@@ -244,7 +244,7 @@ enum Shape {
 }
 
 impl Shape {
-    fn of(func: &mut ItemFn) -> Shape {
+    pub(crate) fn of(func: &mut ItemFn) -> Shape {
         if func.sig.asyncness.is_some() {
             return Shape::Async;
         }
@@ -254,7 +254,7 @@ impl Shape {
         }
     }
 
-    fn bindings(&self, func: &ItemFn) -> Option<Vec<String>> {
+    pub(crate) fn bindings(&self, func: &ItemFn) -> Option<Vec<String>> {
         let mut names = param_bindings(&func.sig);
         match self {
             Shape::Async => {}
@@ -288,7 +288,7 @@ impl Shape {
 }
 
 /// The block inside `Box::pin(async move { ... })`, the body `#[async_trait]` generates.
-fn async_trait_block(block: &mut Block) -> Option<&mut Block> {
+pub(crate) fn async_trait_block(block: &mut Block) -> Option<&mut Block> {
     let Some(Stmt::Expr(Expr::Call(call), None)) = block.stmts.last_mut() else {
         return None;
     };
@@ -310,7 +310,7 @@ fn async_trait_block(block: &mut Block) -> Option<&mut Block> {
 }
 
 /// The `let __ret: R = { body };` statement of an `#[async_trait]` body.
-fn ret_stmt(block: &mut Block) -> Option<(usize, &mut syn::Local)> {
+pub(crate) fn ret_stmt(block: &mut Block) -> Option<(usize, &mut syn::Local)> {
     block
         .stmts
         .iter_mut()
@@ -473,7 +473,7 @@ pub(crate) fn key_expr(
 }
 
 /// `tokens` with every span set to `span` (hygiene unchanged: only the location moves).
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut tt| {
@@ -492,7 +492,7 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
 /// Where a return type that is not `Result<T, E: From<Error>>` is reported: at `E` in
 /// `Result<T, E>` (the usual mistake is an `E` without the `From` impl), else at the
 /// type's first token.
-fn output_span(ret: &Type) -> Span {
+pub(crate) fn output_span(ret: &Type) -> Span {
     if let Type::Path(p) = ret
         && let Some(last) = p.path.segments.last()
         && last.ident == "Result"
@@ -515,7 +515,7 @@ fn output_span(ret: &Type) -> Span {
 
 /// The spans of the first and last tokens: code respanned over them (see [`respan_range`])
 /// makes rustc underline everything in between, which a single `Span` cannot on stable.
-fn span_range(tokens: TokenStream) -> (Span, Span) {
+pub(crate) fn span_range(tokens: TokenStream) -> (Span, Span) {
     let mut iter = tokens.into_iter();
     let first = iter.next().map_or_else(Span::call_site, |tt| tt.span());
     let last = iter.last().map_or(first, |tt| match tt {
@@ -526,7 +526,7 @@ fn span_range(tokens: TokenStream) -> (Span, Span) {
 }
 
 /// `tokens` with the first token located at `first` and all others at `last`.
-fn respan_range(tokens: TokenStream, first: Span, last: Span) -> TokenStream {
+pub(crate) fn respan_range(tokens: TokenStream, first: Span, last: Span) -> TokenStream {
     let mut iter = tokens.into_iter();
     let head = iter.next().map(|tt| respan(tt.into(), first));
     let tail = respan(iter.collect(), last);
@@ -534,14 +534,14 @@ fn respan_range(tokens: TokenStream, first: Span, last: Span) -> TokenStream {
 }
 
 /// A group of `inner` (whose spans are kept) with its delimiters at `span`.
-fn group(delimiter: Delimiter, inner: TokenStream, span: Span) -> TokenTree {
+pub(crate) fn group(delimiter: Delimiter, inner: TokenStream, span: Span) -> TokenTree {
     let mut g = proc_macro2::Group::new(delimiter, inner);
     g.set_span(Span::call_site().located_at(span));
     TokenTree::Group(g)
 }
 
 /// `#[async_trait]` moved `self` into `__self`; expressions from the arguments must follow.
-fn rename_self(tokens: TokenStream) -> TokenStream {
+pub(crate) fn rename_self(tokens: TokenStream) -> TokenStream {
     tokens
         .into_iter()
         .map(|tt| match tt {
@@ -558,7 +558,7 @@ fn rename_self(tokens: TokenStream) -> TokenStream {
         .collect()
 }
 
-fn contains_impl_trait(ty: &Type) -> bool {
+pub(crate) fn contains_impl_trait(ty: &Type) -> bool {
     contains_impl_tokens(ty.to_token_stream())
 }
 

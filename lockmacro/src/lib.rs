@@ -9,10 +9,17 @@ mod args;
 mod check;
 mod duration;
 mod expand;
+mod idempotent;
 mod template;
 
 /// Runs an async fn's body under a distributed lock; see `distlock::distributed_lock`.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()
+}
+
+/// Runs an async fn or an axum/actix-web handler once per key; see `distlock::idempotent`.
+#[proc_macro_attribute]
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    idempotent::idempotent(args.into(), item.into()).into()
 }

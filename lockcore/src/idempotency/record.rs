@@ -72,8 +72,6 @@ struct StoredResponse {
 #[derive(Deserialize)]
 struct Completed {
     #[serde(default)]
-    value: Option<serde_json::Value>,
-    #[serde(default)]
     response: Option<StoredResponse>,
 }
 
@@ -130,10 +128,12 @@ fn corrupt(key: &str, what: impl std::fmt::Display) -> Error {
     )
 }
 
-/// The stored `Ok` value of a completed record.
+/// The stored `Ok` value of a completed record (`null` included: `()` and `None` are
+/// results too).
 pub(crate) fn stored_value(key: &str, raw: &str) -> Result<serde_json::Value, Error> {
-    let rec: Completed = serde_json::from_str(raw).map_err(|e| corrupt(key, e))?;
-    rec.value
+    let mut rec: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(raw).map_err(|e| corrupt(key, e))?;
+    rec.remove("value")
         .ok_or_else(|| corrupt(key, "it holds an HTTP response, not a function result"))
 }
 
@@ -252,5 +252,7 @@ mod tests {
         assert!(raw.contains("body_base64"));
         assert_eq!(stored_response("k", &raw).unwrap().body, bin.body);
         assert!(stored_value("k", &raw).is_err());
+        let unit = completed_value("ab", &serde_json::Value::Null);
+        assert_eq!(stored_value("k", &unit).unwrap(), serde_json::Value::Null);
     }
 }

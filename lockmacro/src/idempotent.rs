@@ -1,0 +1,663 @@
+//! `#[idempotent]`: arguments → validated config → claim / run / store or release.
+//!
+//! Two modes, chosen by the arguments:
+//! - `key = "pay:<id>"` on any async fn returning `Result<T, E>`: the `Ok` value is
+//!   stored as JSON and replayed (`run_idempotent`).
+//! - `header = "Idempotency-Key"` on an axum or actix-web handler: a hidden first
+//!   parameter extracts the request's header, method, route and query; the handler's
+//!   response is captured, stored and replayed, and its return type becomes
+//!   `IdemResponse` (`HandlerRun`).
+//!
+//! A sibling `#[distributed_lock(...)]` below this attribute is applied here first, to the
+//! original signature, so the claim always happens outside the lock (see
+//! [`take_sibling_lock`]).
+
+use proc_macro2::{Delimiter, Span, TokenStream};
+use quote::{ToTokens, format_ident, quote};
+use syn::spanned::Spanned;
+use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Type};
+
+use crate::args::{ArgSlots, Errors, RawArg, RawArgs, lit_str};
+use crate::check::{check_placeholders, closest};
+use crate::expand::{
+    self, Shape, async_trait_block, bool_lit, contains_impl_trait, duration_arg, group, key_expr,
+    rename_self, respan, respan_range, ret_stmt, span_range, with_error,
+};
+use crate::template::Template;
+
+const IDEM_ARGS: &[&str] = &[
+    "key",
+    "header",
+    "scope",
+    "ttl",
+    "lease",
+    "wait",
+    "required",
+    "fingerprint",
+    "max_body",
+    "client",
+    "crate",
+];
+
+/// Where the idempotency key comes from.
+enum Source {
+    /// A template over the fn's parameters.
+    Key(Template),
+    /// A request header (handlers).
+    Header(LitStr),
+}
+
+/// A validated `#[idempotent]`.
+struct IdemConfig {
+    krate: syn::Path,
+    source: Source,
+    scope: Option<Template>,
+    ttl_ms: u64,
+    lease_ms: u64,
+    wait_ms: u64,
+    required: bool,
+    /// `fingerprint = [a, b]`: only these bindings (each must be `Serialize`).
+    fingerprint: Option<Vec<Ident>>,
+    max_body: u64,
+    client: Option<Expr>,
+}
+
+pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    let mut func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(f) => f,
+        Err(_) => {
+            let e = syn::Error::new(
+                Span::call_site(),
+                "`#[idempotent]` can only be applied to an `async fn` with a body",
+            );
+            return with_error(item, e);
+        }
+    };
+    // Apply a `#[distributed_lock]` written below this attribute now, so the lock ends
+    // up inside the idempotency claim (as it does when written above).
+    let mut extra = TokenStream::new();
+    if let Some(lock_args) = take_sibling_lock(&mut func) {
+        let locked = expand::distributed_lock(lock_args, func.to_token_stream());
+        match split_fn(locked.clone()) {
+            Some((f, rest)) => {
+                func = f;
+                extra = rest;
+            }
+            None => return locked,
+        }
+    }
+    let mut errors = Errors::default();
+    let shape = Shape::of(&mut func);
+    let bindings = shape.bindings(&func);
+    let config = match syn::parse2::<RawArgs>(args) {
+        Ok(raw) => idem_config(raw, bindings.as_deref(), &mut errors),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    };
+    if let Shape::NotAsync = shape {
+        errors.push(syn::Error::new(
+            func.sig.fn_token.span(),
+            "the `async` keyword is missing from the function declaration: `#[idempotent]` works on `async fn`",
+        ));
+    }
+    if let Some(config) = &config {
+        match (&config.source, &shape) {
+            (Source::Key(_), _) if matches!(func.sig.output, ReturnType::Default) => {
+                errors.push(syn::Error::new(
+                    func.sig.paren_token.span.close(),
+                    "`#[idempotent(key = ...)]` functions must return `Result<T, E>` where `T: Serialize + DeserializeOwned` and `E: From<distlock::Error>`; add a return type",
+                ));
+            }
+            (Source::Header(lit), Shape::AsyncTrait(_)) => errors.push(syn::Error::new(
+                lit.span(),
+                "`header = ...` works on axum and actix-web handlers (plain `async fn`s); use `key = \"...\"` in trait methods",
+            )),
+            _ => {}
+        }
+    }
+    let out = match (errors.finish(), config) {
+        (Some(e), _) => with_error(func.into_token_stream(), e),
+        (None, Some(config)) => expand_fn(func, shape, &config),
+        (None, None) => func.into_token_stream(),
+    };
+    let out = quote!(#out #extra);
+    if std::env::var_os("DISTLOCK_MACROS_DEBUG").is_some() {
+        eprintln!("{out}");
+    }
+    out
+}
+
+/// Removes a `#[distributed_lock(...)]` from the fn's attributes, returning its arguments.
+///
+/// Attribute macros run outermost first and see the attributes below them still
+/// attached. With `#[idempotent]` above `#[distributed_lock]`, leaving the lock attribute
+/// in place would wrap the lock around the whole idempotent expansion (and, for a
+/// handler, around a signature it does not expect). Applying it here instead gives the
+/// same nesting as the other order: claim first, then lock, then the body; repeats are
+/// answered from the record without touching the lock.
+fn take_sibling_lock(func: &mut ItemFn) -> Option<TokenStream> {
+    let at = func.attrs.iter().position(|a| {
+        a.path()
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "distributed_lock")
+    })?;
+    let attr = func.attrs.remove(at);
+    Some(match attr.meta {
+        syn::Meta::List(list) => list.tokens,
+        _ => TokenStream::new(),
+    })
+}
+
+/// The fn out of a macro's output, and whatever follows it (`compile_error!`s).
+fn split_fn(tokens: TokenStream) -> Option<(ItemFn, TokenStream)> {
+    let file: syn::File = syn::parse2(tokens).ok()?;
+    let mut func = None;
+    let mut rest = TokenStream::new();
+    for item in file.items {
+        match item {
+            syn::Item::Fn(f) if func.is_none() => func = Some(f),
+            other => other.to_tokens(&mut rest),
+        }
+    }
+    Some((func?, rest))
+}
+
+fn idem_config(
+    raw: RawArgs,
+    bindings: Option<&[String]>,
+    errors: &mut Errors,
+) -> Option<IdemConfig> {
+    let mut slots = ArgSlots::sort(raw, IDEM_ARGS, errors);
+    let krate = match slots.take("crate") {
+        Some(arg) => match lit_str(&arg).and_then(|s| s.parse::<syn::Path>()) {
+            Ok(path) => Some(path),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        None => Some(syn::parse_quote!(::distlock)),
+    };
+    let template = |arg: RawArg, what: &str, errors: &mut Errors| -> Option<Template> {
+        match lit_str(&arg).and_then(|lit| Template::parse(&lit)) {
+            Ok(t) => {
+                if let Some(bindings) = bindings
+                    && let Err(e) = check_placeholders(&t, what, bindings)
+                {
+                    errors.push(e);
+                }
+                Some(t)
+            }
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        }
+    };
+    let key_arg = slots.take("key");
+    let header_arg = slots.take("header");
+    let source = match (key_arg, header_arg) {
+        (Some(_), Some(header)) => {
+            errors.push(syn::Error::new(
+                header.name.span(),
+                "`key` and `header` cannot be used together: `key = \"...\"` builds the key from the fn's parameters, `header = \"Idempotency-Key\"` takes it from a request header",
+            ));
+            None
+        }
+        (Some(key), None) => template(key, "the key template", errors).map(Source::Key),
+        (None, Some(header)) => match lit_str(&header) {
+            Ok(lit) => match header_name_error(&lit.value()) {
+                Some(msg) => {
+                    errors.push(syn::Error::new(lit.span(), msg));
+                    None
+                }
+                None => Some(Source::Header(lit)),
+            },
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        (None, None) => {
+            errors.push(syn::Error::new(
+                Span::call_site(),
+                "missing `key` or `header`: write `#[idempotent(key = \"pay:<id>\")]` on an async fn, or `#[idempotent(header = \"Idempotency-Key\")]` on an axum or actix-web handler",
+            ));
+            None
+        }
+    };
+    let is_key = matches!(source, Some(Source::Key(_)));
+    let header_only = |arg: &RawArg, errors: &mut Errors| {
+        if is_key {
+            errors.push(syn::Error::new(
+                arg.name.span(),
+                format!(
+                    "`{}` only applies to handlers keyed by `header = \"...\"`",
+                    arg.name
+                ),
+            ));
+        }
+    };
+    let scope = match slots.take("scope") {
+        Some(arg) => Some(template(arg, "the scope template", errors)),
+        None => Some(None),
+    };
+    let ttl = duration_arg(slots.take("ttl"), errors, "").unwrap_or(Some(24 * 3_600_000));
+    let lease = duration_arg(slots.take("lease"), errors, "").unwrap_or(Some(30_000));
+    let wait = duration_arg(
+        slots.take("wait"),
+        errors,
+        "; leave `wait` out to answer a repeat that arrives while the first call runs with `InProgress` at once",
+    )
+    .unwrap_or(Some(0));
+    let required = match slots.take("required") {
+        Some(arg) => {
+            header_only(&arg, errors);
+            match bool_lit(&arg) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            }
+        }
+        None => Some(true),
+    };
+    let max_body = match slots.take("max_body") {
+        Some(arg) => {
+            header_only(&arg, errors);
+            match size_arg(&arg) {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            }
+        }
+        None => Some(1024 * 1024),
+    };
+    let fingerprint = match slots.take("fingerprint") {
+        Some(arg) => match fingerprint_arg(&arg, bindings) {
+            Ok(names) => Some(Some(names)),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        None => Some(None),
+    };
+    let client = slots.take("client").map(|a| a.value);
+    Some(IdemConfig {
+        krate: krate?,
+        source: source?,
+        scope: scope?,
+        ttl_ms: ttl?,
+        lease_ms: lease?,
+        wait_ms: wait?,
+        required: required?,
+        fingerprint: fingerprint?,
+        max_body: max_body?,
+        client,
+    })
+}
+
+/// Why `name` is not a valid HTTP header name, if it is not.
+fn header_name_error(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("the header name is empty; write e.g. `header = \"Idempotency-Key\"`".into());
+    }
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    name.chars().find(|c| !token(*c)).map(|c| {
+        format!("`{name}` is not a valid HTTP header name: `{}` is not allowed (use letters, digits and `-`)", c.escape_default())
+    })
+}
+
+/// `max_body = 65536` or `max_body = "64KiB"` / `"1MiB"`.
+fn size_arg(arg: &RawArg) -> syn::Result<u64> {
+    let bad = |span: Span| {
+        syn::Error::new(
+            span,
+            "`max_body` expects a size in bytes: an integer such as `65536`, or a string such as `\"64KiB\"` or `\"1MiB\"`",
+        )
+    };
+    match &arg.value {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(i),
+            ..
+        }) => i.base10_parse::<u64>(),
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(s),
+            ..
+        }) => {
+            let text = s.value();
+            let t = text.trim();
+            let digits = t.len() - t.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            let n: u64 = t[..digits].parse().map_err(|_| bad(s.span()))?;
+            let unit = match t[digits..].trim() {
+                "" | "B" => 1,
+                "KiB" => 1024,
+                "MiB" => 1024 * 1024,
+                _ => return Err(bad(s.span())),
+            };
+            n.checked_mul(unit).ok_or_else(|| bad(s.span()))
+        }
+        other => Err(bad(other.span())),
+    }
+}
+
+/// `fingerprint = [a, b]`: binding names, each checked against the parameters.
+fn fingerprint_arg(arg: &RawArg, bindings: Option<&[String]>) -> syn::Result<Vec<Ident>> {
+    let Expr::Array(list) = &arg.value else {
+        return Err(syn::Error::new(
+            arg.value.span(),
+            "`fingerprint` expects a list of parameter bindings, e.g. `fingerprint = [order, amount]`",
+        ));
+    };
+    let mut names = Vec::new();
+    let mut errors = Errors::default();
+    for elem in &list.elems {
+        let ident = match elem {
+            Expr::Path(p) if p.qself.is_none() => p.path.get_ident().cloned(),
+            _ => None,
+        };
+        let Some(ident) = ident else {
+            errors.push(syn::Error::new(
+                elem.span(),
+                "expected a parameter binding name, e.g. `order`",
+            ));
+            continue;
+        };
+        if let Some(bindings) = bindings {
+            let name = ident.to_string();
+            if !bindings.contains(&name) {
+                let hint = match closest(&name, bindings.iter().map(String::as_str)) {
+                    Some(best) => format!("; did you mean `{best}`?"),
+                    None => String::new(),
+                };
+                let list = bindings
+                    .iter()
+                    .map(|b| format!("`{b}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                errors.push(syn::Error::new(
+                    ident.span(),
+                    format!("unknown binding `{name}` in `fingerprint`: no parameter binds `{name}`{hint} (available bindings: {list})"),
+                ));
+                continue;
+            }
+        }
+        names.push(ident);
+    }
+    match errors.finish() {
+        Some(e) => Err(e),
+        None => Ok(names),
+    }
+}
+
+fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream {
+    let bindings = shape.bindings(&func).unwrap_or_default();
+    let name = func.sig.ident.to_string();
+    match shape {
+        Shape::Async => {
+            let ret: Type = match &func.sig.output {
+                ReturnType::Type(_, ty) => (**ty).clone(),
+                ReturnType::Default => syn::parse_quote!(()),
+            };
+            let block = &func.block;
+            let ret_var = Ident::new("__distlock_idem_ret", Span::mixed_site());
+            let body = if contains_impl_trait(&ret) {
+                quote!(#block)
+            } else {
+                quote! {
+                    #[allow(clippy::diverging_sub_expression)]
+                    let #ret_var: #ret = #block;
+                    #[allow(unreachable_code)]
+                    #ret_var
+                }
+            };
+            let wrapped = match &config.source {
+                Source::Key(key) => key_call(config, key, &ret, &bindings, &name, false, body),
+                Source::Header(header) => {
+                    let req = Ident::new("__distlock_idem_req", Span::mixed_site());
+                    let krate = &config.krate;
+                    let hidden: FnArg = syn::parse_quote!(#req: #krate::__private::IdemRequest);
+                    let at =
+                        usize::from(matches!(func.sig.inputs.first(), Some(FnArg::Receiver(_))));
+                    func.sig.inputs.insert(at, hidden);
+                    let arrow = match &func.sig.output {
+                        ReturnType::Type(arrow, _) => *arrow,
+                        ReturnType::Default => Default::default(),
+                    };
+                    func.sig.output = ReturnType::Type(
+                        arrow,
+                        Box::new(syn::parse_quote!(#krate::__private::IdemResponse)),
+                    );
+                    header_call(config, header, &req, &ret, &bindings, &name, body)
+                }
+            };
+            *func.block = syn::parse_quote!({ #wrapped });
+        }
+        Shape::AsyncTrait(_) => {
+            if let Source::Key(key) = &config.source
+                && let Some(inner) = async_trait_block(&mut func.block)
+                && let Some((_, local)) = ret_stmt(inner)
+            {
+                let ret = match &local.pat {
+                    Pat::Type(pt) => (*pt.ty).clone(),
+                    _ => unreachable!("ret_stmt matched a typed pattern"),
+                };
+                if let Some(init) = &mut local.init {
+                    let body = &init.expr;
+                    let wrapped =
+                        key_call(config, key, &ret, &bindings, &name, true, quote!(#body));
+                    *init.expr = syn::parse_quote!({ #wrapped });
+                }
+            }
+        }
+        Shape::NotAsync => {}
+    }
+    func.into_token_stream()
+}
+
+/// Statements computing the scope, the fingerprint and the client, all before the body
+/// takes ownership of the arguments.
+fn prelude(config: &IdemConfig, bindings: &[String], async_trait: bool) -> TokenStream {
+    let krate = &config.krate;
+    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
+    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
+    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
+    let buf = Ident::new("__distlock_idem_buf", Span::mixed_site());
+    let scope = match &config.scope {
+        Some(t) => {
+            let e = key_expr(krate, t, &buf, async_trait);
+            quote!(::core::option::Option::Some(#e))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let binding_ident = |name: &str, span: Span| -> TokenStream {
+        if name == "self" {
+            if async_trait {
+                Ident::new("__self", span).into_token_stream()
+            } else {
+                syn::token::SelfValue(span).into_token_stream()
+            }
+        } else {
+            Ident::new(name, span).into_token_stream()
+        }
+    };
+    let adds: Vec<TokenStream> = match &config.fingerprint {
+        // Named: each must be `Serialize`; an error lands on the name.
+        Some(names) => names
+            .iter()
+            .map(|ident| {
+                let name = ident.to_string();
+                let b = binding_ident(&name, ident.span());
+                let add = respan(quote!(#krate::__private::Fingerprint::add), ident.span());
+                quote!(#add(&mut #fp_var, #name, &#b);)
+            })
+            .collect(),
+        // Every binding but `self`: `Serialize` ones added, others skipped.
+        None => bindings
+            .iter()
+            .filter(|b| *b != "self")
+            .map(|name| {
+                let b = binding_ident(name, Span::call_site());
+                quote!((&&#krate::__private::FpArg(#name, &#b)).__distlock_fp(&mut #fp_var);)
+            })
+            .collect(),
+    };
+    let client = match &config.client {
+        Some(expr) => {
+            let expr = if async_trait {
+                rename_self(expr.to_token_stream())
+            } else {
+                expr.to_token_stream()
+            };
+            let (first, last) = span_range(expr.clone());
+            let client_of = respan_range(quote!(#krate::__private::client_of), first, last);
+            let amp = respan(quote!(&), first);
+            let arg = group(Delimiter::Parenthesis, quote!(#amp #expr), last);
+            quote!(#client_of #arg)
+        }
+        None => quote!(#krate::__private::default_locks()),
+    };
+    quote! {
+        let #scope_var: ::core::option::Option<::std::string::String> = #scope;
+        #[allow(clippy::needless_borrow, unused_mut)]
+        let #fp_var = {
+            #[allow(unused_imports)]
+            use #krate::__private::{FpSerialize as _, FpSkip as _};
+            let mut #fp_var = #krate::__private::Fingerprint::new();
+            #(#adds)*
+            #fp_var
+        };
+        let #client_var = #client;
+    }
+}
+
+fn spec(config: &IdemConfig, header: &str) -> TokenStream {
+    let krate = &config.krate;
+    let IdemConfig {
+        ttl_ms,
+        lease_ms,
+        wait_ms,
+        required,
+        max_body,
+        ..
+    } = config;
+    let max_body = usize::try_from(*max_body).unwrap_or(usize::MAX);
+    quote! {
+        #krate::__private::IdemSpec {
+            ttl_ms: #ttl_ms,
+            lease_ms: #lease_ms,
+            wait_ms: #wait_ms,
+            max_body: #max_body,
+            header: #header,
+            required: #required,
+        }
+    }
+}
+
+/// `run_idempotent(client, target, fingerprint, spec, async move { body }).await`.
+fn key_call(
+    config: &IdemConfig,
+    key: &Template,
+    ret: &Type,
+    bindings: &[String],
+    name: &str,
+    async_trait: bool,
+    body: TokenStream,
+) -> TokenStream {
+    let krate = &config.krate;
+    let key_var = Ident::new("__distlock_idem_key", Span::mixed_site());
+    let buf = Ident::new("__distlock_idem_buf", Span::mixed_site());
+    let key = key_expr(krate, key, &buf, async_trait);
+    let prelude = prelude(config, bindings, async_trait);
+    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
+    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
+    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
+    let spec = spec(config, "");
+    // The call and its `.await` require `R: IdemOutput`: spanned over the return type, a
+    // return type that does not fit is reported there.
+    let (first, last) = span_range(ret.to_token_stream());
+    let run = respan_range(quote!(#krate::__private::run_idempotent), first, last);
+    let args = group(
+        Delimiter::Parenthesis,
+        quote! {
+            #client_var,
+            #krate::__private::IdemTarget {
+                function: ::core::concat!(::core::module_path!(), "::", #name),
+                scope: #scope_var,
+                key: #key_var,
+            },
+            #fp_var,
+            #spec,
+            async move { #body },
+        },
+        last,
+    );
+    let dot_await = respan(quote!(.await), last);
+    quote! {
+        let #key_var: ::std::string::String = #key;
+        #prelude
+        #run #args #dot_await
+    }
+}
+
+/// Header check and claim (or an early response), the body with the lease renewed, the
+/// response captured for whichever framework called, then stored or released.
+fn header_call(
+    config: &IdemConfig,
+    header: &LitStr,
+    req: &Ident,
+    ret: &Type,
+    bindings: &[String],
+    name: &str,
+    body: TokenStream,
+) -> TokenStream {
+    let krate = &config.krate;
+    let prelude = prelude(config, bindings, false);
+    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
+    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
+    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
+    let run_var = Ident::new("__distlock_idem_run", Span::mixed_site());
+    let out_var = Ident::new("__distlock_idem_out", Span::mixed_site());
+    let cap_var = Ident::new("__distlock_idem_cap", Span::mixed_site());
+    let done = format_ident!("__distlock_idem_done", span = Span::mixed_site());
+    let spec = spec(config, &header.value());
+    // Over the return type: a type that is no framework's response is reported there.
+    let (first, last) = span_range(ret.to_token_stream());
+    let capture = respan_range(
+        quote!((&&&&#krate::__private::Reply::new(#out_var)).__distlock_capture),
+        first,
+        last,
+    );
+    let capture_args = group(Delimiter::Parenthesis, quote!(&#req), last);
+    quote! {
+        #prelude
+        let #run_var = match #krate::__private::HandlerRun::begin(
+            &#req,
+            #client_var,
+            ::core::concat!(::core::module_path!(), "::", #name),
+            #scope_var,
+            #fp_var,
+            #spec,
+        ).await {
+            ::core::result::Result::Ok(run) => run,
+            ::core::result::Result::Err(#done) => return #done,
+        };
+        let #out_var = #run_var.keep(async move { #body }).await;
+        #[allow(clippy::needless_borrow)]
+        let #cap_var = {
+            #[allow(unused_imports)]
+            use #krate::__private::{
+                CaptureActix as _, CaptureAxum as _, CaptureBoth as _, CaptureNone as _,
+            };
+            #capture #capture_args
+        };
+        #run_var.finish(#cap_var.await).await
+    }
+}

@@ -1,0 +1,517 @@
+//! `#[idempotent(key = ...)]` on plain async fns, against a real redis-server and the
+//! in-memory backend: exactly once under concurrency, replay, failure policy, payload
+//! fingerprint, waiting, lease renewal, and both orders with `#[distributed_lock]`.
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{Error, Locks, distributed_lock, idempotent};
+use serde::{Deserialize, Serialize};
+
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod on_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let server = super::RedisServer::start();
+                    let locks = distlock::Locks::connect(&server.url()).await.unwrap();
+                    super::$name(locks).await;
+                }
+            )*
+        }
+        mod in_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(distlock::Locks::in_memory()).await;
+                }
+            )*
+        }
+    };
+}
+
+both!(
+    fifty_concurrent_calls_run_the_body_once,
+    fifty_concurrent_waiting_calls_all_get_the_result,
+    replay_equals_the_first_result,
+    unit_and_empty_values_are_stored,
+    err_is_not_stored,
+    panic_releases_the_claim,
+    cancelled_future_releases_the_claim,
+    different_payload_is_a_mismatch_and_does_not_run,
+    reordered_json_fields_are_the_same_payload,
+    non_serializable_arguments_are_left_out,
+    fingerprint_list_narrows_the_payload,
+    wait_returns_the_stored_result,
+    wait_gives_up_at_its_deadline,
+    lease_is_renewed_while_the_body_runs,
+    scope_and_function_separate_records,
+    lock_inside_idempotency_either_order,
+);
+
+/// A call counter. Not `Serialize`, so never part of a fingerprint (an `AtomicU32` is).
+#[derive(Default)]
+struct Runs(AtomicU32);
+
+impl Runs {
+    fn bump(&self) -> u32 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn get(&self) -> u32 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+fn idem_err<T: std::fmt::Debug>(r: Result<T, AppError>) -> Error {
+    match r {
+        Err(AppError::Lock(e)) => e,
+        other => panic!("expected a distlock error, got {other:?}"),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    id: String,
+    charged: u64,
+    at: Vec<u32>,
+}
+
+#[idempotent(key = "pay:<notify_id>", client = locks, lease = "5s", fingerprint = [notify_id, amount])]
+async fn pay(
+    locks: &Locks,
+    notify_id: &str,
+    amount: u64,
+    delay_ms: u64,
+    runs: &Runs,
+) -> Result<Receipt, AppError> {
+    let n = runs.bump();
+    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+    Ok(Receipt {
+        id: format!("r-{n}"),
+        charged: amount,
+        at: vec![n, 2, 3],
+    })
+}
+
+async fn fifty_concurrent_calls_run_the_body_once(locks: Locks) {
+    let runs = Arc::new(Runs::default());
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (locks, runs) = (locks.clone(), runs.clone());
+        tasks.push(tokio::spawn(async move {
+            pay(&locks, "n-50", 100, 300, &runs).await
+        }));
+    }
+    let (mut ok, mut in_progress) = (Vec::new(), 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(r) => ok.push(r),
+            Err(AppError::Lock(Error::InProgress { retry_after, .. })) => {
+                assert!(retry_after <= Duration::from_secs(5));
+                in_progress += 1;
+            }
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!(runs.get(), 1, "the body must run exactly once");
+    assert!(!ok.is_empty());
+    assert_eq!(ok.len() + in_progress, 50);
+    assert!(ok.iter().all(|r| *r == ok[0]));
+    // After completion every repeat is a replay of the first result.
+    let again = pay(&locks, "n-50", 100, 0, &runs).await.unwrap();
+    assert_eq!(again, ok[0]);
+    assert_eq!(runs.get(), 1);
+    println!(
+        "50 concurrent calls: 1 run, {} Ok, {in_progress} InProgress",
+        ok.len()
+    );
+}
+
+#[idempotent(key = "pay-wait:<notify_id>", client = locks, wait = "10s")]
+async fn pay_waiting(locks: &Locks, notify_id: &str, runs: &Runs) -> Result<u32, AppError> {
+    let n = runs.bump();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(n * 10)
+}
+
+async fn fifty_concurrent_waiting_calls_all_get_the_result(locks: Locks) {
+    let runs = Arc::new(Runs::default());
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (locks, runs) = (locks.clone(), runs.clone());
+        tasks.push(tokio::spawn(async move {
+            pay_waiting(&locks, "w-50", &runs).await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap(), 10);
+    }
+    assert_eq!(runs.get(), 1);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "waiters were slow: {took:?}");
+}
+
+async fn replay_equals_the_first_result(locks: Locks) {
+    let runs = Runs::default();
+    let first = pay(&locks, "r-1", 250, 0, &runs).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(pay(&locks, "r-1", 250, 0, &runs).await.unwrap(), first);
+    }
+    assert_eq!(runs.get(), 1);
+    // Another key runs again.
+    let other = pay(&locks, "r-2", 250, 0, &runs).await.unwrap();
+    assert_ne!(other, first);
+}
+
+#[idempotent(key = "unit:<id>", client = locks)]
+async fn unit(locks: &Locks, id: u32, runs: &Runs) -> Result<(), AppError> {
+    runs.bump();
+    Ok(())
+}
+
+#[idempotent(key = "none:<id>", client = locks)]
+async fn nothing(locks: &Locks, id: u32, runs: &Runs) -> Result<Option<String>, AppError> {
+    runs.bump();
+    Ok(None)
+}
+
+async fn unit_and_empty_values_are_stored(locks: Locks) {
+    let runs = Runs::default();
+    unit(&locks, 1, &runs).await.unwrap();
+    unit(&locks, 1, &runs).await.unwrap();
+    assert_eq!(runs.get(), 1, "`()` is a result too");
+    assert_eq!(nothing(&locks, 1, &runs).await.unwrap(), None);
+    assert_eq!(nothing(&locks, 1, &runs).await.unwrap(), None);
+    assert_eq!(runs.get(), 2, "`None` is a result too");
+}
+
+#[idempotent(key = "flaky:<id>", client = locks)]
+async fn flaky(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
+    let n = runs.bump();
+    if n == 1 {
+        return Err(AppError::App("declined"));
+    }
+    Ok(n)
+}
+
+async fn err_is_not_stored(locks: Locks) {
+    let runs = Runs::default();
+    assert!(matches!(
+        flaky(&locks, 1, &runs).await,
+        Err(AppError::App("declined"))
+    ));
+    // The retry runs the body, and its Ok is then stored.
+    assert_eq!(flaky(&locks, 1, &runs).await.unwrap(), 2);
+    assert_eq!(flaky(&locks, 1, &runs).await.unwrap(), 2);
+    assert_eq!(runs.get(), 2);
+}
+
+#[idempotent(key = "panics:<id>", client = locks)]
+async fn panics(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
+    let n = runs.bump();
+    if n == 1 {
+        panic!("boom");
+    }
+    Ok(n)
+}
+
+/// Retries until the released claim is visible (the release is spawned by `Drop`).
+async fn eventually<T>(mut f: impl AsyncFnMut() -> Result<T, AppError>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(AppError::Lock(Error::InProgress { .. })) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+}
+
+async fn panic_releases_the_claim(locks: Locks) {
+    let runs = Arc::new(Runs::default());
+    let (l, r) = (locks.clone(), runs.clone());
+    let joined = tokio::spawn(async move { panics(&l, 1, &r).await }).await;
+    assert!(joined.unwrap_err().is_panic());
+    let started = Instant::now();
+    let n = eventually(async || panics(&locks, 1, &runs).await).await;
+    assert_eq!(n, 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "released at once, not after the lease"
+    );
+}
+
+async fn cancelled_future_releases_the_claim(locks: Locks) {
+    let runs = Runs::default();
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(100),
+        pay(&locks, "cancel", 1, 10_000, &runs),
+    )
+    .await;
+    assert!(cancelled.is_err());
+    let started = Instant::now();
+    let r = eventually(async || pay(&locks, "cancel", 1, 0, &runs).await).await;
+    assert_eq!(r.id, "r-2");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+async fn different_payload_is_a_mismatch_and_does_not_run(locks: Locks) {
+    let runs = Runs::default();
+    pay(&locks, "m-1", 100, 0, &runs).await.unwrap();
+    let e = idem_err(pay(&locks, "m-1", 999, 0, &runs).await);
+    assert!(
+        matches!(&e, Error::PayloadMismatch { key } if key.ends_with(":pay:m-1")),
+        "{e:?}"
+    );
+    assert_eq!(runs.get(), 1, "a mismatch must not run the body");
+    // While the first is still running, too.
+    let slow = pay(&locks, "m-2", 100, 500, &runs);
+    let other = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        pay(&locks, "m-2", 5, 0, &runs).await
+    };
+    let (first, second) = tokio::join!(slow, other);
+    first.unwrap();
+    assert!(matches!(idem_err(second), Error::PayloadMismatch { .. }));
+    assert_eq!(runs.get(), 2);
+}
+
+#[idempotent(key = "order:<id>", client = locks)]
+async fn order(
+    locks: &Locks,
+    id: u32,
+    body: serde_json::Value,
+    runs: &Runs,
+) -> Result<u32, AppError> {
+    Ok(runs.bump())
+}
+
+async fn reordered_json_fields_are_the_same_payload(locks: Locks) {
+    let runs = Runs::default();
+    let a: serde_json::Value =
+        serde_json::from_str(r#"{"sku":"a","qty":2,"ship":{"zip":"1","city":"x"}}"#).unwrap();
+    let b: serde_json::Value = serde_json::from_str(
+        r#"{ "ship" : { "city":"x", "zip":"1" },
+             "qty": 2, "sku": "a" }"#,
+    )
+    .unwrap();
+    let c: serde_json::Value =
+        serde_json::from_str(r#"{"sku":"a","qty":3,"ship":{"zip":"1","city":"x"}}"#).unwrap();
+    assert_eq!(order(&locks, 1, a, &runs).await.unwrap(), 1);
+    assert_eq!(order(&locks, 1, b, &runs).await.unwrap(), 1, "replayed");
+    assert!(matches!(
+        idem_err(order(&locks, 1, c, &runs).await),
+        Error::PayloadMismatch { .. }
+    ));
+    assert_eq!(runs.get(), 1);
+}
+
+/// Not `Serialize`: left out of the fingerprint, no compile error.
+struct Pool(#[allow(dead_code)] u32);
+
+#[idempotent(key = "job:<id>", client = locks)]
+async fn with_pool(locks: &Locks, pool: Pool, id: u32, runs: &Runs) -> Result<u32, AppError> {
+    Ok(runs.bump())
+}
+
+async fn non_serializable_arguments_are_left_out(locks: Locks) {
+    let runs = Runs::default();
+    assert_eq!(with_pool(&locks, Pool(1), 7, &runs).await.unwrap(), 1);
+    assert_eq!(with_pool(&locks, Pool(2), 7, &runs).await.unwrap(), 1);
+}
+
+#[idempotent(key = "narrow:<id>", client = locks, fingerprint = [amount])]
+async fn narrow(
+    locks: &Locks,
+    id: u32,
+    amount: u64,
+    note: String,
+    runs: &Runs,
+) -> Result<String, AppError> {
+    runs.bump();
+    Ok(note)
+}
+
+async fn fingerprint_list_narrows_the_payload(locks: Locks) {
+    let runs = Runs::default();
+    assert_eq!(narrow(&locks, 1, 5, "a".into(), &runs).await.unwrap(), "a");
+    // `note` is not part of the payload: a replay.
+    assert_eq!(narrow(&locks, 1, 5, "b".into(), &runs).await.unwrap(), "a");
+    assert!(matches!(
+        idem_err(narrow(&locks, 1, 6, "a".into(), &runs).await),
+        Error::PayloadMismatch { .. }
+    ));
+    assert_eq!(runs.get(), 1);
+}
+
+async fn wait_returns_the_stored_result(locks: Locks) {
+    let runs = Runs::default();
+    let first = pay_waiting(&locks, "w-1", &runs);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        let r = pay_waiting(&locks, "w-1", &runs).await;
+        (r, started.elapsed())
+    };
+    let (a, (b, waited)) = tokio::join!(first, second);
+    assert_eq!(a.unwrap(), 10);
+    assert_eq!(b.unwrap(), 10);
+    assert_eq!(runs.get(), 1);
+    // Woken by the completion (about 250 ms after it started waiting), far below 10 s.
+    assert!(waited < Duration::from_millis(800), "waited {waited:?}");
+}
+
+#[idempotent(key = "wait-short:<id>", client = locks, wait = "300ms")]
+async fn wait_short(locks: &Locks, id: u32, hold_ms: u64) -> Result<u32, AppError> {
+    tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+    Ok(1)
+}
+
+async fn wait_gives_up_at_its_deadline(locks: Locks) {
+    let first = wait_short(&locks, 1, 2_000);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = Instant::now();
+        let r = wait_short(&locks, 1, 2_000).await;
+        (r, started.elapsed())
+    };
+    let (a, (b, took)) = tokio::join!(first, second);
+    assert_eq!(a.unwrap(), 1);
+    assert!(matches!(idem_err(b), Error::InProgress { .. }));
+    assert!(
+        took >= Duration::from_millis(300),
+        "gave up early: {took:?}"
+    );
+    assert!(took < Duration::from_millis(700), "overshot: {took:?}");
+}
+
+#[idempotent(key = "renew:<id>", client = locks, lease = "300ms")]
+async fn long_body(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
+    runs.bump();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    Ok(7)
+}
+
+async fn lease_is_renewed_while_the_body_runs(locks: Locks) {
+    let runs = Runs::default();
+    let first = long_body(&locks, 1, &runs);
+    let probe = async {
+        // Well past the 300 ms lease: without renewal this call would take the claim over.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        long_body(&locks, 1, &runs).await
+    };
+    let (a, b) = tokio::join!(first, probe);
+    assert_eq!(a.unwrap(), 7);
+    assert!(matches!(idem_err(b), Error::InProgress { .. }));
+    assert_eq!(runs.get(), 1);
+}
+
+#[idempotent(key = "k:<id>", scope = "tenant-<tenant>", client = locks)]
+async fn scoped(locks: &Locks, tenant: &str, id: u32, runs: &Runs) -> Result<u32, AppError> {
+    Ok(runs.bump())
+}
+
+#[idempotent(key = "k:<id>", client = locks)]
+async fn same_template_other_fn(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
+    Ok(runs.bump())
+}
+
+async fn scope_and_function_separate_records(locks: Locks) {
+    let runs = Runs::default();
+    assert_eq!(scoped(&locks, "a", 1, &runs).await.unwrap(), 1);
+    assert_eq!(scoped(&locks, "b", 1, &runs).await.unwrap(), 2);
+    assert_eq!(scoped(&locks, "a", 1, &runs).await.unwrap(), 1);
+    assert_eq!(same_template_other_fn(&locks, 1, &runs).await.unwrap(), 3);
+}
+
+/// Flash-sale stock in a map: read, await, write (unsafe without the lock).
+type Stock = tokio::sync::Mutex<BTreeMap<u32, u32>>;
+
+async fn take_one(stock: &Stock, sku: u32) -> Result<u32, AppError> {
+    let left = *stock.lock().await.get(&sku).unwrap_or(&0);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    if left == 0 {
+        return Err(AppError::App("sold out"));
+    }
+    stock.lock().await.insert(sku, left - 1);
+    Ok(left - 1)
+}
+
+#[idempotent(key = "buy:<order_id>", client = locks)]
+#[distributed_lock(key = "stock:<sku>", client = locks, wait = "5s")]
+async fn buy_idem_outer(
+    locks: &Locks,
+    order_id: u32,
+    sku: u32,
+    stock: &Stock,
+) -> Result<u32, AppError> {
+    take_one(stock, sku).await
+}
+
+#[distributed_lock(key = "stock:<sku>", client = locks, wait = "5s")]
+#[idempotent(key = "buy:<order_id>", client = locks)]
+async fn buy_lock_outer(
+    locks: &Locks,
+    order_id: u32,
+    sku: u32,
+    stock: &Stock,
+) -> Result<u32, AppError> {
+    take_one(stock, sku).await
+}
+
+async fn lock_inside_idempotency_either_order(locks: Locks) {
+    for (label, outer) in [("idempotent outer", true), ("lock outer", false)] {
+        let stock = Arc::new(Stock::new(BTreeMap::from([(1, 5)])));
+        let call = |order_id: u32| {
+            let (locks, stock) = (locks.clone(), stock.clone());
+            async move {
+                if outer {
+                    buy_idem_outer(&locks, order_id, 1, &stock).await
+                } else {
+                    buy_lock_outer(&locks, order_id, 1, &stock).await
+                }
+            }
+        };
+        // 8 buyers for 5 items, each retrying its order 3 times at once.
+        let mut tasks = Vec::new();
+        for order_id in 0..8 {
+            for _ in 0..3 {
+                tasks.push((order_id, tokio::spawn(call(order_id))));
+            }
+        }
+        let (mut sold_out, mut bought) = (0, Vec::new());
+        for (order_id, t) in tasks {
+            match t.await.unwrap() {
+                Ok(_) => bought.push(order_id),
+                Err(AppError::Lock(Error::InProgress { .. })) => {}
+                Err(AppError::App("sold out")) => sold_out += 1,
+                Err(e) => panic!("{label}: {e:?}"),
+            }
+        }
+        bought.sort_unstable();
+        bought.dedup();
+        assert_eq!(stock.lock().await[&1], 0, "{label}: never oversold");
+        assert_eq!(
+            bought.len(),
+            5,
+            "{label}: each item sold to one order, once"
+        );
+        assert!(sold_out >= 3, "{label}: {sold_out}");
+        // A completed order is replayed without touching the lock: hold it, repeat.
+        let guard = locks.lock("stock:1").acquire().await.unwrap();
+        assert!(
+            call(bought[0]).await.is_ok(),
+            "{label}: a replay must not need the lock"
+        );
+        guard.release().await.unwrap();
+    }
+}
