@@ -636,6 +636,22 @@ fn header_call(
         last,
     );
     let capture_args = group(Delimiter::Parenthesis, quote!(&#req), last);
+    // `-> impl IntoResponse` is rewritten away: check the body's value against the
+    // bounds, which also keeps the user's `use` of the trait from looking unused.
+    let impl_check = match ret {
+        Type::ImplTrait(it) => {
+            let bounds = it
+                .bounds
+                .iter()
+                .filter(|b| matches!(b, syn::TypeParamBound::Trait(_)));
+            let check = Ident::new("__distlock_idem_impl_check", Span::mixed_site());
+            quote! {
+                fn #check<__DistlockOut: #(#bounds)+*>(_: &__DistlockOut) {}
+                #check(&#out_var);
+            }
+        }
+        _ => TokenStream::new(),
+    };
     quote! {
         #prelude
         let #run_var = match #krate::__private::HandlerRun::begin(
@@ -650,6 +666,7 @@ fn header_call(
             ::core::result::Result::Err(#done) => return #done,
         };
         let #out_var = #run_var.keep(async move { #body }).await;
+        #impl_check
         #[allow(clippy::needless_borrow)]
         let #cap_var = {
             #[allow(unused_imports)]

@@ -1,0 +1,689 @@
+//! `#[idempotent(header = "Idempotency-Key")]` on real axum and actix-web servers bound
+//! to 127.0.0.1, each test with its own redis-server: replay fidelity, bad headers,
+//! payload mismatch, concurrency, waiting, what is and is not stored, and both orders
+//! with `#[distributed_lock]`. Every check runs against both frameworks.
+mod common;
+#[path = "common/http.rs"]
+mod http;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use common::RedisServer;
+use distlock::Locks;
+use http::{Resp, post, send};
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+
+/// Shared by both apps: the client, call counters and a stock table.
+#[derive(Clone)]
+struct App {
+    locks: Locks,
+    runs: Arc<BTreeMap<&'static str, AtomicU32>>,
+    stock: Arc<tokio::sync::Mutex<BTreeMap<u32, u32>>>,
+    /// Order ids that took an item (each must appear once).
+    sold: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+const COUNTERS: &[&str] = &[
+    "orders", "slow", "wait", "flaky", "conflict", "big", "binary", "optional", "stock",
+];
+
+impl App {
+    fn new(locks: Locks) -> App {
+        App {
+            locks,
+            runs: Arc::new(COUNTERS.iter().map(|c| (*c, AtomicU32::new(0))).collect()),
+            stock: Arc::new(tokio::sync::Mutex::new(BTreeMap::from([(1, 5), (2, 5)]))),
+            sold: Arc::default(),
+        }
+    }
+
+    fn bump(&self, name: &str) -> u32 {
+        self.runs[name].fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn runs(&self, name: &str) -> u32 {
+        self.runs[name].load(Ordering::SeqCst)
+    }
+
+    /// Read, await, write: oversells without the lock.
+    async fn take_one(&self, sku: u32, order: &str) -> Option<u32> {
+        let left = *self.stock.lock().await.get(&sku).unwrap_or(&0);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if left == 0 {
+            return None;
+        }
+        self.stock.lock().await.insert(sku, left - 1);
+        self.sold.lock().unwrap().push(order.to_owned());
+        Some(left - 1)
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Order {
+    sku: String,
+    qty: u32,
+    ship: Ship,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Ship {
+    city: String,
+    zip: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Buy {
+    order: String,
+}
+
+mod axum_app {
+    use super::*;
+    use axum::Json;
+    use axum::extract::{Path, State};
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use axum::routing::post;
+    use distlock::{distributed_lock, idempotent};
+
+    #[idempotent(header = "Idempotency-Key", scope = "<user>", client = app.locks)]
+    async fn orders(
+        State(app): State<App>,
+        Path(user): Path<u64>,
+        Json(order): Json<Order>,
+    ) -> impl IntoResponse {
+        let n = app.bump("orders");
+        (
+            StatusCode::CREATED,
+            [
+                ("set-cookie", "session=abc".to_owned()),
+                ("x-order-id", format!("o-{n}")),
+            ],
+            Json(serde_json::json!({ "user": user, "sku": order.sku, "qty": order.qty, "n": n })),
+        )
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn slow(State(app): State<App>) -> String {
+        let n = app.bump("slow");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        format!("slow run {n}")
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks, wait = "5s")]
+    async fn wait(State(app): State<App>) -> String {
+        let n = app.bump("wait");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        format!("wait run {n}")
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn flaky(State(app): State<App>) -> (StatusCode, String) {
+        match app.bump("flaky") {
+            1 => (StatusCode::SERVICE_UNAVAILABLE, "try again".into()),
+            n => (StatusCode::CREATED, format!("flaky run {n}")),
+        }
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn conflict(State(app): State<App>) -> (StatusCode, String) {
+        match app.bump("conflict") {
+            1 => (StatusCode::CONFLICT, "busy".into()),
+            n => (StatusCode::OK, format!("conflict run {n}")),
+        }
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks, max_body = "1KiB")]
+    async fn big(State(app): State<App>) -> String {
+        let n = app.bump("big");
+        format!("{n}").repeat(4096)
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn binary(State(app): State<App>) -> Vec<u8> {
+        let n = app.bump("binary") as u8;
+        vec![0xff, 0x00, n, 0x80]
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks, required = false)]
+    async fn optional(State(app): State<App>) -> String {
+        format!("optional run {}", app.bump("optional"))
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[distributed_lock(key = "stock:<sku>", client = app.locks, wait = "5s")]
+    async fn stock_idem_outer(
+        State(app): State<App>,
+        Path(sku): Path<u32>,
+        Json(buy): Json<Buy>,
+    ) -> Result<(StatusCode, String), distlock::Error> {
+        app.bump("stock");
+        Ok(match app.take_one(sku, &buy.order).await {
+            Some(left) => (
+                StatusCode::CREATED,
+                format!("{} bought; {left} left", buy.order),
+            ),
+            None => (StatusCode::GONE, "sold out".into()),
+        })
+    }
+
+    #[distributed_lock(key = "stock:<sku>", client = app.locks, wait = "5s")]
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn stock_lock_outer(
+        State(app): State<App>,
+        Path(sku): Path<u32>,
+        Json(buy): Json<Buy>,
+    ) -> Result<(StatusCode, String), distlock::Error> {
+        app.bump("stock");
+        Ok(match app.take_one(sku, &buy.order).await {
+            Some(left) => (
+                StatusCode::CREATED,
+                format!("{} bought; {left} left", buy.order),
+            ),
+            None => (StatusCode::GONE, "sold out".into()),
+        })
+    }
+
+    pub(super) async fn start(app: App) -> SocketAddr {
+        let router = axum::Router::new()
+            .route("/orders/{user}", post(orders))
+            .route("/slow", post(slow))
+            .route("/wait", post(wait))
+            .route("/flaky", post(flaky))
+            .route("/conflict", post(conflict))
+            .route("/big", post(big))
+            .route("/binary", post(binary))
+            .route("/optional", post(optional))
+            .route("/stock-a/{sku}", post(stock_idem_outer))
+            .route("/stock-b/{sku}", post(stock_lock_outer))
+            .with_state(app);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        addr
+    }
+}
+
+mod actix_app {
+    use super::*;
+    use actix_web::{HttpResponse, web};
+    use distlock::{distributed_lock, idempotent};
+
+    #[idempotent(header = "Idempotency-Key", scope = "<user>", client = app.locks)]
+    async fn orders(
+        app: web::Data<App>,
+        user: web::Path<u64>,
+        web::Json(order): web::Json<Order>,
+    ) -> HttpResponse {
+        let n = app.bump("orders");
+        HttpResponse::Created()
+            .insert_header(("set-cookie", "session=abc"))
+            .insert_header(("x-order-id", format!("o-{n}")))
+            .json(serde_json::json!({ "user": *user, "sku": order.sku, "qty": order.qty, "n": n }))
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn slow(app: web::Data<App>) -> String {
+        let n = app.bump("slow");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        format!("slow run {n}")
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks, wait = "5s")]
+    async fn wait(app: web::Data<App>) -> String {
+        let n = app.bump("wait");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        format!("wait run {n}")
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn flaky(app: web::Data<App>) -> HttpResponse {
+        match app.bump("flaky") {
+            1 => HttpResponse::ServiceUnavailable().body("try again"),
+            n => HttpResponse::Created().body(format!("flaky run {n}")),
+        }
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn conflict(app: web::Data<App>) -> HttpResponse {
+        match app.bump("conflict") {
+            1 => HttpResponse::Conflict().body("busy"),
+            n => HttpResponse::Ok().body(format!("conflict run {n}")),
+        }
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks, max_body = "1KiB")]
+    async fn big(app: web::Data<App>) -> HttpResponse {
+        let n = app.bump("big");
+        HttpResponse::Ok().body(format!("{n}").repeat(4096))
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn binary(app: web::Data<App>) -> HttpResponse {
+        let n = app.bump("binary") as u8;
+        HttpResponse::Ok()
+            .content_type("application/octet-stream")
+            .body(vec![0xff, 0x00, n, 0x80])
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks, required = false)]
+    async fn optional(app: web::Data<App>) -> String {
+        format!("optional run {}", app.bump("optional"))
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[distributed_lock(key = "stock:<sku.0>", client = app.locks, wait = "5s")]
+    async fn stock_idem_outer(
+        app: web::Data<App>,
+        sku: web::Path<(u32,)>,
+        web::Json(buy): web::Json<Buy>,
+    ) -> Result<HttpResponse, distlock::Error> {
+        app.bump("stock");
+        Ok(match app.take_one(sku.0, &buy.order).await {
+            Some(left) => {
+                HttpResponse::Created().body(format!("{} bought; {left} left", buy.order))
+            }
+            None => HttpResponse::Gone().body("sold out"),
+        })
+    }
+
+    #[distributed_lock(key = "stock:<sku.0>", client = app.locks, wait = "5s")]
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn stock_lock_outer(
+        app: web::Data<App>,
+        sku: web::Path<(u32,)>,
+        web::Json(buy): web::Json<Buy>,
+    ) -> Result<HttpResponse, distlock::Error> {
+        app.bump("stock");
+        Ok(match app.take_one(sku.0, &buy.order).await {
+            Some(left) => {
+                HttpResponse::Created().body(format!("{} bought; {left} left", buy.order))
+            }
+            None => HttpResponse::Gone().body("sold out"),
+        })
+    }
+
+    /// Runs the server on its own thread and actix system; it ends with the test process.
+    pub(super) fn start(app: App) -> SocketAddr {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            actix_web::rt::System::new().block_on(async move {
+                let server = actix_web::HttpServer::new(move || {
+                    actix_web::App::new()
+                        .app_data(web::Data::new(app.clone()))
+                        .route("/orders/{user}", web::post().to(orders))
+                        .route("/slow", web::post().to(slow))
+                        .route("/wait", web::post().to(wait))
+                        .route("/flaky", web::post().to(flaky))
+                        .route("/conflict", web::post().to(conflict))
+                        .route("/big", web::post().to(big))
+                        .route("/binary", web::post().to(binary))
+                        .route("/optional", web::post().to(optional))
+                        .route("/stock-a/{sku}", web::post().to(stock_idem_outer))
+                        .route("/stock-b/{sku}", web::post().to(stock_lock_outer))
+                })
+                .workers(2)
+                .bind(("127.0.0.1", 0))
+                .unwrap();
+                tx.send(server.addrs()[0]).unwrap();
+                server.run().await.unwrap();
+            });
+        });
+        rx.recv_timeout(Duration::from_secs(30)).unwrap()
+    }
+}
+
+struct Harness {
+    redis: RedisServer,
+    app: App,
+    addr: SocketAddr,
+}
+
+impl Harness {
+    async fn new(actix: bool) -> Harness {
+        let redis = RedisServer::start();
+        let locks = Locks::connect(&redis.url()).await.unwrap();
+        let app = App::new(locks);
+        let addr = if actix {
+            actix_app::start(app.clone())
+        } else {
+            axum_app::start(app.clone()).await
+        };
+        Harness { redis, app, addr }
+    }
+
+    async fn keys(&self) -> Vec<String> {
+        let mut conn = self.redis.raw().await;
+        let mut keys: Vec<String> = conn.keys("*").await.unwrap();
+        keys.sort();
+        keys
+    }
+}
+
+macro_rules! both_frameworks {
+    ($($name:ident),* $(,)?) => {
+        mod on_axum {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Harness::new(false).await).await;
+                }
+            )*
+        }
+        mod on_actix {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Harness::new(true).await).await;
+                }
+            )*
+        }
+    };
+}
+
+both_frameworks!(
+    replay_is_identical_to_the_first_response,
+    bad_headers_are_400_and_store_nothing,
+    different_payload_is_422_and_reordered_fields_replay,
+    fifty_concurrent_requests_run_the_body_once,
+    wait_returns_the_stored_response,
+    server_errors_and_retryable_statuses_are_not_stored,
+    large_bodies_are_returned_not_stored_binary_bodies_replay,
+    missing_header_with_required_false_runs_without_idempotency,
+    lock_and_idempotency_work_in_either_order,
+);
+
+/// Raw request headers.
+type Headers<'a> = Vec<(&'a str, &'a [u8])>;
+
+const ORDER: &str = r#"{"sku":"a-1","qty":2,"ship":{"city":"Oslo","zip":"0150"}}"#;
+
+async fn replay_is_identical_to_the_first_response(h: Harness) {
+    let first = post(h.addr, "/orders/7", Some("k-1"), ORDER).await;
+    assert_eq!(first.status, 201, "{}", first.text());
+    assert_eq!(first.header("set-cookie"), Some("session=abc"));
+    assert_eq!(first.header("x-order-id"), Some("o-1"));
+    assert_eq!(first.header("idempotent-replayed"), None);
+    for _ in 0..3 {
+        let again = post(h.addr, "/orders/7", Some("k-1"), ORDER).await;
+        assert_eq!(again.status, first.status);
+        assert_eq!(again.body, first.body, "same body bytes");
+        assert_eq!(
+            again.stable_headers(),
+            first.stable_headers(),
+            "same stored headers"
+        );
+        assert_eq!(again.header("idempotent-replayed"), Some("true"));
+        assert_eq!(
+            again.header("set-cookie"),
+            None,
+            "Set-Cookie is never replayed"
+        );
+    }
+    assert_eq!(h.app.runs("orders"), 1);
+    // The record is one plain JSON string, namespaced by function and scope.
+    let keys = h.keys().await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(
+        keys[0].starts_with("lock:idem:idempotent_http::") && keys[0].ends_with("::orders:7:k-1"),
+        "{keys:?}"
+    );
+    let mut conn = h.redis.raw().await;
+    let raw: String = conn.get(&keys[0]).await.unwrap();
+    let rec: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(rec["status"], "completed");
+    assert_eq!(rec["response"]["status"], 201);
+    assert!(!raw.contains("session=abc"), "{raw}");
+    let ttl: i64 = conn.pttl(&keys[0]).await.unwrap();
+    assert!(ttl > 23 * 3_600_000, "retention is 24 h by default: {ttl}");
+    // Another user (scope) with the same key is another record.
+    let other = post(h.addr, "/orders/8", Some("k-1"), ORDER).await;
+    assert_eq!(other.status, 201);
+    assert_eq!(other.header("idempotent-replayed"), None);
+    assert_eq!(h.app.runs("orders"), 2);
+}
+
+async fn bad_headers_are_400_and_store_nothing(h: Harness) {
+    let long = "a".repeat(256);
+    let cases: Vec<(&str, Headers, &str)> = vec![
+        ("missing", vec![], "requires an `Idempotency-Key` header"),
+        ("empty", vec![("Idempotency-Key", b"")], "is empty"),
+        (
+            "too long",
+            vec![("Idempotency-Key", long.as_bytes())],
+            "256 bytes long; at most 255",
+        ),
+        (
+            "space",
+            vec![("Idempotency-Key", b"a b")],
+            "a space at byte 1",
+        ),
+        ("tab", vec![("Idempotency-Key", b"a\tb")], "a tab at byte 1"),
+        (
+            "non-ASCII",
+            vec![("Idempotency-Key", "cl\u{e9}".as_bytes())],
+            "non-ASCII byte (0xC3) at byte 2",
+        ),
+        (
+            "two headers",
+            vec![("Idempotency-Key", b"a"), ("Idempotency-Key", b"b")],
+            "2 `Idempotency-Key` headers",
+        ),
+        // The servers' HTTP parsers reject these before any handler runs (the handler
+        // would reject them too, see the unit tests of `header_key`).
+        ("DEL", vec![("Idempotency-Key", b"a\x7f")], ""),
+        ("CR LF", vec![("Idempotency-Key", b"a\r\nb")], ""),
+        ("bare LF", vec![("Idempotency-Key", b"a\nb")], ""),
+    ];
+    for (label, headers, says) in &cases {
+        let r = send(h.addr, "POST", "/orders/7", headers, ORDER.as_bytes()).await;
+        assert_eq!(r.status, 400, "{label}: {}", r.text());
+        if !says.is_empty() {
+            assert_eq!(
+                r.header("content-type"),
+                Some("application/problem+json"),
+                "{label}"
+            );
+            let problem: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            assert_eq!(problem["status"], 400, "{label}");
+            let detail = problem["detail"].as_str().unwrap();
+            assert!(detail.contains(says), "{label}: {detail}");
+        }
+    }
+    assert_eq!(h.app.runs("orders"), 0, "no bad request ran the body");
+    assert_eq!(
+        h.keys().await,
+        Vec::<String>::new(),
+        "Redis holds no record"
+    );
+    // The largest valid key works.
+    let ok = post(h.addr, "/orders/7", Some(&"a".repeat(255)), ORDER).await;
+    assert_eq!(ok.status, 201);
+}
+
+async fn different_payload_is_422_and_reordered_fields_replay(h: Harness) {
+    let first = post(h.addr, "/orders/7", Some("k-2"), ORDER).await;
+    assert_eq!(first.status, 201);
+    let reordered = r#"{ "ship": {"zip": "0150", "city": "Oslo"},
+                         "qty": 2, "sku": "a-1" }"#;
+    let again = post(h.addr, "/orders/7", Some("k-2"), reordered).await;
+    assert_eq!(again.status, 201, "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, first.body);
+    let changed = ORDER.replace("\"qty\":2", "\"qty\":3");
+    let r = post(h.addr, "/orders/7", Some("k-2"), &changed).await;
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    // The query string is part of the payload too.
+    let r = post(h.addr, "/orders/7?coupon=x", Some("k-2"), ORDER).await;
+    assert_eq!(r.status, 422);
+    assert_eq!(h.app.runs("orders"), 1, "a mismatch never runs the body");
+}
+
+async fn fifty_concurrent_requests_run_the_body_once(h: Harness) {
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let addr = h.addr;
+        tasks.push(tokio::spawn(async move {
+            post(addr, "/slow", Some("same"), "").await
+        }));
+    }
+    let mut ok: Vec<Resp> = Vec::new();
+    let mut conflicts = 0;
+    for t in tasks {
+        let r = t.await.unwrap();
+        match r.status {
+            200 => ok.push(r),
+            409 => {
+                let after: u64 = r.header("retry-after").unwrap().parse().unwrap();
+                assert!((1..=30).contains(&after));
+                conflicts += 1;
+            }
+            other => panic!("unexpected {other}: {}", r.text()),
+        }
+    }
+    assert_eq!(h.app.runs("slow"), 1, "the body ran exactly once");
+    assert!(!ok.is_empty());
+    assert!(ok.iter().all(|r| r.body == ok[0].body));
+    assert_eq!(ok[0].text(), "slow run 1");
+    let replay = post(h.addr, "/slow", Some("same"), "").await;
+    assert_eq!(replay.body, ok[0].body);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    println!(
+        "50 concurrent requests: 1 run, {} x 200, {conflicts} x 409",
+        ok.len()
+    );
+}
+
+async fn wait_returns_the_stored_response(h: Harness) {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let addr = h.addr;
+        tasks.push(tokio::spawn(async move {
+            post(addr, "/wait", Some("w"), "").await
+        }));
+    }
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.text(), "wait run 1");
+    }
+    assert_eq!(h.app.runs("wait"), 1);
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+async fn server_errors_and_retryable_statuses_are_not_stored(h: Harness) {
+    let r = post(h.addr, "/flaky", Some("f"), "").await;
+    assert_eq!(r.status, 503);
+    let r = post(h.addr, "/flaky", Some("f"), "").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (201, "flaky run 2"),
+        "5xx released the claim"
+    );
+    let r = post(h.addr, "/flaky", Some("f"), "").await;
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(h.app.runs("flaky"), 2);
+
+    let r = post(h.addr, "/conflict", Some("c"), "").await;
+    assert_eq!(r.status, 409);
+    let r = post(h.addr, "/conflict", Some("c"), "").await;
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "conflict run 2"),
+        "409 is not stored"
+    );
+    assert_eq!(h.app.runs("conflict"), 2);
+}
+
+async fn large_bodies_are_returned_not_stored_binary_bodies_replay(h: Harness) {
+    let r = post(h.addr, "/big", Some("b"), "").await;
+    assert_eq!((r.status, r.body.len()), (200, 4096), "returned in full");
+    let r = post(h.addr, "/big", Some("b"), "").await;
+    assert_eq!(r.header("idempotent-replayed"), None, "not stored");
+    assert_eq!(h.app.runs("big"), 2);
+
+    let first = post(h.addr, "/binary", Some("bin"), "").await;
+    assert_eq!(first.body, [0xff, 0x00, 1, 0x80]);
+    let again = post(h.addr, "/binary", Some("bin"), "").await;
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.stable_headers(), first.stable_headers());
+}
+
+async fn missing_header_with_required_false_runs_without_idempotency(h: Harness) {
+    for n in 1..=2 {
+        let r = post(h.addr, "/optional", None, "").await;
+        assert_eq!(r.text(), format!("optional run {n}"));
+    }
+    assert_eq!(
+        h.keys().await,
+        Vec::<String>::new(),
+        "keyless requests share no record"
+    );
+    let a = post(h.addr, "/optional", Some("o"), "").await;
+    let b = post(h.addr, "/optional", Some("o"), "").await;
+    assert_eq!(a.body, b.body);
+    assert_eq!(b.header("idempotent-replayed"), Some("true"));
+    assert_eq!(h.app.runs("optional"), 3);
+}
+
+async fn lock_and_idempotency_work_in_either_order(h: Harness) {
+    for (path, sku) in [("/stock-a/1", 1), ("/stock-b/2", 2)] {
+        h.app.sold.lock().unwrap().clear();
+        // 8 buyers for 5 items; each sends its order 3 times at once (double clicks).
+        let mut tasks = Vec::new();
+        for buyer in 0..8 {
+            for _ in 0..3 {
+                let addr = h.addr;
+                let body = format!(r#"{{"order":"order-{buyer}"}}"#);
+                let key = format!("buy-{sku}-{buyer}");
+                tasks.push(tokio::spawn(async move {
+                    post(addr, path, Some(&key), &body).await
+                }));
+            }
+        }
+        let mut statuses = BTreeMap::new();
+        for t in tasks {
+            *statuses.entry(t.await.unwrap().status).or_insert(0) += 1;
+        }
+        assert_eq!(
+            h.app.stock.lock().await[&sku],
+            0,
+            "{path}: never oversold ({statuses:?})"
+        );
+        let mut sold = h.app.sold.lock().unwrap().clone();
+        assert_eq!(sold.len(), 5, "{path}: {sold:?}");
+        sold.sort();
+        sold.dedup();
+        assert_eq!(sold.len(), 5, "{path}: no order was served twice");
+        assert!(
+            statuses.keys().all(|s| [201, 409, 410].contains(s)),
+            "{path}: {statuses:?}"
+        );
+        // A repeat of a completed order is answered from the record without the lock.
+        let guard = h
+            .app
+            .locks
+            .lock(format!("stock:{sku}"))
+            .acquire()
+            .await
+            .unwrap();
+        let buyer = sold[0].trim_start_matches("order-");
+        let r = post(
+            h.addr,
+            path,
+            Some(&format!("buy-{sku}-{buyer}")),
+            &format!(r#"{{"order":"order-{buyer}"}}"#),
+        )
+        .await;
+        assert_eq!(r.status, 201, "{path}: {}", r.text());
+        assert_eq!(r.header("idempotent-replayed"), Some("true"));
+        guard.release().await.unwrap();
+    }
+}
