@@ -448,3 +448,35 @@ async fn unreachable_redis_is_a_backend_error() {
     assert!(matches!(e, Error::Backend { .. }));
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 }
+
+/// The release script itself: a second try of the same release (its first reply lost)
+/// finds the marker and reports success, never `Lost`; another token is still `Lost`.
+#[tokio::test]
+async fn retried_release_is_not_misreported_as_lost() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let g = locks.lock("retry").acquire().await.unwrap();
+    let token = g.token().to_owned();
+    std::mem::forget(g);
+    let script = redis::Script::new(include_str!("../lockcore/src/scripts/release.lua"));
+    let mut raw = server.raw().await;
+    let marker = format!("{{lock:retry}}:released:{token}");
+    let release = |token: String| {
+        let mut inv = script.prepare_invoke();
+        inv.key("lock:retry")
+            .key(format!("{{lock:retry}}:released:{token}"))
+            .arg(token)
+            .arg(10_000)
+            .arg("lock:retry:released");
+        inv
+    };
+    let first: i64 = release(token.clone()).invoke_async(&mut raw).await.unwrap();
+    let again: i64 = release(token.clone()).invoke_async(&mut raw).await.unwrap();
+    let other: i64 = release("someone-else".into())
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!((first, again, other), (1, 2, 0));
+    let ttl: i64 = redis::AsyncCommands::pttl(&mut raw, &marker).await.unwrap();
+    assert!(ttl > 0 && ttl <= 10_000, "the marker is short-lived");
+}

@@ -472,3 +472,39 @@ async fn stolen_lock_with_continue_runs_on_and_reports_lost() {
         "`continue` lets the body finish"
     );
 }
+
+/// A thousand renewable locks through one client: all kept past their ttl by the one
+/// batched renewal task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_renewed_locks_share_one_renewal_task() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let mut guards = Vec::new();
+    for i in 0..1000 {
+        guards.push(
+            locks
+                .lock(format!("many:{i}"))
+                .ttl(Duration::from_millis(900))
+                .renew(true)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let mut raw = server.raw().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("lock:many:*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys.len(),
+        1000,
+        "every lock must still be held after twice its ttl"
+    );
+    for g in guards {
+        assert!(g.info().is_held());
+        g.release().await.unwrap();
+    }
+}
