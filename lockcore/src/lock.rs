@@ -179,6 +179,16 @@ impl<'a> LockRequest<'a> {
     }
 
     /// The lease: how long the lock stays held if it is never released (default 30 s).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::in_memory();
+    /// let g = locks.lock("a").ttl(Duration::from_millis(50)).acquire().await.unwrap();
+    /// tokio::time::sleep(Duration::from_millis(80)).await;
+    /// assert!(matches!(g.release().await, Err(lockcore::Error::Lost { .. })));
+    /// # }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -186,6 +196,17 @@ impl<'a> LockRequest<'a> {
 
     /// How long to keep trying while someone else holds the lock (default zero: one try,
     /// then [`Error::Busy`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::in_memory();
+    /// let held = locks.lock("a").acquire().await.unwrap();
+    /// let busy = locks.lock("a").wait(Duration::from_millis(20)).acquire().await;
+    /// assert!(matches!(busy, Err(lockcore::Error::Busy { .. })));
+    /// held.release().await.unwrap();
+    /// # }
+    /// ```
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -442,6 +463,15 @@ impl LockGuard {
     }
 
     /// Releases the lock with a compare-and-delete.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let guard = locks.lock("order:42").acquire().await.unwrap();
+    /// // ... the critical section, passing guard.fence() to storage ...
+    /// guard.release().await.unwrap();
+    /// # }
+    /// ```
     ///
     /// Returns [`Error::Lost`] when the key was gone or held another token: the lease
     /// ran out (or was taken) while the lock was held, so the critical section may have
