@@ -495,8 +495,11 @@ fn prelude(config: &IdemConfig, bindings: &[String], async_trait: bool) -> Token
             .map(|ident| {
                 let name = ident.to_string();
                 let b = binding_ident(&name, ident.span());
-                let add = respan(quote!(#krate::__private::Fingerprint::add), ident.span());
-                quote!(#add(&mut #fp_var, #name, &#b);)
+                // All on the name: a binding that is not `Serialize` is reported there.
+                respan(
+                    quote!(#krate::__private::Fingerprint::add(&mut #fp_var, #name, &#b);),
+                    ident.span(),
+                )
             })
             .collect(),
         // Every binding but `self`: `Serialize` ones added, others skipped.
@@ -580,10 +583,11 @@ fn key_call(
     let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
     let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
     let spec = spec(config, "");
-    // The call and its `.await` require `R: IdemOutput`: spanned over the return type, a
-    // return type that does not fit is reported there.
-    let (first, last) = span_range(ret.to_token_stream());
-    let run = respan_range(quote!(#krate::__private::run_idempotent), first, last);
+    // The call and its `.await` both require `R: IdemOutput`. Both on one token of the
+    // return type (the `Ok` type, which must be storable), a return type that does not
+    // fit is reported there, once.
+    let at = ok_span(ret);
+    let run = respan(quote!(#krate::__private::run_idempotent), at);
     let args = group(
         Delimiter::Parenthesis,
         quote! {
@@ -597,14 +601,26 @@ fn key_call(
             #spec,
             async move { #body },
         },
-        last,
+        at,
     );
-    let dot_await = respan(quote!(.await), last);
+    let dot_await = respan(quote!(.await), at);
     quote! {
         let #key_var: ::std::string::String = #key;
         #prelude
         #run #args #dot_await
     }
+}
+
+/// The first token of `T` in `Result<T, E>` (or any `Alias<T, ..>`), else of the type.
+fn ok_span(ret: &Type) -> Span {
+    if let Type::Path(p) = ret
+        && let Some(last) = p.path.segments.last()
+        && let syn::PathArguments::AngleBracketed(args) = &last.arguments
+        && let Some(syn::GenericArgument::Type(ok)) = args.args.first()
+    {
+        return span_range(ok.to_token_stream()).0;
+    }
+    span_range(ret.to_token_stream()).0
 }
 
 /// Header check and claim (or an early response), the body with the lease renewed, the

@@ -410,7 +410,18 @@ pub trait IdemValue: serde::Serialize + serde::de::DeserializeOwned {}
 #[diagnostic::do_not_recommend]
 impl<T: serde::Serialize + serde::de::DeserializeOwned> IdemValue for T {}
 
-impl<T: IdemValue, E: From<Error>> IdemOutput for Result<T, E> {
+/// An error type `#[idempotent]` can report its failures through.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot carry idempotency failures: `#[idempotent]` needs `{Self}: From<distlock::Error>`",
+    label = "the error type `{Self}` of this return type must implement `From<distlock::Error>`",
+    note = "`InProgress`, `PayloadMismatch` and `Backend` are returned as `Err(distlock::Error.into())`"
+)]
+pub trait IdemError: From<Error> {}
+
+#[diagnostic::do_not_recommend]
+impl<E: From<Error>> IdemError for E {}
+
+impl<T: IdemValue, E: IdemError> IdemOutput for Result<T, E> {
     fn from_idem_error(error: Error) -> Self {
         Err(error.into())
     }

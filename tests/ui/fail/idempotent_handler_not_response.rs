@@ -1,0 +1,11 @@
+//! A handler must return a response of an enabled framework.
+use distlock::idempotent;
+
+struct Created(u64);
+
+#[idempotent(header = "Idempotency-Key")]
+async fn create() -> Created {
+    Created(1)
+}
+
+fn main() {}

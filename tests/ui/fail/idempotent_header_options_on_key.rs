@@ -1,0 +1,10 @@
+//! `required` and `max_body` only mean something for handlers (`header = ...`); bad
+//! values and unknown arguments are reported together.
+use distlock::idempotent;
+
+#[idempotent(key = "pay:<id>", required = false, max_body = "1MiB", lease = "0s", wiat = "5s")]
+async fn pay(id: u64) -> Result<u64, distlock::Error> {
+    Ok(id)
+}
+
+fn main() {}
