@@ -13,5 +13,6 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 redis-server --version
 
-# Library, macro, integration, multi-process, fault, UI (trybuild) and doc tests.
-cargo test --workspace "$@"
+# Library, macro, integration, multi-process, fault, UI (trybuild) and doc tests, with the
+# axum and actix integrations on (their tests and the examples need them).
+cargo test --workspace --all-features "$@"

@@ -76,12 +76,23 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     // Apply a `#[distributed_lock]` written below this attribute now, so the lock ends
     // up inside the idempotency claim (as it does when written above).
     let mut extra = TokenStream::new();
-    if let Some(lock_args) = take_sibling_lock(&mut func) {
+    if let Some((lock_path, lock_args)) = take_sibling_lock(&mut func) {
         let locked = expand::distributed_lock(lock_args, func.to_token_stream());
         match split_fn(locked.clone()) {
             Some((f, rest)) => {
                 func = f;
                 extra = rest;
+                // The attribute is gone: name its path once so the user's
+                // `use distlock::distributed_lock` does not look unused. (Not in an
+                // `#[async_trait]` body, whose shape must stay as it is.)
+                if func.sig.asyncness.is_some() {
+                    let body = &func.block;
+                    *func.block = syn::parse_quote!({
+                        #[allow(unused_imports)]
+                        use #lock_path as _;
+                        #body
+                    });
+                }
             }
             None => return locked,
         }
@@ -137,7 +148,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 /// handler, around a signature it does not expect). Applying it here instead gives the
 /// same nesting as the other order: claim first, then lock, then the body; repeats are
 /// answered from the record without touching the lock.
-fn take_sibling_lock(func: &mut ItemFn) -> Option<TokenStream> {
+fn take_sibling_lock(func: &mut ItemFn) -> Option<(syn::Path, TokenStream)> {
     let at = func.attrs.iter().position(|a| {
         a.path()
             .segments
@@ -145,9 +156,10 @@ fn take_sibling_lock(func: &mut ItemFn) -> Option<TokenStream> {
             .is_some_and(|s| s.ident == "distributed_lock")
     })?;
     let attr = func.attrs.remove(at);
+    let path = attr.path().clone();
     Some(match attr.meta {
-        syn::Meta::List(list) => list.tokens,
-        _ => TokenStream::new(),
+        syn::Meta::List(list) => (path, list.tokens),
+        _ => (path, TokenStream::new()),
     })
 }
 

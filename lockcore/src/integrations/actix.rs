@@ -93,10 +93,7 @@ pub(crate) type Streaming = (u16, Vec<(String, Vec<u8>)>, BoxBody);
 
 /// Renders `value` against the request `id` and buffers it: at once when the body is
 /// in memory (every body but a stream), else `Err` with the streaming body.
-pub(crate) fn capture_now<T: Responder>(
-    value: T,
-    id: u64,
-) -> Result<Captured, Streaming> {
+pub(crate) fn capture_now<T: Responder>(value: T, id: u64) -> Result<Captured, Streaming> {
     let Some(res) = with_request(id, |req| value.respond_to(req).map_into_boxed_body()) else {
         return Ok(internal_error(
             "an actix responder was returned, but the request was not extracted by actix-web",

@@ -1,0 +1,55 @@
+//! Runs `examples/axum_orders.rs` and `examples/actix_orders.rs` in `--demo` mode against
+//! a private redis-server: the payment callback is charged once and the flash sale never
+//! oversells. The examples need features `axum` / `actix` (`scripts/test.sh` passes
+//! `--all-features`); without them cargo does not build them and this test says so.
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::RedisServer;
+
+fn example(name: &str) -> Option<PathBuf> {
+    // target/<profile>/deps/<this test> -> target/<profile>/examples/<name>
+    let exe = std::env::current_exe().ok()?;
+    let path = exe.parent()?.parent()?.join("examples").join(name);
+    path.exists().then_some(path)
+}
+
+fn run_demo(name: &str) {
+    let Some(bin) = example(name) else {
+        eprintln!("example `{name}` not built (run with --all-features); skipped");
+        return;
+    };
+    let server = RedisServer::start();
+    let out = Command::new(bin)
+        .arg("--demo")
+        .env("REDIS_URL", server.url())
+        .output()
+        .expect("run the example");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(out.status.success(), "{name} --demo failed: {stdout}");
+    assert!(
+        stdout.contains(&format!("using Redis at {}", server.url())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("charged once: yes (1 charge for 5 deliveries)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("never oversold: yes (5 sold, 0 left of 5)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn axum_orders_demo_charges_once_and_never_oversells() {
+    run_demo("axum_orders");
+}
+
+#[test]
+fn actix_orders_demo_charges_once_and_never_oversells() {
+    run_demo("actix_orders");
+}
