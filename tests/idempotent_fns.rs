@@ -362,10 +362,20 @@ async fn wait_returns_the_stored_result(locks: Locks) {
         let r = pay_waiting(&locks, "w-1", &runs).await;
         (r, started.elapsed())
     };
-    let (a, (b, waited)) = tokio::join!(first, second);
+    // While the second waits, it is subscribed to the record's `done` channel.
+    let probe = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        locks.waiting_channels()
+    };
+    let (a, (b, waited), subscribed) = tokio::join!(first, second, probe);
     assert_eq!(a.unwrap(), 10);
     assert_eq!(b.unwrap(), 10);
     assert_eq!(runs.get(), 1);
+    assert_eq!(
+        subscribed, 1,
+        "the waiter waits for a message on one channel"
+    );
+    assert_eq!(locks.waiting_channels(), 0, "and leaves it when served");
     // Woken by the completion (about 250 ms after it started waiting), far below 10 s.
     assert!(waited < Duration::from_millis(800), "waited {waited:?}");
 }
