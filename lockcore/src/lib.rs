@@ -1,6 +1,9 @@
 //! Runtime of [distlock](https://docs.rs/distlock): Redis-backed distributed locks with
 //! fencing tokens, compare-and-delete release and loss reporting.
 //!
+//! Idempotency records (run once per key, replay the stored result) live in
+//! [`idempotency`]; with features `axum` / `actix` they serve web handlers.
+//!
 //! Use the `distlock` crate: it re-exports this one together with the attributes.
 //!
 //! ```

@@ -153,9 +153,11 @@ fn write_canonical(v: &Value, out: &mut String) {
 /// One argument offered to the fingerprint by generated code:
 /// `(&&FpArg(name, &binding)).__distlock_fp(&mut fp)` adds it when its type is
 /// `Serialize` ([`FpSerialize`], found first) and skips it otherwise ([`FpSkip`]).
+#[doc(hidden)]
 pub struct FpArg<'a, T: ?Sized>(pub &'static str, pub &'a T);
 
 /// Adds a `Serialize` argument (autoref specialization, preferred).
+#[doc(hidden)]
 pub trait FpSerialize {
     /// Adds the argument.
     fn __distlock_fp(&self, fp: &mut Fingerprint);
@@ -168,6 +170,7 @@ impl<T: Serialize + ?Sized> FpSerialize for &FpArg<'_, T> {
 }
 
 /// Skips any other argument (autoref specialization, fallback).
+#[doc(hidden)]
 pub trait FpSkip {
     /// Records the argument as left out.
     fn __distlock_fp(&self, fp: &mut Fingerprint);

@@ -315,6 +315,7 @@ fn secs(d: Duration) -> u64 {
 
 /// One idempotent handler call: header checked, key claimed (or replayed), the body run
 /// with the lease renewed, then the response stored or the claim released.
+#[doc(hidden)]
 pub struct HandlerRun {
     claim: Option<Claim>,
     digest: String,
@@ -408,6 +409,7 @@ impl HandlerRun {
 /// [`CaptureBoth`] (the type is an axum response and an actix responder: decided by
 /// which framework extracted the request), else [`CaptureAxum`], else [`CaptureActix`],
 /// else [`CaptureNone`], a compile error that says what is wrong.
+#[doc(hidden)]
 pub struct Reply<T>(Cell<Option<T>>);
 
 impl<T> Reply<T> {
@@ -425,23 +427,28 @@ impl<T> Reply<T> {
 }
 
 /// A capture that may be awaited in a `Send` handler future.
+#[doc(hidden)]
 pub type SendCapture = Pin<Box<dyn Future<Output = Captured> + Send>>;
 /// A capture for actix-web, whose bodies are not `Send`.
+#[doc(hidden)]
 pub type LocalCapture = Pin<Box<dyn Future<Output = Captured>>>;
 
 /// Capture of a type that is both an axum response and an actix responder.
+#[doc(hidden)]
 pub trait CaptureBoth {
     /// Renders and buffers the response.
     fn __distlock_capture(&self, req: &IdemRequest) -> SendCapture;
 }
 
 /// Capture of an axum response.
+#[doc(hidden)]
 pub trait CaptureAxum {
     /// Renders and buffers the response.
     fn __distlock_capture(&self, req: &IdemRequest) -> SendCapture;
 }
 
 /// Capture of an actix-web responder.
+#[doc(hidden)]
 pub trait CaptureActix {
     /// Renders and buffers the response.
     fn __distlock_capture(&self, req: &IdemRequest) -> LocalCapture;
@@ -449,6 +456,7 @@ pub trait CaptureActix {
 
 /// The last resort of the capture: reached only for a type that is neither an axum
 /// response nor an actix responder, where it is a compile error.
+#[doc(hidden)]
 pub trait CaptureNone {
     /// Never callable: `Self: HandlerReturn` holds for no type.
     fn __distlock_capture(&self, req: &IdemRequest) -> std::future::Ready<Captured>

@@ -1,0 +1,157 @@
+//! Plain async fns: settings, the return-type contract and the runner that
+//! `#[idempotent(key = ...)]` expands to. Reached only through `crate::__private`.
+
+use std::future::Future;
+use std::time::Duration;
+
+use super::{Begin, Fingerprint, begin, record, record_key};
+use crate::client::Locks;
+use crate::error::{BackendErrorKind, Error};
+
+/// Settings fixed at compile time by `#[idempotent]`.
+#[derive(Debug, Clone, Copy)]
+pub struct IdemSpec {
+    /// Retention of the completed record, in milliseconds.
+    pub ttl_ms: u64,
+    /// Lease of the claim, in milliseconds.
+    pub lease_ms: u64,
+    /// How long a repeat waits for a running call (0: answer `InProgress` at once).
+    pub wait_ms: u64,
+    /// Largest response body stored (handlers).
+    pub max_body: usize,
+    /// The header carrying the key (handlers).
+    pub header: &'static str,
+    /// Whether a request without the header is rejected (handlers).
+    pub required: bool,
+}
+
+impl IdemSpec {
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms.max(1))
+    }
+
+    pub(crate) fn retention(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms.max(1))
+    }
+}
+
+/// What an idempotent plain fn returns: `Result<T, E>` with `T` storable and
+/// `E: From<distlock::Error>`.
+#[diagnostic::on_unimplemented(
+    message = "`#[idempotent]` functions must return `Result<T, E>` where `T: Serialize + DeserializeOwned` and `E: From<distlock::Error>`, found `{Self}`",
+    label = "expected `Result<T, E>`",
+    note = "the `Ok` value is stored as JSON and replayed to repeats; idempotency failures (`InProgress`, `PayloadMismatch`, `Backend`) are returned through `E`"
+)]
+pub trait IdemOutput: Sized {
+    /// An idempotency failure as this return value.
+    fn from_idem_error(error: Error) -> Self;
+    /// The `Ok` value as JSON (`None` for an `Err`, which is not stored).
+    fn to_stored(&self) -> Option<Result<serde_json::Value, serde_json::Error>>;
+    /// The `Ok` value back from its JSON.
+    fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error>;
+}
+
+/// An `Ok` type `#[idempotent]` can store and replay.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be stored by `#[idempotent]`: it must implement `serde::Serialize` and `serde::de::DeserializeOwned`",
+    label = "the `Ok` type must be `Serialize + DeserializeOwned`",
+    note = "the first call's `Ok` value is stored as JSON and replayed to every repeat; derive `serde::Serialize` and `serde::Deserialize` for it"
+)]
+pub trait IdemValue: serde::Serialize + serde::de::DeserializeOwned {}
+
+#[diagnostic::do_not_recommend]
+impl<T: serde::Serialize + serde::de::DeserializeOwned> IdemValue for T {}
+
+/// An error type `#[idempotent]` can report its failures through.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot carry idempotency failures: `#[idempotent]` needs `{Self}: From<distlock::Error>`",
+    label = "the error type `{Self}` of this return type must implement `From<distlock::Error>`",
+    note = "`InProgress`, `PayloadMismatch` and `Backend` are returned as `Err(distlock::Error.into())`"
+)]
+pub trait IdemError: From<Error> {}
+
+#[diagnostic::do_not_recommend]
+impl<E: From<Error>> IdemError for E {}
+
+impl<T: IdemValue, E: IdemError> IdemOutput for Result<T, E> {
+    fn from_idem_error(error: Error) -> Self {
+        Err(error.into())
+    }
+
+    fn to_stored(&self) -> Option<Result<serde_json::Value, serde_json::Error>> {
+        self.as_ref().ok().map(serde_json::to_value)
+    }
+
+    fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(value).map(Ok)
+    }
+}
+
+/// Where a plain fn's record lives: the function's path, the rendered scope, the key.
+#[derive(Debug)]
+pub struct IdemTarget {
+    /// `module::path::fn_name`.
+    pub function: &'static str,
+    /// The rendered `scope` template, if any.
+    pub scope: Option<String>,
+    /// The rendered `key` template.
+    pub key: String,
+}
+
+/// The body of an `#[idempotent(key = ...)]` fn: claim or replay, run with the lease
+/// renewed, then store an `Ok` or release on `Err`, panic or cancellation.
+pub async fn run_idempotent<R, F>(
+    client: Result<Locks, Error>,
+    target: IdemTarget,
+    fp: Fingerprint,
+    spec: IdemSpec,
+    body: F,
+) -> R
+where
+    R: IdemOutput,
+    F: Future<Output = R>,
+{
+    let locks = match client {
+        Ok(locks) => locks,
+        Err(e) => return R::from_idem_error(e),
+    };
+    let key = record_key(
+        locks.prefix(),
+        target.function,
+        target.scope.as_deref(),
+        &target.key,
+    );
+    let claim = match begin(&locks, key.clone(), &fp, &spec).await {
+        Ok(Begin::Run(claim)) => claim,
+        Ok(Begin::Replay(raw)) => {
+            return match record::stored_value(&key, &raw).and_then(|v| {
+                R::from_stored(v).map_err(|e| {
+                    Error::backend(
+                        &key,
+                        crate::error::BackendError::new(
+                            BackendErrorKind::Response,
+                            format!("the stored result does not decode as the return type: {e}"),
+                        ),
+                    )
+                })
+            }) {
+                Ok(out) => out,
+                Err(e) => R::from_idem_error(e),
+            };
+        }
+        Err(e) => return R::from_idem_error(e),
+    };
+    let out = claim.keep(body).await;
+    match out.to_stored() {
+        Some(Ok(value)) => {
+            let record = record::completed_value(&fp.digest(), &value);
+            claim.complete(&record, spec.retention()).await;
+        }
+        Some(Err(e)) => {
+            tracing::warn!(target: "distlock", key = claim.key(), error = %e, "the result cannot be stored as JSON; the claim is released");
+            claim.release().await;
+        }
+        None => claim.release().await,
+    }
+    out
+}
