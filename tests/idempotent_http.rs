@@ -29,7 +29,7 @@ struct App {
 }
 
 const COUNTERS: &[&str] = &[
-    "orders", "slow", "wait", "flaky", "conflict", "big", "binary", "optional", "stock",
+    "orders", "slow", "wait", "flaky", "conflict", "big", "binary", "optional", "stock", "busy",
 ];
 
 impl App {
@@ -60,6 +60,14 @@ impl App {
         self.stock.lock().await.insert(sku, left - 1);
         self.sold.lock().unwrap().push(order.to_owned());
         Some(left - 1)
+    }
+}
+
+/// What a handler's own `#[distributed_lock]` returns when the lock stays taken.
+fn busy_error() -> distlock::Error {
+    distlock::Error::Busy {
+        key: "lock:stock:1".into(),
+        waited: Duration::from_secs(3),
     }
 }
 
@@ -149,6 +157,14 @@ mod axum_app {
         vec![0xff, 0x00, n, 0x80]
     }
 
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn busy(State(app): State<App>) -> Result<String, distlock::Error> {
+        match app.bump("busy") {
+            1 => Err(busy_error()),
+            n => Ok(format!("busy run {n}")),
+        }
+    }
+
     #[idempotent(header = "Idempotency-Key", client = app.locks, required = false)]
     async fn optional(State(app): State<App>) -> String {
         format!("optional run {}", app.bump("optional"))
@@ -198,6 +214,7 @@ mod axum_app {
             .route("/big", post(big))
             .route("/binary", post(binary))
             .route("/optional", post(optional))
+            .route("/busy", post(busy))
             .route("/stock-a/{sku}", post(stock_idem_outer))
             .route("/stock-b/{sku}", post(stock_lock_outer))
             .with_state(app);
@@ -270,6 +287,14 @@ mod actix_app {
             .body(vec![0xff, 0x00, n, 0x80])
     }
 
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn busy(app: web::Data<App>) -> Result<String, distlock::Error> {
+        match app.bump("busy") {
+            1 => Err(busy_error()),
+            n => Ok(format!("busy run {n}")),
+        }
+    }
+
     #[idempotent(header = "Idempotency-Key", client = app.locks, required = false)]
     async fn optional(app: web::Data<App>) -> String {
         format!("optional run {}", app.bump("optional"))
@@ -323,6 +348,7 @@ mod actix_app {
                         .route("/big", web::post().to(big))
                         .route("/binary", web::post().to(binary))
                         .route("/optional", web::post().to(optional))
+                        .route("/busy", web::post().to(busy))
                         .route("/stock-a/{sku}", web::post().to(stock_idem_outer))
                         .route("/stock-b/{sku}", web::post().to(stock_lock_outer))
                 })
@@ -395,6 +421,7 @@ both_frameworks!(
     large_bodies_are_returned_not_stored_binary_bodies_replay,
     missing_header_with_required_false_runs_without_idempotency,
     lock_and_idempotency_work_in_either_order,
+    distlock_errors_are_problem_responses_and_not_stored,
 );
 
 /// Raw request headers.
@@ -686,4 +713,24 @@ async fn lock_and_idempotency_work_in_either_order(h: Harness) {
         assert_eq!(r.header("idempotent-replayed"), Some("true"));
         guard.release().await.unwrap();
     }
+}
+
+async fn distlock_errors_are_problem_responses_and_not_stored(h: Harness) {
+    // `distlock::Error` as the handler's error: `IntoResponse` / `ResponseError`.
+    let r = post(h.addr, "/busy", Some("z"), "").await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let problem: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(problem["type"], "urn:distlock:problem:busy");
+    assert!(
+        !r.text().contains("lock:stock"),
+        "no Redis key in public errors"
+    );
+    // 503 released the claim: the retry runs the body and is stored.
+    let r = post(h.addr, "/busy", Some("z"), "").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "busy run 2"));
+    let r = post(h.addr, "/busy", Some("z"), "").await;
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    assert_eq!(h.app.runs("busy"), 2);
 }

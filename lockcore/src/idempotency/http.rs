@@ -567,5 +567,15 @@ mod tests {
             .status,
             400
         );
+        let busy = problem(&Error::Busy {
+            key: "lock:a".into(),
+            waited: Duration::ZERO,
+        });
+        assert_eq!(busy.status, 503);
+        assert!(
+            busy.headers
+                .contains(&("retry-after".into(), b"1".to_vec()))
+        );
+        assert_eq!(problem(&Error::Lost { key: "k".into() }).status, 500);
     }
 }

@@ -89,6 +89,27 @@ impl Payments for Service {
     }
 }
 
+#[async_trait::async_trait]
+trait Stock {
+    async fn take(&self, sku: u64) -> Result<u64, distlock::Error>;
+    async fn take_lock_outer(&self, sku: u64) -> Result<u64, distlock::Error>;
+}
+
+#[async_trait::async_trait]
+impl Stock for Service {
+    #[idempotent(key = "take:<sku>")]
+    #[distributed_lock(key = "stock:<sku>")]
+    async fn take(&self, sku: u64) -> Result<u64, distlock::Error> {
+        Ok(sku)
+    }
+
+    #[distributed_lock(key = "stock:<sku>")]
+    #[idempotent(key = "take2:<sku>")]
+    async fn take_lock_outer(&self, sku: u64) -> Result<u64, distlock::Error> {
+        Ok(sku)
+    }
+}
+
 mod renamed {
     use distlock as dl;
 
@@ -115,4 +136,6 @@ fn main() {
     assert_send(Service.method(1));
     assert_send(renamed::renamed(1));
     let _ = Service.pay(1);
+    assert_send(Service.take(1));
+    assert_send(Service.take_lock_outer(1));
 }
