@@ -54,9 +54,14 @@ pub(crate) struct Inner {
 impl Inner {
     /// Wake-ups for `key`'s releases; `None` when they cannot be had (then waiters poll).
     pub(crate) async fn subscribe(&self, key: &str) -> Option<Subscription> {
+        self.subscribe_channel(channel_of(key)).await
+    }
+
+    /// Wake-ups on `channel`; `None` when they cannot be had.
+    pub(crate) async fn subscribe_channel(&self, channel: String) -> Option<Subscription> {
         match (&self.backend, &self.notifier) {
-            (Backend::Memory(m), _) => Some(Subscription::local(&m.waiters, channel_of(key))),
-            (Backend::Redis(_), Some(n)) => n.subscribe(channel_of(key)).await,
+            (Backend::Memory(m), _) => Some(Subscription::local(&m.waiters, channel)),
+            (Backend::Redis(_), Some(n)) => n.subscribe(channel).await,
             (Backend::Redis(_), None) => None,
         }
     }

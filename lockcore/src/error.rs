@@ -169,6 +169,24 @@ impl BackendError {
         )
     }
 
+    /// Whether the request may have been lost in flight (a timeout or a broken
+    /// connection): it may or may not have run, and trying again is reasonable.
+    ///
+    /// ```
+    /// # async fn demo() {
+    /// let locks = lockcore::Locks::builder("redis://127.0.0.1:1/").build().unwrap();
+    /// if let Err(lockcore::Error::Backend { source, .. }) = locks.lock("a").acquire().await {
+    ///     assert!(source.is_transient());
+    /// }
+    /// # }
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            BackendErrorKind::Timeout | BackendErrorKind::Connection
+        )
+    }
+
     /// The broad class of the failure.
     ///
     /// ```

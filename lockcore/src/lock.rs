@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Released, Try};
 use crate::client::Locks;
-use crate::error::{BackendErrorKind, Error, Result};
+use crate::error::{Error, Result};
 use crate::key;
 use crate::local::Turn;
 use crate::notify::Subscription;
@@ -269,10 +269,7 @@ impl<'a> LockRequest<'a> {
                 }
                 Ok(Try::Busy(left)) => left,
                 Err(source) => {
-                    if matches!(
-                        source.kind(),
-                        BackendErrorKind::Timeout | BackendErrorKind::Connection
-                    ) {
+                    if source.is_transient() {
                         // The SET may have landed with its reply lost: take it back.
                         spawn_cleanup(self.locks.clone(), key.clone(), token);
                     }
@@ -545,13 +542,7 @@ impl crate::client::Inner {
                 .await
             {
                 Ok(found) => return Ok(found),
-                Err(e)
-                    if !retried
-                        && matches!(
-                            e.kind(),
-                            BackendErrorKind::Timeout | BackendErrorKind::Connection
-                        ) =>
-                {
+                Err(e) if !retried && e.is_transient() => {
                     retried = true;
                 }
                 Err(e) => return Err(Error::backend(key, e)),

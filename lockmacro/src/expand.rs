@@ -28,15 +28,9 @@ struct LockConfig {
 }
 
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    let mut func: ItemFn = match syn::parse2(item.clone()) {
+    let mut func = match parse_fn(item, "distributed_lock") {
         Ok(f) => f,
-        Err(_) => {
-            let e = syn::Error::new(
-                Span::call_site(),
-                "`#[distributed_lock]` can only be applied to an `async fn` with a body",
-            );
-            return with_error(item, e);
-        }
+        Err(out) => return out,
     };
     let mut errors = Errors::default();
     let shape = Shape::of(&mut func);
@@ -71,6 +65,17 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
         }
         (None, None) => func.into_token_stream(),
     }
+}
+
+/// The annotated item as a function; otherwise the item unchanged plus an error.
+pub(crate) fn parse_fn(item: TokenStream, attr: &str) -> Result<ItemFn, TokenStream> {
+    syn::parse2(item.clone()).map_err(|_| {
+        let e = syn::Error::new(
+            Span::call_site(),
+            format!("`#[{attr}]` can only be applied to an `async fn` with a body"),
+        );
+        with_error(item, e)
+    })
 }
 
 /// The user's item, unchanged, plus the error: IDEs keep seeing the function.

@@ -21,7 +21,7 @@ use crate::args::{ArgSlots, Errors, RawArg, RawArgs, lit_str};
 use crate::check::{check_placeholders, closest};
 use crate::expand::{
     self, Shape, async_trait_block, bool_lit, contains_impl_trait, duration_arg, group, key_expr,
-    rename_self, respan, respan_range, ret_stmt, span_range, with_error,
+    parse_fn, rename_self, respan, respan_range, ret_stmt, span_range, with_error,
 };
 use crate::template::Template;
 
@@ -63,15 +63,9 @@ struct IdemConfig {
 }
 
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
-    let mut func: ItemFn = match syn::parse2(item.clone()) {
+    let mut func = match parse_fn(item, "idempotent") {
         Ok(f) => f,
-        Err(_) => {
-            let e = syn::Error::new(
-                Span::call_site(),
-                "`#[idempotent]` can only be applied to an `async fn` with a body",
-            );
-            return with_error(item, e);
-        }
+        Err(out) => return out,
     };
     // Apply a `#[distributed_lock]` written below this attribute now, so the lock ends
     // up inside the idempotency claim (as it does when written above).

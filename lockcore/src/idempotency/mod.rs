@@ -28,10 +28,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::Backend;
 use crate::backend::idem::{ClaimArgs, Claimed};
-use crate::client::{Inner, Locks};
-use crate::error::{BackendErrorKind, Error};
+use crate::client::Locks;
+use crate::error::Error;
 use crate::key;
 use crate::notify::Subscription;
 
@@ -64,17 +63,6 @@ pub(crate) fn record_key(prefix: &str, function: &str, scope: Option<&str>, key:
 /// The channel the complete and release scripts publish on (same hash slot as the record).
 pub(crate) fn done_channel(record: &str) -> String {
     key::companion(record, ":done")
-}
-
-impl Inner {
-    /// Wake-ups on an arbitrary channel; `None` when they cannot be had.
-    pub(crate) async fn subscribe_channel(&self, channel: String) -> Option<Subscription> {
-        match (&self.backend, &self.notifier) {
-            (Backend::Memory(m), _) => Some(Subscription::local(&m.waiters, channel)),
-            (Backend::Redis(_), Some(n)) => n.subscribe(channel).await,
-            (Backend::Redis(_), None) => None,
-        }
-    }
 }
 
 /// How a call begins.
@@ -119,10 +107,7 @@ pub(crate) async fn begin(
         let found = match inner.backend.idem_claim(&args).await {
             Ok(found) => found,
             Err(source) => {
-                if matches!(
-                    source.kind(),
-                    BackendErrorKind::Timeout | BackendErrorKind::Connection
-                ) {
+                if source.is_transient() {
                     // The claim may have landed with its reply lost: give it back.
                     Claim::new(locks, key.clone(), owner, channel, lease, lifetime).spawn_release();
                 }
@@ -288,13 +273,7 @@ impl Claim {
                     tracing::warn!(target: "distlock", key = self.key, "idempotent result not stored: the claim was lost (its lease ended and another call took it over)");
                     return;
                 }
-                Err(e)
-                    if !retried
-                        && matches!(
-                            e.kind(),
-                            BackendErrorKind::Timeout | BackendErrorKind::Connection
-                        ) =>
-                {
+                Err(e) if !retried && e.is_transient() => {
                     retried = true;
                 }
                 Err(e) => {
