@@ -121,6 +121,10 @@ enum Kind {
     /// keys and arguments), so the gap to `Raw` is the server's and the gap to
     /// `Distlock` is distlock's client-side cost.
     RawLua,
+    /// Diagnostic, W3 only: the floor of distlock's design on this machine. A fair (FIFO)
+    /// `tokio::sync::Mutex` stands for the local queue, one PING for the acquire and one
+    /// for the release: the same wake-ups and round trips, no lock logic at all.
+    Floor,
 }
 
 impl Kind {
@@ -129,6 +133,7 @@ impl Kind {
             Kind::Distlock => "distlock",
             Kind::Raw => "raw",
             Kind::RawLua => "raw+lua",
+            Kind::Floor => "floor",
         }
     }
 
@@ -152,11 +157,16 @@ enum Client {
         acquire: redis::Script,
         release: redis::Script,
     },
+    Floor {
+        conn: MultiplexedConnection,
+        queue: Arc<tokio::sync::Mutex<()>>,
+    },
 }
 
 enum Held {
     Distlock(distlock::LockGuard),
     Raw { key: String, token: String },
+    Floor(tokio::sync::OwnedMutexGuard<()>),
 }
 
 /// distlock's scripts, sent by hand.
@@ -208,6 +218,10 @@ impl Client {
                     release,
                 }
             }
+            Kind::Floor => Client::Floor {
+                conn: raw_connection(url).await,
+                queue: Arc::default(),
+            },
         }
     }
 
@@ -263,6 +277,11 @@ impl Client {
                     Err(AcqError::Busy) // uncontended workloads only: no waiting
                 }
             }
+            Client::Floor { conn, queue } => {
+                let turn = queue.clone().lock_owned().await;
+                ping_once(conn).await.map_err(AcqError::Failed)?;
+                Ok(Held::Floor(turn))
+            }
         }
     }
 
@@ -302,6 +321,11 @@ impl Client {
                     Err(format!("{key}: lost"))
                 }
             }
+            (Client::Floor { conn, .. }, Held::Floor(turn)) => {
+                let pinged = ping_once(conn).await;
+                drop(turn);
+                pinged
+            }
             _ => unreachable!("a guard released through the other implementation"),
         }
     }
@@ -328,6 +352,14 @@ impl Client {
         other.release(held).await.expect("warm-up release");
         waiter.await.expect("warm-up waiter");
     }
+}
+
+async fn ping_once(conn: &MultiplexedConnection) -> Result<(), String> {
+    redis::cmd("PING")
+        .query_async::<String>(&mut conn.clone())
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// A token unique to this acquisition: a per-process random seed hashing a counter.
@@ -781,6 +813,7 @@ fn slot(kind: Kind) -> usize {
         Kind::Distlock => 0,
         Kind::Raw => 1,
         Kind::RawLua => 2,
+        Kind::Floor => unreachable!("the floor runs in W3 only"),
     }
 }
 
@@ -803,6 +836,45 @@ struct RunOut {
     recs: Vec<Rec>,
     timeouts: u64,
     errors: u64,
+    /// Calls per command name on the server during the run (`INFO commandstats`, so the
+    /// commands Lua ran are included).
+    commands: BTreeMap<String, u64>,
+}
+
+/// Zeroes the server's command statistics (`CONFIG RESETSTAT`) just before a run.
+async fn reset_commandstats(conn: &mut MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await
+        .expect("CONFIG RESETSTAT");
+}
+
+/// Calls per command since the reset (`INFO commandstats`: the commands Lua ran count too).
+async fn read_commandstats(conn: &mut MultiplexedConnection) -> BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    let mut calls_by_name = BTreeMap::new();
+    for line in info.lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let calls = rest
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if !matches!(name, "config|resetstat" | "info") {
+            calls_by_name.insert(name.to_owned(), calls);
+        }
+    }
+    calls_by_name
 }
 
 enum Tickets {
@@ -907,7 +979,11 @@ async fn run_w3(cfg: &Config, url: &str, kind: Kind) -> RunOut {
         taken: AtomicU64::new(0),
         total: cfg.w3_acquisitions,
     });
-    contend(client, "w3", cfg.w3_tasks, 0, tickets).await
+    let mut stats = raw_connection(url).await;
+    reset_commandstats(&mut stats).await;
+    let mut out = contend(client, "w3", cfg.w3_tasks, 0, tickets).await;
+    out.commands = read_commandstats(&mut stats).await;
+    out
 }
 
 async fn run_w4(cfg: &Config, url: &str, kind: Kind) -> RunOut {
@@ -947,6 +1023,7 @@ async fn run_w4(cfg: &Config, url: &str, kind: Kind) -> RunOut {
         }
         children.push((child, stdin, lines));
     }
+    reset_commandstats(&mut conn).await;
     for (_, stdin, _) in &mut children {
         stdin.write_all(b"go\n").await.expect("go");
         stdin.flush().await.expect("go");
@@ -973,6 +1050,7 @@ async fn run_w4(cfg: &Config, url: &str, kind: Kind) -> RunOut {
         let status = child.wait().await.expect("child exit");
         assert!(status.success(), "a W4 child failed: {status}");
     }
+    all.commands = read_commandstats(&mut conn).await;
     all
 }
 
@@ -1033,6 +1111,7 @@ struct Contended {
     rate: f64,
     ideal: f64,
     hold_mean_us: f64,
+    release_mean_us: f64,
     same_share: f64,
     handoffs: usize,
     gap_p50_us: Option<f64>,
@@ -1051,6 +1130,8 @@ struct Contended {
     xproc_handoffs: usize,
     xproc_gap_p50_us: Option<f64>,
     xproc_gap_p99_us: Option<f64>,
+    /// Server commands per acquisition, by name.
+    commands: Vec<(String, f64)>,
 }
 
 /// `tasks` in all, `tasks_per_proc` of them in each process.
@@ -1065,6 +1146,11 @@ fn analyze(mut run: RunOut, tasks: usize, tasks_per_proc: usize, rtt_ns: f64) ->
     let hold_mean_ns = recs
         .iter()
         .map(|r| (r.rel_start - r.acq_done) as f64)
+        .sum::<f64>()
+        / n.max(1) as f64;
+    let release_mean_ns = recs
+        .iter()
+        .map(|r| (r.rel_done - r.rel_start) as f64)
         .sum::<f64>()
         / n.max(1) as f64;
     let span_ns =
@@ -1102,6 +1188,7 @@ fn analyze(mut run: RunOut, tasks: usize, tasks_per_proc: usize, rtt_ns: f64) ->
         rate: n as f64 / (span_ns as f64 / 1e9),
         ideal: 1e9 / (hold_mean_ns + rtt_ns),
         hold_mean_us: hold_mean_ns / 1e3,
+        release_mean_us: release_mean_ns / 1e3,
         same_share: same as f64 / n.saturating_sub(1).max(1) as f64,
         handoffs: gaps.len(),
         gap_p50_us: pct(&gaps, 0.5).map(us),
@@ -1118,6 +1205,11 @@ fn analyze(mut run: RunOut, tasks: usize, tasks_per_proc: usize, rtt_ns: f64) ->
         xproc_handoffs: xproc_gaps.len(),
         xproc_gap_p50_us: pct(&xproc_gaps, 0.5).map(us),
         xproc_gap_p99_us: pct(&xproc_gaps, 0.99).map(us),
+        commands: run
+            .commands
+            .iter()
+            .map(|(name, calls)| (name.clone(), *calls as f64 / n.max(1) as f64))
+            .collect(),
     }
 }
 
@@ -1263,7 +1355,6 @@ async fn run(cfg: &Config, server: &Server) {
         ping_us(0.9),
         ping_us(0.99)
     );
-    println!("  {ping_line}");
     let w3d = analyze(
         run_w3(cfg, &url, Kind::Distlock).await,
         cfg.w3_tasks,
@@ -1272,6 +1363,12 @@ async fn run(cfg: &Config, server: &Server) {
     );
     let w3r = analyze(
         run_w3(cfg, &url, Kind::Raw).await,
+        cfg.w3_tasks,
+        cfg.w3_tasks,
+        rtt,
+    );
+    let w3f = analyze(
+        run_w3(cfg, &url, Kind::Floor).await,
         cfg.w3_tasks,
         cfg.w3_tasks,
         rtt,
@@ -1323,6 +1420,13 @@ async fn run(cfg: &Config, server: &Server) {
             "measured hold us (mean)",
             d.hold_mean_us,
             r.hold_mean_us,
+            0,
+        );
+        t.num(
+            w,
+            "release call us (mean)",
+            d.release_mean_us,
+            r.release_mean_us,
             0,
         );
         t.text(
@@ -1397,6 +1501,45 @@ async fn run(cfg: &Config, server: &Server) {
         );
     }
     t.print();
+    println!(
+        "\nW3 floor on this machine: a FIFO tokio::sync::Mutex plus one PING to acquire and one to"
+    );
+    println!(
+        "release (distlock's wake-ups and round trips, no lock logic): acquisitions/s / ideal {:.2},",
+        w3f.rate / w3f.ideal
+    );
+    println!(
+        "release call {:.0} us, handoff gap p50 {} us, p99 {} us, max {} us (distlock: {:.2}, {:.0} us, {} / {} / {} us)",
+        w3f.release_mean_us,
+        opt(w3f.gap_p50_us),
+        opt(w3f.gap_p99_us),
+        opt(w3f.gap_max_us),
+        w3d.rate / w3d.ideal,
+        w3d.release_mean_us,
+        opt(w3d.gap_p50_us),
+        opt(w3d.gap_p99_us),
+        opt(w3d.gap_max_us)
+    );
+    println!(
+        "\nServer commands per acquisition in W3/W4 (INFO commandstats, Lua's inner calls included;"
+    );
+    println!(
+        "W4 also counts the ticket INCR; for distlock a PTTL is one try that found the lock held):"
+    );
+    for (name, c) in [
+        ("W3 distlock", &w3d),
+        ("W3 raw", &w3r),
+        ("W4 distlock", &w4d),
+        ("W4 raw", &w4r),
+    ] {
+        let list: Vec<String> = c
+            .commands
+            .iter()
+            .filter(|(_, per)| *per >= 0.005)
+            .map(|(cmd, per)| format!("{cmd} {per:.2}"))
+            .collect();
+        println!("  {name:<12} {}", list.join(", "));
+    }
     for (name, d, r, l) in [("W1", d1, r1, l1), ("W2", d2, r2, l2)] {
         if d.errors + r.errors + l.errors > 0 {
             println!(
