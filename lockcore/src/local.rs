@@ -82,6 +82,9 @@ impl LocalQueues {
         let entry = self.entry(key);
         let mut permit = None;
         let mut granted = false;
+        // One pending wait for the whole loop: re-checking the holder's lease must not
+        // send this task to the back of the queue.
+        let mut pending = std::pin::pin!(entry.sem.clone().acquire_owned());
         loop {
             match entry.sem.clone().try_acquire_owned() {
                 Ok(p) => {
@@ -116,12 +119,14 @@ impl LocalQueues {
                 .unwrap_or(deadline)
                 .min(deadline)
                 .min(now + std::time::Duration::from_millis(100));
-            if let Ok(Ok(p)) =
-                tokio::time::timeout_at(until, entry.sem.clone().acquire_owned()).await
-            {
-                permit = Some(p);
-                granted = true;
-                break;
+            match tokio::time::timeout_at(until, pending.as_mut()).await {
+                Ok(Ok(p)) => {
+                    permit = Some(p);
+                    granted = true;
+                    break;
+                }
+                Ok(Err(_closed)) => break,
+                Err(_elapsed) => {}
             }
         }
         let turn = Turn {
@@ -190,5 +195,32 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
         assert_eq!(q.len(), 0);
+    }
+
+    /// Waits longer than the 100 ms lease re-check keep their place in the queue.
+    #[tokio::test]
+    async fn long_waits_keep_fifo_order() {
+        let q = Arc::new(LocalQueues::default());
+        let far = Instant::now() + Duration::from_secs(10);
+        let first = q.enter("k", far).await.unwrap();
+        first.set_lease(Some(Lease::Until(far)));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..3 {
+            let (q, order) = (q.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let t = q.enter("k", far).await.unwrap();
+                order.lock().unwrap().push(i);
+                tokio::time::sleep(Duration::from_millis(130)).await;
+                drop(t);
+            }));
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        drop(first);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
     }
 }
