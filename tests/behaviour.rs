@@ -449,34 +449,55 @@ async fn unreachable_redis_is_a_backend_error() {
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 }
 
-/// The release script itself: a second try of the same release (its first reply lost)
-/// finds the marker and reports success, never `Lost`; another token is still `Lost`.
+/// The release script itself. A retry of a release whose reply was lost (it carries the
+/// acquisition's fence) reports success when the key is gone and nobody took the lock
+/// since, and "unknown" (never `Lost`) when it has changed hands; a first try on a
+/// foreign token is `Lost`.
 #[tokio::test]
 async fn retried_release_is_not_misreported_as_lost() {
     let server = RedisServer::start();
     let locks = Locks::connect(&server.url()).await.unwrap();
     let g = locks.lock("retry").acquire().await.unwrap();
-    let token = g.token().to_owned();
+    let (token, fence) = (g.token().to_owned(), g.fence());
     std::mem::forget(g);
     let script = redis::Script::new(include_str!("../lockcore/src/scripts/release.lua"));
     let mut raw = server.raw().await;
-    let marker = format!("{{lock:retry}}:released:{token}");
-    let release = |token: String| {
+    let release = |token: &str, retry_of: &str| {
         let mut inv = script.prepare_invoke();
         inv.key("lock:retry")
-            .key(format!("{{lock:retry}}:released:{token}"))
+            .key("{lock:retry}:fence")
             .arg(token)
-            .arg(10_000)
-            .arg("lock:retry:released");
+            .arg("lock:retry:released")
+            .arg(retry_of);
         inv
     };
-    let first: i64 = release(token.clone()).invoke_async(&mut raw).await.unwrap();
-    let again: i64 = release(token.clone()).invoke_async(&mut raw).await.unwrap();
-    let other: i64 = release("someone-else".into())
+    let fence_arg = fence.to_string();
+    let first: i64 = release(&token, "").invoke_async(&mut raw).await.unwrap();
+    // The reply of `first` is lost: the retry must not say Lost.
+    let retry: i64 = release(&token, &fence_arg)
         .invoke_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!((first, again, other), (1, 2, 0));
-    let ttl: i64 = redis::AsyncCommands::pttl(&mut raw, &marker).await.unwrap();
-    assert!(ttl > 0 && ttl <= 10_000, "the marker is short-lived");
+    // Control: without the retry's fence, the same call is a plain loss.
+    let plain: i64 = release(&token, "").invoke_async(&mut raw).await.unwrap();
+    assert_eq!((first, retry, plain), (1, 2, 0));
+    // Someone takes and releases the lock before the retry arrives: unknown, not Lost.
+    let another_process = Locks::connect(&server.url()).await.unwrap();
+    let other = another_process.lock("retry").acquire().await.unwrap();
+    other.release().await.unwrap();
+    let late: i64 = release(&token, &fence_arg)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(late, 3);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*retry*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys,
+        vec!["{lock:retry}:fence".to_owned()],
+        "a release writes no marker keys"
+    );
 }

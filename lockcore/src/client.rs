@@ -42,7 +42,6 @@ pub(crate) struct Inner {
     pub(crate) backend: Backend,
     pub(crate) prefix: String,
     pub(crate) holder: String,
-    pub(crate) marker_ttl: Duration,
     /// Where the locks live, without credentials (for errors and `Debug`).
     pub(crate) target: String,
     /// Pub/Sub wake-ups (Redis only).
@@ -116,7 +115,6 @@ impl Locks {
             None,
             DEFAULT_PREFIX.to_owned(),
             None,
-            DEFAULT_COMMAND_TIMEOUT,
             "in-memory".to_owned(),
         )
     }
@@ -126,7 +124,6 @@ impl Locks {
         notifier: Option<Notifier>,
         prefix: String,
         holder: Option<String>,
-        timeout: Duration,
         target: String,
     ) -> Locks {
         let holder = sanitize_holder(&holder.unwrap_or_else(default_holder));
@@ -135,7 +132,6 @@ impl Locks {
                 backend,
                 prefix,
                 holder,
-                marker_ttl: (timeout * 10).max(Duration::from_secs(10)),
                 target,
                 notifier,
                 queues: Arc::default(),
@@ -272,7 +268,6 @@ impl LocksBuilder {
             self.notify.then(|| Notifier::new(client, self.timeout)),
             self.prefix,
             self.holder,
-            self.timeout,
             target,
         ))
     }

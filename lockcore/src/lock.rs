@@ -395,7 +395,7 @@ async fn wait_for_turn(
 fn spawn_cleanup(locks: Locks, key: String, token: String) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
-            let _ = locks.inner.release_raw(&key, &token).await;
+            let _ = locks.inner.release_raw(&key, &token, None).await;
         });
     }
 }
@@ -472,8 +472,11 @@ impl LockGuard {
     ///
     /// Returns [`Error::Lost`] when the key was gone or held another token: the lease
     /// ran out (or was taken) while the lock was held, so the critical section may have
-    /// overlapped with another holder's. A release whose reply is lost is retried once;
-    /// a marker left by the release script keeps that retry from reporting `Lost`.
+    /// overlapped with another holder's. A release whose reply is lost is retried once,
+    /// and the retry never reports a release that happened as `Lost`: when the key is
+    /// gone and the fence is unchanged nobody held the lock since, which is success; when
+    /// the lock has changed hands since, the outcome cannot be told and the error is
+    /// [`Error::Backend`].
     ///
     /// A reentrant guard releases nothing; it reports `Lost` only if the lock is already
     /// known lost.
@@ -531,19 +534,23 @@ impl fmt::Debug for LockGuard {
 }
 
 impl crate::client::Inner {
-    /// Compare-and-delete, retried once on a transport failure.
-    async fn release_raw(&self, key: &str, token: &str) -> std::result::Result<Released, Error> {
-        let marker = key::companion(key, &format!(":released:{token}"));
+    /// Compare-and-delete, retried once on a transport failure. The retry tells a
+    /// release that happened from a lost lock by the fence: no marker key is written.
+    async fn release_raw(
+        &self,
+        key: &str,
+        token: &str,
+        fence: Option<u64>,
+    ) -> std::result::Result<Released, Error> {
+        let fence_key = key::companion(key, ":fence");
+        let mut retry_of = None;
         let mut retried = false;
         loop {
-            match self
-                .backend
-                .release(key, &marker, token, self.marker_ttl)
-                .await
-            {
+            match self.backend.release(key, &fence_key, token, retry_of).await {
                 Ok(found) => return Ok(found),
                 Err(e) if !retried && e.is_transient() => {
                     retried = true;
+                    retry_of = fence;
                 }
                 Err(e) => return Err(Error::backend(key, e)),
             }
@@ -552,7 +559,10 @@ impl crate::client::Inner {
 
     async fn finish(&self, info: &LockInfo, held: Duration) -> Result<()> {
         let held_ms = held.as_secs_f64() * 1e3;
-        match self.release_raw(info.key(), info.token()).await {
+        match self
+            .release_raw(info.key(), info.token(), Some(info.fence()))
+            .await
+        {
             Ok(Released::Now | Released::Earlier) => {
                 tracing::debug!(
                     target: "distlock",
@@ -576,6 +586,18 @@ impl crate::client::Inner {
                 Err(Error::Lost {
                     key: info.key().to_owned(),
                 })
+            }
+            Ok(Released::Unknown) => {
+                let e = Error::backend(
+                    info.key(),
+                    crate::error::BackendError::new(
+                        crate::error::BackendErrorKind::Timeout,
+                        "the release reply was lost and the lock has changed hands since: \
+                         whether this release came first cannot be told",
+                    ),
+                );
+                tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release outcome unknown");
+                Err(e)
             }
             Err(e) => {
                 tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release failed");

@@ -22,10 +22,14 @@ pub(crate) enum Try {
 pub(crate) enum Released {
     /// The token matched and the key was deleted now.
     Now,
-    /// An earlier try of this same release deleted it (its reply was lost).
+    /// On a retry: the key is gone and nobody took the lock since (the lost try
+    /// released it, or it expired with no other holder: no overlap either way).
     Earlier,
     /// The key was gone or held another token.
     Lost,
+    /// On a retry: someone took the lock since; whether the lost try released it first
+    /// cannot be told.
+    Unknown,
 }
 
 pub(crate) enum Backend {
@@ -48,16 +52,17 @@ impl Backend {
         }
     }
 
-    /// One compare-and-delete that also wakes the key's waiters.
+    /// One compare-and-delete that also wakes the key's waiters. `retry_of` is this
+    /// acquisition's fence when an earlier try's reply was lost.
     pub(crate) async fn release(
         &self,
         key: &str,
-        marker_key: &str,
+        fence_key: &str,
         token: &str,
-        marker_ttl: Duration,
+        retry_of: Option<u64>,
     ) -> Result<Released, BackendError> {
         match self {
-            Backend::Redis(r) => r.release(key, marker_key, token, marker_ttl).await,
+            Backend::Redis(r) => r.release(key, fence_key, token, retry_of).await,
             Backend::Memory(m) => Ok(m.release(key, token)),
         }
     }

@@ -147,19 +147,20 @@ impl RedisBackend {
     pub(crate) async fn release(
         &self,
         key: &str,
-        marker_key: &str,
+        fence_key: &str,
         token: &str,
-        marker_ttl: Duration,
+        retry_of: Option<u64>,
     ) -> Result<Released, BackendError> {
         let mut inv = RELEASE.prepare_invoke();
         inv.key(key)
-            .key(marker_key)
+            .key(fence_key)
             .arg(token)
-            .arg(millis(marker_ttl))
-            .arg(channel_of(key));
+            .arg(channel_of(key))
+            .arg(retry_of.map(|f| f.to_string()).unwrap_or_default());
         match self.eval::<u8>(&inv).await? {
             1 => Ok(Released::Now),
             2 => Ok(Released::Earlier),
+            3 => Ok(Released::Unknown),
             _ => Ok(Released::Lost),
         }
     }
