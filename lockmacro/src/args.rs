@@ -118,3 +118,41 @@ pub(crate) fn lit_str(arg: &RawArg) -> syn::Result<LitStr> {
         )),
     }
 }
+
+/// `crate = "path"`: where the facade is (default `::distlock`); `None` after an error.
+pub(crate) fn crate_arg(slots: &mut ArgSlots<'_>, errors: &mut Errors) -> Option<syn::Path> {
+    match slots.take("crate") {
+        Some(arg) => match lit_str(&arg).and_then(|s| s.parse::<syn::Path>()) {
+            Ok(path) => Some(path),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        None => Some(syn::parse_quote!(::distlock)),
+    }
+}
+
+/// A template argument, parsed and (when the fn's bindings are known) checked against
+/// them; `None` after an error.
+pub(crate) fn template_arg(
+    arg: &RawArg,
+    what: &str,
+    bindings: Option<&[String]>,
+    errors: &mut Errors,
+) -> Option<crate::template::Template> {
+    match lit_str(arg).and_then(|lit| crate::template::Template::parse(&lit)) {
+        Ok(t) => {
+            if let Some(bindings) = bindings
+                && let Err(e) = crate::check::check_placeholders(&t, what, bindings)
+            {
+                errors.push(e);
+            }
+            Some(t)
+        }
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    }
+}

@@ -5,8 +5,8 @@ use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Block, Expr, Ident, ItemFn, LitStr, Pat, ReturnType, Stmt, Type};
 
-use crate::args::{ArgSlots, Errors, RawArgs, lit_str};
-use crate::check::{check_placeholders, param_bindings, pat_bindings};
+use crate::args::{ArgSlots, Errors, RawArgs, crate_arg, lit_str, template_arg};
+use crate::check::{param_bindings, pat_bindings};
 use crate::duration;
 use crate::template::{Part, Template};
 
@@ -92,31 +92,9 @@ fn lock_config(
     errors: &mut Errors,
 ) -> Option<LockConfig> {
     let mut slots = ArgSlots::sort(raw, LOCK_ARGS, errors);
-    let krate = match slots.take("crate") {
-        Some(arg) => match lit_str(&arg).and_then(|s| s.parse::<syn::Path>()) {
-            Ok(path) => Some(path),
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        },
-        None => Some(syn::parse_quote!(::distlock)),
-    };
+    let krate = crate_arg(&mut slots, errors);
     let key = match slots.take("key") {
-        Some(arg) => match lit_str(&arg).and_then(|lit| Template::parse(&lit)) {
-            Ok(t) => {
-                if let Some(bindings) = bindings
-                    && let Err(e) = check_placeholders(&t, "the key template", bindings)
-                {
-                    errors.push(e);
-                }
-                Some(t)
-            }
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        },
+        Some(arg) => template_arg(&arg, "the key template", bindings, errors),
         None => {
             errors.push(syn::Error::new(
                 Span::call_site(),

@@ -17,8 +17,8 @@ use quote::{ToTokens, format_ident, quote};
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Type};
 
-use crate::args::{ArgSlots, Errors, RawArg, RawArgs, lit_str};
-use crate::check::{check_placeholders, closest};
+use crate::args::{ArgSlots, Errors, RawArg, RawArgs, crate_arg, lit_str, template_arg};
+use crate::check::closest;
 use crate::expand::{
     self, Shape, async_trait_block, bool_lit, contains_impl_trait, duration_arg, group, key_expr,
     parse_fn, rename_self, respan, respan_range, ret_stmt, span_range, with_error,
@@ -177,32 +177,7 @@ fn idem_config(
     errors: &mut Errors,
 ) -> Option<IdemConfig> {
     let mut slots = ArgSlots::sort(raw, IDEM_ARGS, errors);
-    let krate = match slots.take("crate") {
-        Some(arg) => match lit_str(&arg).and_then(|s| s.parse::<syn::Path>()) {
-            Ok(path) => Some(path),
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        },
-        None => Some(syn::parse_quote!(::distlock)),
-    };
-    let template = |arg: RawArg, what: &str, errors: &mut Errors| -> Option<Template> {
-        match lit_str(&arg).and_then(|lit| Template::parse(&lit)) {
-            Ok(t) => {
-                if let Some(bindings) = bindings
-                    && let Err(e) = check_placeholders(&t, what, bindings)
-                {
-                    errors.push(e);
-                }
-                Some(t)
-            }
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        }
-    };
+    let krate = crate_arg(&mut slots, errors);
     let key_arg = slots.take("key");
     let header_arg = slots.take("header");
     let source = match (key_arg, header_arg) {
@@ -213,7 +188,9 @@ fn idem_config(
             ));
             None
         }
-        (Some(key), None) => template(key, "the key template", errors).map(Source::Key),
+        (Some(key), None) => {
+            template_arg(&key, "the key template", bindings, errors).map(Source::Key)
+        }
         (None, Some(header)) => match lit_str(&header) {
             Ok(lit) => match header_name_error(&lit.value()) {
                 Some(msg) => {
@@ -248,7 +225,7 @@ fn idem_config(
         }
     };
     let scope = match slots.take("scope") {
-        Some(arg) => Some(template(arg, "the scope template", errors)),
+        Some(arg) => Some(template_arg(&arg, "the scope template", bindings, errors)),
         None => Some(None),
     };
     let ttl = duration_arg(slots.take("ttl"), errors, "").unwrap_or(Some(24 * 3_600_000));
