@@ -141,7 +141,8 @@ pub(crate) fn template_arg(
     bindings: Option<&[String]>,
     errors: &mut Errors,
 ) -> Option<crate::template::Template> {
-    match lit_str(arg).and_then(|lit| crate::template::Template::parse(&lit)) {
+    match lit_str(arg).and_then(|lit| crate::template::Template::parse(&lit, &arg.name.to_string()))
+    {
         Ok(t) => {
             if let Some(bindings) = bindings
                 && let Err(e) = crate::check::check_placeholders(&t, what, bindings)

@@ -21,8 +21,9 @@ pub(crate) struct Template {
 }
 
 impl Template {
-    pub(crate) fn parse(lit: &LitStr) -> syn::Result<Template> {
-        parse_parts(&lit.value())
+    /// `name` is the argument the template came from (`key`, `scope`), for messages.
+    pub(crate) fn parse(lit: &LitStr, name: &str) -> syn::Result<Template> {
+        parse_parts(&lit.value(), name)
             .map(|parts| Template {
                 lit: lit.clone(),
                 parts,
@@ -39,9 +40,16 @@ impl Template {
     }
 }
 
-fn parse_parts(text: &str) -> Result<Vec<Part>, String> {
+fn parse_parts(text: &str, name: &str) -> Result<Vec<Part>, String> {
     if text.is_empty() {
-        return Err("the key template is empty; write e.g. `key = \"order:<id>\"`".into());
+        let example = if name == "key" {
+            "order:<id>"
+        } else {
+            "<tenant>"
+        };
+        return Err(format!(
+            "the {name} template is empty; write e.g. `{name} = \"{example}\"`"
+        ));
     }
     let mut parts = Vec::new();
     let mut lit = String::new();
@@ -49,7 +57,7 @@ fn parse_parts(text: &str) -> Result<Vec<Part>, String> {
     while let Some(i) = rest.find(['<', '>']) {
         if rest[i..].starts_with('>') {
             return Err(format!(
-                "unbalanced `>` in key template `{text}`: it has no matching `<`"
+                "unbalanced `>` in {name} template `{text}`: it has no matching `<`"
             ));
         }
         lit.push_str(&rest[..i]);
@@ -58,14 +66,14 @@ fn parse_parts(text: &str) -> Result<Vec<Part>, String> {
             Some(j) if after[j..].starts_with('>') => j,
             _ => {
                 return Err(format!(
-                    "unbalanced `<` in key template `{text}`: every `<` needs a closing `>`"
+                    "unbalanced `<` in {name} template `{text}`: every `<` needs a closing `>`"
                 ));
             }
         };
         let inner = &after[..end];
         if inner.trim().is_empty() {
             return Err(format!(
-                "empty placeholder `<>` in key template `{text}`: name a parameter, e.g. `<id>`"
+                "empty placeholder `<>` in {name} template `{text}`: name a parameter, e.g. `<id>`"
             ));
         }
         let mut segments = inner.split('.');
@@ -80,7 +88,7 @@ fn parse_parts(text: &str) -> Result<Vec<Part>, String> {
             |s: &str| ident_ok(s) || (!s.is_empty() && s.chars().all(|c| c.is_ascii_digit()));
         if !ident_ok(&root) || !fields.iter().all(|f| field_ok(f)) {
             return Err(format!(
-                "invalid placeholder `<{inner}>` in key template `{text}`: expected a parameter name or a field path such as `<order.id>`"
+                "invalid placeholder `<{inner}>` in {name} template `{text}`: expected a parameter name or a field path such as `<order.id>`"
             ));
         }
         if !lit.is_empty() {
@@ -93,12 +101,12 @@ fn parse_parts(text: &str) -> Result<Vec<Part>, String> {
     if !lit.is_empty() {
         parts.push(Part::Lit(lit));
     }
-    check_hash_tags(text, &parts)?;
+    check_hash_tags(text, name, &parts)?;
     Ok(parts)
 }
 
 /// Literal braces must form one well-formed hash tag: `{` ... `}` with something inside.
-fn check_hash_tags(text: &str, parts: &[Part]) -> Result<(), String> {
+fn check_hash_tags(text: &str, name: &str, parts: &[Part]) -> Result<(), String> {
     let mut open = false;
     let mut inside = false;
     for part in parts {
@@ -109,7 +117,7 @@ fn check_hash_tags(text: &str, parts: &[Part]) -> Result<(), String> {
                     match c {
                         '{' if open => {
                             return Err(format!(
-                                "nested `{{` in key template `{text}`: a hash tag is one `{{...}}`"
+                                "nested `{{` in {name} template `{text}`: a hash tag is one `{{...}}`"
                             ));
                         }
                         '{' => {
@@ -118,11 +126,13 @@ fn check_hash_tags(text: &str, parts: &[Part]) -> Result<(), String> {
                         }
                         '}' if !open => {
                             return Err(format!(
-                                "unbalanced `}}` in key template `{text}`: it has no matching `{{`"
+                                "unbalanced `}}` in {name} template `{text}`: it has no matching `{{`"
                             ));
                         }
                         '}' if !inside => {
-                            return Err(format!("empty hash tag `{{}}` in key template `{text}`"));
+                            return Err(format!(
+                                "empty hash tag `{{}}` in {name} template `{text}`"
+                            ));
                         }
                         '}' => open = false,
                         _ => inside |= open,
@@ -133,7 +143,7 @@ fn check_hash_tags(text: &str, parts: &[Part]) -> Result<(), String> {
     }
     if open {
         return Err(format!(
-            "unbalanced `{{` in key template `{text}`: a hash tag needs a closing `}}`"
+            "unbalanced `{{` in {name} template `{text}`: a hash tag needs a closing `}}`"
         ));
     }
     Ok(())
@@ -150,14 +160,32 @@ mod tests {
         }
     }
 
+    fn parse_parts_key(text: &str) -> Result<Vec<Part>, String> {
+        parse_parts(text, "key")
+    }
+
+    #[test]
+    fn scope_messages_name_the_scope() {
+        assert!(
+            parse_parts("", "scope")
+                .unwrap_err()
+                .starts_with("the scope template is empty")
+        );
+        assert!(
+            parse_parts("a<b", "scope")
+                .unwrap_err()
+                .contains("in scope template")
+        );
+    }
+
     #[test]
     fn parses_parts() {
         assert_eq!(
-            parse_parts("order:<id>").unwrap(),
+            parse_parts_key("order:<id>").unwrap(),
             vec![Part::Lit("order:".into()), arg("id", &[])]
         );
         assert_eq!(
-            parse_parts("{<t>}:<o.c.id>:x").unwrap(),
+            parse_parts_key("{<t>}:<o.c.id>:x").unwrap(),
             vec![
                 Part::Lit("{".into()),
                 arg("t", &[]),
@@ -166,7 +194,7 @@ mod tests {
                 Part::Lit(":x".into())
             ]
         );
-        assert_eq!(parse_parts("<p.0>").unwrap(), vec![arg("p", &["0"])]);
+        assert_eq!(parse_parts_key("<p.0>").unwrap(), vec![arg("p", &["0"])]);
     }
 
     #[test]
@@ -174,7 +202,7 @@ mod tests {
         for bad in [
             "", "a<b", "a>b", "a<>", "a<b<c>>", "a<b c>", "<1a>", "{a", "a}", "{}", "{{a}}", "<a.>",
         ] {
-            assert!(parse_parts(bad).is_err(), "{bad:?} should be rejected");
+            assert!(parse_parts_key(bad).is_err(), "{bad:?} should be rejected");
         }
     }
 }
