@@ -32,22 +32,8 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
         Ok(f) => f,
         Err(out) => return out,
     };
-    let mut errors = Errors::default();
-    let shape = Shape::of(&mut func);
-    let bindings = shape.bindings(&func);
-    let config = match syn::parse2::<RawArgs>(args) {
-        Ok(raw) => lock_config(raw, bindings.as_deref(), &mut errors),
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    };
-    if let Shape::NotAsync = shape {
-        errors.push(syn::Error::new(
-            func.sig.fn_token.span(),
-            "the `async` keyword is missing from the function declaration: `#[distributed_lock]` works on `async fn`",
-        ));
-    }
+    let (shape, config, mut errors) =
+        shape_and_config(&mut func, args, "distributed_lock", lock_config);
     if let ReturnType::Default = func.sig.output {
         errors.push(syn::Error::new(
             func.sig.paren_token.span.close(),
@@ -76,6 +62,36 @@ pub(crate) fn parse_fn(item: TokenStream, attr: &str) -> Result<ItemFn, TokenStr
         );
         with_error(item, e)
     })
+}
+
+/// What both attributes do first: find the body's shape and the bindings, parse the
+/// arguments with `config` (checking placeholders against those bindings), and report a
+/// function that is not async. Errors are collected, not returned at the first.
+pub(crate) fn shape_and_config<C>(
+    func: &mut ItemFn,
+    args: TokenStream,
+    attr: &str,
+    config: impl FnOnce(RawArgs, Option<&[String]>, &mut Errors) -> Option<C>,
+) -> (Shape, Option<C>, Errors) {
+    let mut errors = Errors::default();
+    let shape = Shape::of(func);
+    let bindings = shape.bindings(func);
+    let config = match syn::parse2::<RawArgs>(args) {
+        Ok(raw) => config(raw, bindings.as_deref(), &mut errors),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    };
+    if let Shape::NotAsync = shape {
+        errors.push(syn::Error::new(
+            func.sig.fn_token.span(),
+            format!(
+                "the `async` keyword is missing from the function declaration: `#[{attr}]` works on `async fn`"
+            ),
+        ));
+    }
+    (shape, config, errors)
 }
 
 /// The user's item, unchanged, plus the error: IDEs keep seeing the function.

@@ -21,7 +21,8 @@ use crate::args::{ArgSlots, Errors, RawArg, RawArgs, crate_arg, lit_str, templat
 use crate::check::closest;
 use crate::expand::{
     self, Shape, async_trait_block, bool_lit, contains_impl_trait, duration_arg, group, key_expr,
-    parse_fn, rename_self, respan, respan_range, ret_stmt, span_range, with_error,
+    parse_fn, rename_self, respan, respan_range, ret_stmt, shape_and_config, span_range,
+    with_error,
 };
 use crate::template::Template;
 
@@ -91,22 +92,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             None => return locked,
         }
     }
-    let mut errors = Errors::default();
-    let shape = Shape::of(&mut func);
-    let bindings = shape.bindings(&func);
-    let config = match syn::parse2::<RawArgs>(args) {
-        Ok(raw) => idem_config(raw, bindings.as_deref(), &mut errors),
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    };
-    if let Shape::NotAsync = shape {
-        errors.push(syn::Error::new(
-            func.sig.fn_token.span(),
-            "the `async` keyword is missing from the function declaration: `#[idempotent]` works on `async fn`",
-        ));
-    }
+    let (shape, config, mut errors) = shape_and_config(&mut func, args, "idempotent", idem_config);
     if let Some(config) = &config {
         match (&config.source, &shape) {
             (Source::Key(_), _) if matches!(func.sig.output, ReturnType::Default) => {
