@@ -2,6 +2,7 @@
 //!
 //! Each check is an `async fn(Locks)`; `both!` makes one test per backend.
 
+#[macro_use]
 mod common;
 
 use std::sync::Arc;
@@ -10,29 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use distlock::{Error, Locks, distributed_lock};
-
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod on_redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let server = super::RedisServer::start();
-                    let locks = distlock::Locks::connect(&server.url()).await.unwrap();
-                    super::$name(locks).await;
-                }
-            )*
-        }
-        mod in_memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(distlock::Locks::in_memory()).await;
-                }
-            )*
-        }
-    };
-}
 
 both!(
     busy_fails_fast_and_body_does_not_run,

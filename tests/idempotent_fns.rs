@@ -1,6 +1,7 @@
 //! `#[idempotent(key = ...)]` on plain async fns, against a real redis-server and the
 //! in-memory backend: exactly once under concurrency, replay, failure policy, payload
 //! fingerprint, waiting, lease renewal, and both orders with `#[distributed_lock]`.
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -11,29 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use distlock::{Error, Locks, distributed_lock, idempotent};
 use serde::{Deserialize, Serialize};
-
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod on_redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let server = super::RedisServer::start();
-                    let locks = distlock::Locks::connect(&server.url()).await.unwrap();
-                    super::$name(locks).await;
-                }
-            )*
-        }
-        mod in_memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(distlock::Locks::in_memory()).await;
-                }
-            )*
-        }
-    };
-}
 
 both!(
     fifty_concurrent_calls_run_the_body_once,

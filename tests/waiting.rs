@@ -17,6 +17,31 @@ async fn redis_locks(server: &RedisServer) -> Locks {
 /// A holder in another client (its own local queue, as another process would be) keeps
 /// a 30 s lease; the waiter's fallback timer is then 100 ms, so only the release message
 /// can wake it sooner.
+/// `holder` takes the lock, `waiter` starts waiting for it, and 30 ms later (the waiter
+/// subscribed and asleep on its 100 ms fallback timer) `holder` releases: the time from
+/// that release to the waiter holding the lock.
+async fn handoff_gap(holder: &Locks, waiter: &Locks) -> Duration {
+    let g = holder.lock("handoff").acquire().await.unwrap();
+    let w = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let g = waiter
+                .lock("handoff")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let released = Instant::now();
+    g.release().await.unwrap();
+    w.await.unwrap().duration_since(released)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_is_woken_by_the_release_message() {
     let server = RedisServer::start();
@@ -24,27 +49,7 @@ async fn waiter_is_woken_by_the_release_message() {
     let waiter = redis_locks(&server).await;
     let mut gaps = Vec::new();
     for _ in 0..7 {
-        let g = holder.lock("handoff").acquire().await.unwrap();
-        let w = tokio::spawn({
-            let waiter = waiter.clone();
-            async move {
-                let g = waiter
-                    .lock("handoff")
-                    .wait(Duration::from_secs(10))
-                    .acquire()
-                    .await
-                    .unwrap();
-                let at = Instant::now();
-                g.release().await.unwrap();
-                at
-            }
-        });
-        // Let the waiter subscribe and go to sleep on its 100 ms fallback timer.
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        let released = Instant::now();
-        g.release().await.unwrap();
-        let acquired = w.await.unwrap();
-        gaps.push(acquired.duration_since(released));
+        gaps.push(handoff_gap(&holder, &waiter).await);
     }
     gaps.sort();
     let median = gaps[gaps.len() / 2];
@@ -69,22 +74,7 @@ async fn control_without_messages_the_waiter_sleeps_its_fallback() {
         .connect()
         .await
         .unwrap();
-    let g = holder.lock("handoff").acquire().await.unwrap();
-    let w = tokio::spawn(async move {
-        let g = waiter
-            .lock("handoff")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
-        let at = Instant::now();
-        g.release().await.unwrap();
-        at
-    });
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    let released = Instant::now();
-    g.release().await.unwrap();
-    let gap = w.await.unwrap().duration_since(released);
+    let gap = handoff_gap(&holder, &waiter).await;
     // The waiter's last try was about 30 ms before the release and it sleeps 100 ms, so
     // the gap is about 70 ms; 20 ms leaves room for a waiter that started late, and is
     // still far above a handoff woken by the message (well under a millisecond).

@@ -1,6 +1,33 @@
 //! Test harness: private `redis-server` processes on free ports.
 #![allow(dead_code, unreachable_pub)]
 
+/// One test per backend for each `async fn(Locks)` named: `on_redis::NAME` against a
+/// private redis-server, `in_memory::NAME` against `Locks::in_memory()`. The calling file
+/// must have `RedisServer` in scope (`use common::*`).
+#[allow(unused_macros)] // shared by test files that do not all use it, like the dead_code allow above
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod on_redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let server = super::RedisServer::start();
+                    let locks = distlock::Locks::connect(&server.url()).await.unwrap();
+                    super::$name(locks).await;
+                }
+            )*
+        }
+        mod in_memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(distlock::Locks::in_memory()).await;
+                }
+            )*
+        }
+    };
+}
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
