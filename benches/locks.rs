@@ -172,8 +172,8 @@ enum Held {
 /// distlock's scripts, sent by hand.
 const LUA_ACQUIRE: &str = include_str!("../lockcore/src/scripts/acquire.lua");
 const LUA_RELEASE: &str = include_str!("../lockcore/src/scripts/release.lua");
-/// distlock's release marker lifetime with the default 1 s command timeout.
-const LUA_MARKER_TTL_MS: u64 = 10_000;
+/// A yield marker for the raw+lua client (it never waits, so it is never yielded to).
+const LUA_YIELD_MARKER: &str = "yield:bench:raw-lua";
 
 #[derive(Debug)]
 enum AcqError {
@@ -268,6 +268,7 @@ impl Client {
                     .key(format!("{{{key}}}:fence"))
                     .arg(&token)
                     .arg(TTL.as_millis() as u64)
+                    .arg(LUA_YIELD_MARKER)
                     .invoke_async(&mut conn)
                     .await
                     .map_err(|e| AcqError::Failed(e.to_string()))?;
@@ -306,16 +307,23 @@ impl Client {
             }
             (Client::RawLua { conn, release, .. }, Held::Raw { key, token }) => {
                 let mut conn = conn.clone();
-                let released: i64 = release
+                // The arguments distlock sends for an uncontended release.
+                let released: Vec<i64> = release
                     .key(&key)
-                    .key(format!("{{{key}}}:released:{token}"))
+                    .key(format!("{{{key}}}:fence"))
                     .arg(&token)
-                    .arg(LUA_MARKER_TTL_MS)
                     .arg(format!("{key}:released"))
+                    .arg("")
+                    .arg(LUA_YIELD_MARKER)
+                    .arg(10)
+                    .arg("")
+                    .arg(0)
+                    .arg("")
+                    .arg(0)
                     .invoke_async(&mut conn)
                     .await
                     .map_err(|e| e.to_string())?;
-                if released == 1 {
+                if released == [1] {
                     Ok(())
                 } else {
                     Err(format!("{key}: lost"))

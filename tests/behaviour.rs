@@ -446,28 +446,69 @@ async fn retried_release_is_not_misreported_as_lost() {
             .key("{lock:retry}:fence")
             .arg(token)
             .arg("lock:retry:released")
-            .arg(retry_of);
+            .arg(retry_of)
+            .arg(&["yield:test", "10", "", "0", "", "0"][..]);
         inv
     };
     let fence_arg = fence.to_string();
-    let first: i64 = release(&token, "").invoke_async(&mut raw).await.unwrap();
+    let first: Vec<i64> = release(&token, "").invoke_async(&mut raw).await.unwrap();
     // The reply of `first` is lost: the retry must not say Lost.
-    let retry: i64 = release(&token, &fence_arg)
+    let retry: Vec<i64> = release(&token, &fence_arg)
         .invoke_async(&mut raw)
         .await
         .unwrap();
     // Control: without the retry's fence, the same call is a plain loss.
-    let plain: i64 = release(&token, "").invoke_async(&mut raw).await.unwrap();
-    assert_eq!((first, retry, plain), (1, 2, 0));
+    let plain: Vec<i64> = release(&token, "").invoke_async(&mut raw).await.unwrap();
+    assert_eq!((first, retry, plain), (vec![1], vec![2], vec![0]));
     // Someone takes and releases the lock before the retry arrives: unknown, not Lost.
     let another_process = Locks::connect(&server.url()).await.unwrap();
     let other = another_process.lock("retry").acquire().await.unwrap();
     other.release().await.unwrap();
-    let late: i64 = release(&token, &fence_arg)
+    let late: Vec<i64> = release(&token, &fence_arg)
         .invoke_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!(late, 3);
+    assert_eq!(late, vec![3]);
+    // A handoff to a local waiter whose reply was lost: the retry finds the waiter's
+    // token and reports the handoff with the fence it got; without the retry's fence the
+    // same call is a loss. (A client of its own: the forgotten guard above still has
+    // its client's local turn.)
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let g = locks.lock("retry").acquire().await.unwrap();
+    let (token, fence) = (g.token().to_owned(), g.fence());
+    std::mem::forget(g);
+    let hand = |retry_of: &str| {
+        let mut inv = script.prepare_invoke();
+        inv.key("lock:retry")
+            .key("{lock:retry}:fence")
+            .arg(&token)
+            .arg("lock:retry:released")
+            .arg(retry_of)
+            .arg(&["yield:test", "10", "next-token", "30000", "", "0"][..]);
+        inv
+    };
+    let handed: Vec<i64> = hand("").invoke_async(&mut raw).await.unwrap();
+    let again: Vec<i64> = hand(&fence.to_string())
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    let plain: Vec<i64> = hand("").invoke_async(&mut raw).await.unwrap();
+    let fence = i64::try_from(fence).unwrap();
+    assert_eq!(
+        (handed, again, plain),
+        (vec![4, fence + 1], vec![4, fence + 1], vec![0])
+    );
+    let holder: String = redis::cmd("GET")
+        .arg("lock:retry")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(holder, "next-token");
+    let _: () = redis::cmd("DEL")
+        .arg("lock:retry")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*retry*")
         .query_async(&mut raw)

@@ -16,6 +16,9 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 /// Default bound on every Redis call, connecting included.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Default of [`LocksBuilder::yield_window`].
+pub const DEFAULT_YIELD_WINDOW: Duration = Duration::from_millis(10);
+
 /// A handle to the lock store, cheap to clone: every clone shares one multiplexed
 /// connection, re-opened when it breaks.
 ///
@@ -48,6 +51,11 @@ pub(crate) struct Inner {
     pub(crate) notifier: Option<Notifier>,
     pub(crate) queues: Arc<LocalQueues>,
     pub(crate) watchdog: Watchdog,
+    /// What a release leaves at the key for other clients' waiters: `yield:<holder>:<id>`,
+    /// unique to this client (see `release.lua`).
+    pub(crate) yield_marker: String,
+    /// How long it stays (zero: never left).
+    pub(crate) yield_window: Duration,
 }
 
 impl Inner {
@@ -95,6 +103,7 @@ impl Locks {
             timeout: DEFAULT_COMMAND_TIMEOUT,
             holder: None,
             notify: true,
+            yield_window: DEFAULT_YIELD_WINDOW,
         }
     }
 
@@ -116,6 +125,7 @@ impl Locks {
             DEFAULT_PREFIX.to_owned(),
             None,
             "in-memory".to_owned(),
+            Duration::ZERO,
         )
     }
 
@@ -125,17 +135,21 @@ impl Locks {
         prefix: String,
         holder: Option<String>,
         target: String,
+        yield_window: Duration,
     ) -> Locks {
         let holder = sanitize_holder(&holder.unwrap_or_else(default_holder));
+        let id = uuid::Uuid::new_v4().simple().to_string();
         Locks {
             inner: Arc::new(Inner {
                 backend,
                 prefix,
+                yield_marker: format!("yield:{holder}:{}", &id[..12]),
                 holder,
                 target,
                 notifier,
                 queues: Arc::default(),
                 watchdog: Watchdog::default(),
+                yield_window,
             }),
         }
     }
@@ -215,9 +229,34 @@ pub struct LocksBuilder {
     timeout: Duration,
     holder: Option<String>,
     notify: bool,
+    yield_window: Duration,
 }
 
 impl LocksBuilder {
+    /// Fairness across clients (default 10 ms; zero turns it off). When this client
+    /// releases a lock while another client (another process, or another `Locks` in this
+    /// one) waits for it, the release leaves the key holding `yield:<holder>:<id>` for
+    /// this long instead of deleting it: any other client takes it as free, this one
+    /// cannot. So a process that releases cannot take the lock straight back ahead of
+    /// the processes that were waiting, and its own tasks get at most one turn each
+    /// before the others get theirs. If nobody takes it, it is free for all again after
+    /// the window: the cost of a waiter that vanished is one window.
+    ///
+    /// Waiters are seen through Pub/Sub: the waiters of a client built with
+    /// `notify_waiters(false)` are not waited for.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::builder("redis://127.0.0.1:6379/")
+    ///     .yield_window(Duration::from_millis(20))
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn yield_window(mut self, window: Duration) -> Self {
+        self.yield_window = window;
+        self
+    }
+
     /// Whether waiters are woken by the release message on one shared Pub/Sub connection
     /// (default `true`). Off, they only retry on their fallback timer (at most 100 ms
     /// apart, and when the holder's lease ends): for servers where `SUBSCRIBE` is not
@@ -269,6 +308,7 @@ impl LocksBuilder {
             self.prefix,
             self.holder,
             target,
+            self.yield_window,
         ))
     }
 

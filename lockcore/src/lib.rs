@@ -32,7 +32,9 @@ mod watchdog;
 #[doc(hidden)]
 pub mod __private;
 
-pub use client::{DEFAULT_COMMAND_TIMEOUT, DEFAULT_PREFIX, Locks, LocksBuilder};
+pub use client::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_PREFIX, DEFAULT_YIELD_WINDOW, Locks, LocksBuilder,
+};
 pub use error::{BackendError, BackendErrorKind, Error, Result};
 pub use idempotency::http::{IdemRequest, IdemResponse, MAX_KEY_LEN};
 pub use idempotency::record::{Captured, REPLAYED_HEADER};

@@ -1,21 +1,29 @@
-//! Fair queueing of one process's tasks for one key.
+//! Fair queueing of one client's tasks for one key, and handing the lock down the queue.
 //!
 //! Tasks of one [`Locks`](crate::Locks) client that want the same key line up in a FIFO
-//! queue (tokio's fair semaphore), and only the head of the queue contends in Redis. A
-//! task that has just released cannot barge ahead of local waiters: it queues behind them.
-//! Across processes there is no queue: each process's head is woken by the release
-//! message and the first `SET NX` to arrive wins.
+//! queue, and only the task whose turn it is contends in Redis. A task that has just
+//! released cannot barge ahead of local waiters: it queues behind them. When the holder
+//! releases while a local task waits, the release script gives the lock straight to that
+//! task (its token, its ttl, a new fence) in the same round trip, and the task is woken
+//! in process holding it: one round trip per local handoff.
+//!
+//! A client's turn is bounded: it hands the lock down at most once to each task that was
+//! waiting when its turn began. Then, if another client waits for the key, the release
+//! leaves the lock to the other clients (see `yield_window` on the builder) and the next
+//! local task contends like everyone else.
 //!
 //! The queue never outlives the holder's lease: once the lease the holder took has run
 //! out (a holder stuck past its ttl, without `renew`), local waiters stop waiting for its
 //! turn and contend in Redis, exactly as other processes may.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::backend::Successor;
 use crate::watchdog::HeldState;
 
 #[derive(Default)]
@@ -23,10 +31,33 @@ pub(crate) struct LocalQueues {
     keys: Mutex<HashMap<String, Arc<Entry>>>,
 }
 
+#[derive(Default)]
 struct Entry {
-    sem: Arc<Semaphore>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Some task has the turn: it holds the lock or contends for it.
+    busy: bool,
+    waiters: VecDeque<Waiter>,
     /// The current holder's lease, as far as this process knows it.
-    lease: Mutex<Option<Lease>>,
+    lease: Option<Lease>,
+    /// Local handoffs left in this client's turn.
+    budget: usize,
+}
+
+struct Waiter {
+    token: Arc<str>,
+    ttl: Duration,
+    tx: oneshot::Sender<Wake>,
+}
+
+enum Wake {
+    /// Contend in Redis.
+    Turn,
+    /// The previous holder handed the lock over, with this fence, at this instant.
+    Granted(u64, Instant),
 }
 
 /// How long the holder of a turn holds its lock.
@@ -44,99 +75,296 @@ impl Lease {
             Lease::Renewed(state) => state.is_lost(),
         }
     }
+
+    fn end(&self) -> Option<Instant> {
+        match self {
+            Lease::Until(end) => Some(*end),
+            Lease::Renewed(_) => None,
+        }
+    }
 }
 
-/// This task's turn at the head of a key's local queue; the next task's turn starts
-/// when it is dropped.
+/// What waiting in the local queue came to.
+pub(crate) enum Entered {
+    /// Contend in Redis. Without the turn when the holder's lease ran out first.
+    Contend(Turn),
+    /// The previous holder handed the lock over: held with this fence since this instant.
+    Granted(Turn, u64, Instant),
+    /// The deadline passed first.
+    Busy,
+}
+
+/// What to do with a lock that was handed to a waiter which had just given up.
+pub(crate) type Orphan = Box<dyn FnOnce(Turn, u64, Instant) + Send>;
+
+/// A task's turn at the head of a key's local queue; dropping it passes the turn on.
 pub(crate) struct Turn {
-    permit: Option<OwnedSemaphorePermit>,
     entry: Arc<Entry>,
     key: String,
     queues: Arc<LocalQueues>,
+    /// Whether this is the queue's turn (false: contending because a lease ran out).
+    owns: bool,
+}
+
+/// The waiter a release may hand the lock to.
+pub(crate) struct Next {
+    token: Arc<str>,
+    ttl: Duration,
+    tx: oneshot::Sender<Wake>,
+    turn_over: bool,
+}
+
+impl Next {
+    pub(crate) fn token(&self) -> &Arc<str> {
+        &self.token
+    }
+
+    pub(crate) fn successor(&self) -> Successor<'_> {
+        Successor {
+            token: &self.token,
+            ttl: self.ttl,
+            turn_over: self.turn_over,
+        }
+    }
+}
+
+fn lock(entry: &Entry) -> MutexGuard<'_, State> {
+    entry.state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Turn {
-    /// Records the lease just taken, so waiters know when to stop waiting for this turn.
-    pub(crate) fn set_lease(&self, lease: Option<Lease>) {
-        *self.entry.lease.lock().unwrap_or_else(|e| e.into_inner()) = lease;
+    /// Records the lease of a lock taken in Redis; the client's turn starts, with one
+    /// handoff for each task waiting now.
+    pub(crate) fn begin(&self, lease: Lease) {
+        let mut st = lock(&self.entry);
+        st.lease = Some(lease);
+        if self.owns {
+            st.budget = st.waiters.iter().filter(|w| !w.tx.is_closed()).count();
+        }
+    }
+
+    /// Records the lease of the lock this turn holds.
+    pub(crate) fn set_lease(&self, lease: Lease) {
+        lock(&self.entry).lease = Some(lease);
+    }
+
+    /// The first waiter still waiting, taken out of the queue for a release to hand the
+    /// lock to. Give it back with [`give_turn`](Self::give_turn) or [`grant`](Self::grant).
+    pub(crate) fn next(&self) -> Option<Next> {
+        if !self.owns {
+            return None;
+        }
+        let mut st = lock(&self.entry);
+        while let Some(w) = st.waiters.pop_front() {
+            if !w.tx.is_closed() {
+                return Some(Next {
+                    token: w.token,
+                    ttl: w.ttl,
+                    tx: w.tx,
+                    turn_over: st.budget == 0,
+                });
+            }
+        }
+        None
+    }
+
+    /// The release handed the lock to `next`: its turn starts now. `false` when it had
+    /// given up meanwhile (the lock, under its token, is then the caller's to release).
+    pub(crate) fn grant(&mut self, next: Next, fence: u64, at: Instant) -> bool {
+        let mut st = lock(&self.entry);
+        if next.tx.send(Wake::Granted(fence, at)).is_err() {
+            return false;
+        }
+        st.lease = Some(Lease::Until(at + next.ttl));
+        st.budget = if next.turn_over {
+            st.waiters.iter().filter(|w| !w.tx.is_closed()).count()
+        } else {
+            st.budget.saturating_sub(1)
+        };
+        self.owns = false; // the turn went with the lock
+        true
+    }
+
+    /// The release did not hand the lock over: `next` goes back to the front of the queue,
+    /// to get the turn when this one ends.
+    pub(crate) fn give_back(&self, next: Next) {
+        if !next.tx.is_closed() {
+            lock(&self.entry).waiters.push_front(Waiter {
+                token: next.token,
+                ttl: next.ttl,
+                tx: next.tx,
+            });
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut st = lock(&self.entry);
+        if self.owns {
+            let mut passed = false;
+            while let Some(w) = st.waiters.pop_front() {
+                if w.tx.send(Wake::Turn).is_ok() {
+                    passed = true;
+                    break;
+                }
+            }
+            if !passed {
+                st.busy = false;
+                st.lease = None;
+                st.budget = 0;
+            }
+        }
+        let idle = !st.busy && st.waiters.is_empty();
+        drop(st);
+        if idle {
+            let mut keys = self.queues.keys.lock().unwrap_or_else(|e| e.into_inner());
+            // Only the map and this turn hold it: forget the key.
+            if keys.get(&self.key).is_some_and(|entry| {
+                Arc::ptr_eq(entry, &self.entry) && Arc::strong_count(entry) == 2
+            }) && !lock(&self.entry).busy
+            {
+                keys.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A place in the queue; dropped before its wake-up was taken, it passes the turn on or
+/// hands the lock it was given to its orphan handler.
+struct Place {
+    rx: Option<oneshot::Receiver<Wake>>,
+    orphan: Option<Orphan>,
+    turn: Option<Turn>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        rx.close();
+        let Ok(wake) = rx.try_recv() else {
+            return;
+        };
+        let Some(mut turn) = self.turn.take() else {
+            return;
+        };
+        turn.owns = true;
+        match wake {
+            Wake::Turn => drop(turn),
+            Wake::Granted(fence, at) => {
+                if let Some(orphan) = self.orphan.take() {
+                    orphan(turn, fence, at);
+                }
+            }
+        }
     }
 }
 
 impl LocalQueues {
     fn entry(&self, key: &str) -> Arc<Entry> {
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.entry(key.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Entry {
-                    sem: Arc::new(Semaphore::new(1)),
-                    lease: Mutex::new(None),
-                })
-            })
-            .clone()
+        if let Some(entry) = keys.get(key) {
+            return entry.clone();
+        }
+        keys.entry(key.to_owned()).or_default().clone()
     }
 
-    /// Waits for this task's turn until `deadline`; `None` when the deadline passed first
-    /// (with `deadline` already past: one immediate try). When the holder's lease runs
-    /// out first, the turn comes without the queue's permit.
-    pub(crate) async fn enter(self: &Arc<Self>, key: &str, deadline: Instant) -> Option<Turn> {
+    /// Waits for this task's turn until `deadline` (with `deadline` already past: one
+    /// immediate try). `token` and `ttl` are what a release handing the lock to this task
+    /// writes; `orphan` takes a lock handed over just as this wait was given up.
+    pub(crate) async fn enter(
+        self: &Arc<Self>,
+        key: &str,
+        token: &Arc<str>,
+        ttl: Duration,
+        deadline: Instant,
+        orphan: impl FnOnce(Turn, u64, Instant) + Send + 'static,
+    ) -> Entered {
         let entry = self.entry(key);
-        let mut permit = None;
-        let mut granted = false;
-        // One pending wait for the whole loop: re-checking the holder's lease must not
-        // send this task to the back of the queue.
-        let mut pending = std::pin::pin!(entry.sem.clone().acquire_owned());
-        loop {
-            match entry.sem.clone().try_acquire_owned() {
-                Ok(p) => {
-                    permit = Some(p);
-                    granted = true;
-                    break;
-                }
-                Err(TryAcquireError::Closed) => break,
-                Err(TryAcquireError::NoPermits) => {}
+        let turn = |owns| Turn {
+            entry: entry.clone(),
+            key: key.to_owned(),
+            queues: self.clone(),
+            owns,
+        };
+        let rx = {
+            let mut st = lock(&entry);
+            if !st.busy {
+                st.busy = true;
+                drop(st);
+                return Entered::Contend(turn(true));
             }
             let now = Instant::now();
-            let (over, lease_end) = match &*entry.lease.lock().unwrap_or_else(|e| e.into_inner()) {
-                Some(lease) => (
-                    lease.is_over(now),
-                    match lease {
-                        Lease::Until(end) => Some(*end),
-                        Lease::Renewed(_) => None,
-                    },
-                ),
-                None => (false, None),
-            };
-            if over {
-                granted = true; // the holder's lease is over: contend without the permit
-                break;
+            if st.lease.as_ref().is_some_and(|l| l.is_over(now)) {
+                drop(st);
+                return Entered::Contend(turn(false));
             }
             if now >= deadline {
-                break;
+                drop(st);
+                drop(turn(false)); // tidies the map
+                return Entered::Busy;
             }
+            let (tx, rx) = oneshot::channel();
+            st.waiters.retain(|w| !w.tx.is_closed());
+            st.waiters.push_back(Waiter {
+                token: token.clone(),
+                ttl,
+                tx,
+            });
+            rx
+        };
+        let mut place = Place {
+            rx: Some(rx),
+            orphan: Some(Box::new(orphan)),
+            turn: Some(turn(false)),
+        };
+        loop {
+            let rx = place.rx.as_mut().expect("taken only on return");
+            let now = Instant::now();
             // Re-check the holder's lease at least every 100 ms (a new holder may have
             // taken a shorter one).
+            let lease_end = lock(&entry).lease.as_ref().and_then(Lease::end);
             let until = lease_end
                 .unwrap_or(deadline)
                 .min(deadline)
-                .min(now + std::time::Duration::from_millis(100));
-            match tokio::time::timeout_at(until, pending.as_mut()).await {
-                Ok(Ok(p)) => {
-                    permit = Some(p);
-                    granted = true;
-                    break;
+                .min(now + Duration::from_millis(100));
+            let woken = match tokio::time::timeout_at(until, &mut *rx).await {
+                Ok(Ok(wake)) => Some(wake),
+                Ok(Err(_)) => None, // the queue was dropped: contend
+                Err(_elapsed) => {
+                    let now = Instant::now();
+                    let over = lock(&entry).lease.as_ref().is_some_and(|l| l.is_over(now));
+                    if !over && now < deadline {
+                        continue;
+                    }
+                    // Leaving: a wake-up that raced with the timer still counts.
+                    rx.close();
+                    match rx.try_recv() {
+                        Ok(wake) => Some(wake),
+                        Err(_) if over => None,
+                        Err(_) => {
+                            place.rx = None;
+                            return Entered::Busy;
+                        }
+                    }
                 }
-                Ok(Err(_closed)) => break,
-                Err(_elapsed) => {}
-            }
+            };
+            place.rx = None;
+            let mut turn = place.turn.take().expect("taken only on return");
+            return match woken {
+                Some(Wake::Turn) => {
+                    turn.owns = true;
+                    Entered::Contend(turn)
+                }
+                Some(Wake::Granted(fence, at)) => {
+                    turn.owns = true;
+                    Entered::Granted(turn, fence, at)
+                }
+                None => Entered::Contend(turn),
+            };
         }
-        let turn = Turn {
-            permit,
-            entry,
-            key: key.to_owned(),
-            queues: self.clone(),
-        };
-        // Without a turn, dropping it here also tidies the map.
-        granted.then_some(turn)
     }
 
     /// Keys with a queue right now (for tests).
@@ -146,35 +374,37 @@ impl LocalQueues {
     }
 }
 
-impl Drop for Turn {
-    fn drop(&mut self) {
-        if self.permit.take().is_some() {
-            self.set_lease(None);
-        }
-        let mut keys = self.queues.keys.lock().unwrap_or_else(|e| e.into_inner());
-        // Only the map and this turn hold it, and nobody holds the permit: forget the key.
-        if keys.get(&self.key).is_some_and(|entry| {
-            Arc::ptr_eq(entry, &self.entry)
-                && Arc::strong_count(entry) == 2
-                && entry.sem.available_permits() == 1
-        }) {
-            keys.remove(&self.key);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+
+    fn never(_: Turn, _: u64, _: Instant) {}
+
+    async fn enter(q: &Arc<LocalQueues>, deadline: Instant) -> Entered {
+        q.enter(
+            "k",
+            &Arc::from("t"),
+            Duration::from_secs(1),
+            deadline,
+            never,
+        )
+        .await
+    }
+
+    fn contend(e: Entered) -> Turn {
+        match e {
+            Entered::Contend(t) => t,
+            _ => panic!("expected the turn"),
+        }
+    }
 
     #[tokio::test]
     async fn fifo_and_tidy() {
         let q = Arc::new(LocalQueues::default());
         let far = Instant::now() + Duration::from_secs(5);
-        let first = q.enter("k", far).await.unwrap();
+        let first = contend(enter(&q, far).await);
         assert!(
-            q.enter("k", Instant::now()).await.is_none(),
+            matches!(enter(&q, Instant::now()).await, Entered::Busy),
             "held: an immediate try fails"
         );
         let order = Arc::new(Mutex::new(Vec::new()));
@@ -182,7 +412,7 @@ mod tests {
         for i in 0..5 {
             let (q, order) = (q.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let t = q.enter("k", far).await.unwrap();
+                let t = contend(enter(&q, far).await);
                 order.lock().unwrap().push(i);
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 drop(t);
@@ -202,14 +432,14 @@ mod tests {
     async fn long_waits_keep_fifo_order() {
         let q = Arc::new(LocalQueues::default());
         let far = Instant::now() + Duration::from_secs(10);
-        let first = q.enter("k", far).await.unwrap();
-        first.set_lease(Some(Lease::Until(far)));
+        let first = contend(enter(&q, far).await);
+        first.set_lease(Lease::Until(far));
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for i in 0..3 {
             let (q, order) = (q.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let t = q.enter("k", far).await.unwrap();
+                let t = contend(enter(&q, far).await);
                 order.lock().unwrap().push(i);
                 tokio::time::sleep(Duration::from_millis(130)).await;
                 drop(t);
@@ -222,5 +452,72 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    }
+
+    /// A handoff wakes the next waiter holding the lock; one whose wait timed out is
+    /// skipped; the turn's budget is one handoff per task waiting when it began.
+    #[tokio::test]
+    async fn grants_skip_leavers_and_count_the_turn() {
+        let q = Arc::new(LocalQueues::default());
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut holder = contend(enter(&q, far).await);
+        let soon = Instant::now() + Duration::from_millis(20);
+        let leaver = tokio::spawn({
+            let q = q.clone();
+            async move { matches!(enter(&q, soon).await, Entered::Busy) }
+        });
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move {
+                match enter(&q, far).await {
+                    Entered::Granted(turn, fence, _) => (turn, fence),
+                    _ => panic!("expected a grant"),
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        holder.begin(Lease::Until(far));
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(leaver.await.unwrap(), "the leaver timed out");
+        let next = holder.next().expect("the waiter");
+        assert!(!next.turn_over, "one handoff left in this turn");
+        assert!(holder.grant(next, 7, Instant::now()));
+        drop(holder);
+        let (turn, fence) = waiter.await.unwrap();
+        assert_eq!(fence, 7);
+        assert!(turn.next().is_none());
+        drop(turn);
+        assert_eq!(q.len(), 0);
+    }
+
+    /// A waiter dropped after the lock was handed to it gives the lock to its orphan
+    /// handler, which owns the turn.
+    #[tokio::test]
+    async fn a_grant_to_a_dropped_waiter_reaches_the_orphan_handler() {
+        let q = Arc::new(LocalQueues::default());
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut holder = contend(enter(&q, far).await);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut waiting = Box::pin({
+            let q = q.clone();
+            async move {
+                q.enter(
+                    "k",
+                    &Arc::from("w"),
+                    Duration::from_secs(1),
+                    far,
+                    move |t, f, _| {
+                        tx.send((t.owns, f)).unwrap();
+                    },
+                )
+                .await
+            }
+        });
+        let queued = tokio::time::timeout(Duration::from_millis(10), waiting.as_mut()).await;
+        assert!(queued.is_err(), "still waiting");
+        let next = holder.next().unwrap();
+        assert!(holder.grant(next, 9, Instant::now()));
+        drop(waiting);
+        assert_eq!(rx.try_recv().unwrap(), (true, 9));
     }
 }

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Released, Try};
+use crate::backend::{ReleaseCall, Released, Successor, Try};
 use crate::client::Locks;
 use crate::error::{Error, Result};
 use crate::key;
-use crate::local::Turn;
+use crate::local::{Entered, Next, Turn};
 use crate::notify::Subscription;
 use crate::watchdog::{HeldState, Lease};
 
@@ -245,13 +245,27 @@ impl<'a> LockRequest<'a> {
         }
         let started = Instant::now();
         let deadline = started + self.wait;
-        let Some(turn) = inner.queues.enter(&key, deadline).await else {
-            let waited = started.elapsed();
-            tracing::debug!(target: "distlock", key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy (held in this process)");
-            return Err(Error::Busy { key, waited });
+        let token: Arc<str> = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder).into();
+        let orphan = {
+            let (locks, key, token) = (self.locks.clone(), key.clone(), token.clone());
+            move |turn, fence, at| drop(LockGuard::orphan(locks, key, token, fence, at, turn))
+        };
+        let turn = match inner
+            .queues
+            .enter(&key, &token, self.ttl, deadline, orphan)
+            .await
+        {
+            Entered::Contend(turn) => turn,
+            Entered::Granted(turn, fence, at) => {
+                return Ok(self.taken(key, token, fence, started, 0, turn, Some(at)));
+            }
+            Entered::Busy => {
+                let waited = started.elapsed();
+                tracing::debug!(target: "distlock", key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy (held in this process)");
+                return Err(Error::Busy { key, waited });
+            }
         };
         let fence_key = key::companion(&key, ":fence");
-        let token = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
         let mut wake: Option<Subscription> = None;
         let mut subscribed = false;
         // Wake-ups were wanted but could not be had: poll with short backoff instead.
@@ -260,12 +274,12 @@ impl<'a> LockRequest<'a> {
         loop {
             let left = match inner
                 .backend
-                .try_acquire(&key, &fence_key, &token, self.ttl)
+                .try_acquire(&key, &fence_key, &token, self.ttl, &inner.yield_marker)
                 .await
             {
                 Ok(Try::Taken(fence)) => {
                     drop(wake);
-                    return Ok(self.taken(key, token, fence, started, attempt, turn));
+                    return Ok(self.taken(key, token, fence, started, attempt, turn, None));
                 }
                 Ok(Try::Busy(left)) => left,
                 Err(source) => {
@@ -298,20 +312,24 @@ impl<'a> LockRequest<'a> {
         }
     }
 
+    /// Builds the guard of a lock just taken in Redis, or handed over `at` by the
+    /// previous local holder.
+    #[allow(clippy::too_many_arguments)]
     fn taken(
         self,
         key: String,
-        token: String,
+        token: Arc<str>,
         fence: u64,
         started: Instant,
         attempt: u32,
         turn: Turn,
+        handed_at: Option<Instant>,
     ) -> LockGuard {
         let inner = &self.locks.inner;
-        let acquired_at = Instant::now();
+        let acquired_at = handed_at.unwrap_or_else(Instant::now);
         let info = LockInfo {
             key: key.into(),
-            token: token.into(),
+            token,
             fence,
             client: Arc::as_ptr(inner) as usize,
             state: HeldState::new(),
@@ -325,13 +343,19 @@ impl<'a> LockRequest<'a> {
             waited_ms = waited.as_secs_f64() * 1e3,
             tries = attempt + 1,
             renew = self.renew,
+            handed = handed_at.is_some(),
             "lock acquired"
         );
-        turn.set_lease(Some(if self.renew {
+        let lease = if self.renew {
             crate::local::Lease::Renewed(info.state.clone())
         } else {
             crate::local::Lease::Until(acquired_at + self.ttl)
-        }));
+        };
+        if handed_at.is_some() {
+            turn.set_lease(lease);
+        } else {
+            turn.begin(lease);
+        }
         if self.renew {
             inner.watchdog.register(
                 inner,
@@ -392,10 +416,10 @@ async fn wait_for_turn(
     }
 }
 
-fn spawn_cleanup(locks: Locks, key: String, token: String) {
+fn spawn_cleanup(locks: Locks, key: String, token: Arc<str>) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
-            let _ = locks.inner.release_raw(&key, &token, None).await;
+            let _ = locks.inner.release_raw(&key, &token, None, None).await;
         });
     }
 }
@@ -416,6 +440,33 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
+    /// The guard of a lock handed to a waiter that gave up just then: dropped at once,
+    /// it releases the lock (or hands it on).
+    fn orphan(
+        locks: Locks,
+        key: String,
+        token: Arc<str>,
+        fence: u64,
+        at: Instant,
+        turn: Turn,
+    ) -> Self {
+        let client = Arc::as_ptr(&locks.inner) as usize;
+        LockGuard {
+            locks,
+            info: LockInfo {
+                key: key.into(),
+                token,
+                fence,
+                client,
+                state: HeldState::new(),
+            },
+            acquired_at: at,
+            done: false,
+            reentrant: false,
+            turn: Some(turn),
+        }
+    }
+
     /// The full Redis key.
     pub fn key(&self) -> &str {
         self.info.key()
@@ -493,9 +544,8 @@ impl LockGuard {
         }
         self.info.state.mark_released();
         let held = self.acquired_at.elapsed();
-        let result = self.locks.inner.finish(&self.info, held).await;
-        drop(self.turn.take());
-        result
+        let turn = self.turn.take();
+        self.locks.inner.finish(&self.info, held, turn).await
     }
 }
 
@@ -512,8 +562,7 @@ impl Drop for LockGuard {
                 let info = self.info.clone();
                 let turn = self.turn.take();
                 handle.spawn(async move {
-                    let _ = locks.inner.finish(&info, held).await;
-                    drop(turn);
+                    let _ = locks.inner.finish(&info, held, turn).await;
                 });
             }
             Err(_) => tracing::warn!(
@@ -534,42 +583,109 @@ impl fmt::Debug for LockGuard {
 }
 
 impl crate::client::Inner {
-    /// Compare-and-delete, retried once on a transport failure. The retry tells a
-    /// release that happened from a lost lock by the fence: no marker key is written.
+    /// One release (compare-and-delete, or a handoff to `next`), retried once on a
+    /// transport failure. The retry tells a release that happened from a lost lock by the
+    /// fence: no marker key is written.
     async fn release_raw(
         &self,
         key: &str,
         token: &str,
         fence: Option<u64>,
+        next: Option<Successor<'_>>,
     ) -> std::result::Result<Released, Error> {
         let fence_key = key::companion(key, ":fence");
-        let mut retry_of = None;
+        let mut call = ReleaseCall {
+            key,
+            fence_key: &fence_key,
+            token,
+            retry_of: None,
+            successor: next,
+            yield_to: (!self.yield_window.is_zero())
+                .then_some((self.yield_marker.as_str(), self.yield_window)),
+            self_subscribed: self
+                .notifier
+                .as_ref()
+                .is_some_and(|n| n.may_count_self(key)),
+        };
         let mut retried = false;
         loop {
-            match self.backend.release(key, &fence_key, token, retry_of).await {
+            match self.backend.release(&call).await {
                 Ok(found) => return Ok(found),
                 Err(e) if !retried && e.is_transient() => {
                     retried = true;
-                    retry_of = fence;
+                    call.retry_of = fence;
                 }
                 Err(e) => return Err(Error::backend(key, e)),
             }
         }
     }
 
-    async fn finish(&self, info: &LockInfo, held: Duration) -> Result<()> {
+    /// Releases `info`'s lock, handing it to the next task of `turn`'s local queue when
+    /// one waits. A waiter that gives up just as the lock reaches it leaves it to this
+    /// call, which releases it in turn; only the first release's outcome is returned.
+    async fn finish(&self, info: &LockInfo, held: Duration, mut turn: Option<Turn>) -> Result<()> {
+        let mut token = info.token.clone();
+        let mut fence = info.fence();
+        let mut result = None;
+        loop {
+            let next = turn.as_ref().and_then(Turn::next);
+            let at = Instant::now();
+            let outcome = self
+                .release_raw(
+                    info.key(),
+                    &token,
+                    Some(fence),
+                    next.as_ref().map(Next::successor),
+                )
+                .await;
+            let handed = match (&outcome, next) {
+                (Ok(Released::Handed(new_fence)), Some(next)) => Some((*new_fence, next)),
+                (_, Some(next)) => {
+                    if let Some(turn) = &turn {
+                        turn.give_back(next);
+                    }
+                    None
+                }
+                (_, None) => None,
+            };
+            if result.is_none() {
+                result = Some(self.report(info, held, outcome));
+            }
+            let Some((new_fence, next)) = handed else {
+                break;
+            };
+            let next_token = next.token().clone();
+            if turn
+                .as_mut()
+                .is_some_and(|turn| turn.grant(next, new_fence, at))
+            {
+                break;
+            }
+            tracing::trace!(target: "distlock", key = info.key(), fence = new_fence, "local waiter left as the lock reached it; releasing it");
+            token = next_token;
+            fence = new_fence;
+        }
+        drop(turn);
+        result.unwrap_or(Ok(()))
+    }
+
+    /// The caller's view of one release's outcome, logged.
+    fn report(
+        &self,
+        info: &LockInfo,
+        held: Duration,
+        outcome: std::result::Result<Released, Error>,
+    ) -> Result<()> {
         let held_ms = held.as_secs_f64() * 1e3;
-        match self
-            .release_raw(info.key(), info.token(), Some(info.fence()))
-            .await
-        {
-            Ok(Released::Now | Released::Earlier) => {
+        match outcome {
+            Ok(Released::Now | Released::Earlier | Released::Handed(_)) => {
                 tracing::debug!(
                     target: "distlock",
                     key = info.key(),
                     token = info.token_prefix(),
                     fence = info.fence(),
                     held_ms,
+                    handed = matches!(outcome, Ok(Released::Handed(_))),
                     "lock released"
                 );
                 Ok(())

@@ -140,9 +140,14 @@ impl Drop for Subscription {
             }
             Owner::Redis(hub) => {
                 if hub.registry.leave(&self.channel) {
-                    let _ = hub
+                    hub.leaving(&self.channel, 1);
+                    if hub
                         .commands
-                        .send(Command::Unsubscribe(self.channel.clone()));
+                        .send(Command::Unsubscribe(self.channel.clone()))
+                        .is_err()
+                    {
+                        hub.leaving(&self.channel, -1);
+                    }
                 }
             }
         }
@@ -159,6 +164,20 @@ enum Command {
 pub(crate) struct Hub {
     registry: Registry,
     commands: mpsc::UnboundedSender<Command>,
+    /// Channels whose `UNSUBSCRIBE` is sent but not yet confirmed: Redis still counts
+    /// this connection as a subscriber.
+    leaving: Mutex<HashMap<String, usize>>,
+}
+
+impl Hub {
+    fn leaving(&self, channel: &str, delta: isize) {
+        let mut leaving = self.leaving.lock().unwrap_or_else(|e| e.into_inner());
+        let n = leaving.entry(channel.to_owned()).or_default();
+        *n = n.saturating_add_signed(delta);
+        if *n == 0 {
+            leaving.remove(channel);
+        }
+    }
 }
 
 /// The Pub/Sub side of one client: a hub per tokio runtime, made on first wait.
@@ -204,6 +223,7 @@ impl Notifier {
         let hub = Arc::new(Hub {
             registry: Registry::default(),
             commands: tx,
+            leaving: Mutex::default(),
         });
         tokio::spawn(drive(Arc::downgrade(&hub), sink, stream, rx, self.timeout));
         let mut hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
@@ -249,6 +269,29 @@ impl Notifier {
         Some(sub)
     }
 
+    /// Whether Redis may count this client's connection among the subscribers of `key`'s
+    /// release channel (subscribed, or leaving but not yet confirmed), so a release does
+    /// not take this client's own waiters for another client's.
+    pub(crate) fn may_count_self(&self, key: &str) -> bool {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let Some(hub) = self.live_hub(handle.id()) else {
+            return false;
+        };
+        let channel = channel_of(key);
+        hub.registry
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&channel)
+            || hub
+                .leaving
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains_key(&channel)
+    }
+
     /// Channels subscribed right now on this runtime's hub (for tests).
     pub(crate) fn active_channels(&self) -> usize {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
@@ -269,6 +312,7 @@ async fn drive(
     // Subscribe and unsubscribe run in their own task, in order, so a slow reply never
     // holds up the fan-out of messages.
     let (fail_tx, mut failed) = oneshot::channel::<()>();
+    let control_hub = hub.clone();
     let control = tokio::spawn(async move {
         let mut fail_tx = Some(fail_tx);
         while let Some(cmd) = commands.recv().await {
@@ -281,10 +325,16 @@ async fn drive(
                     let _ = ack.send(ok);
                     ok
                 }
-                Command::Unsubscribe(channel) => matches!(
-                    tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
-                    Ok(Ok(()))
-                ),
+                Command::Unsubscribe(channel) => {
+                    let ok = matches!(
+                        tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
+                        Ok(Ok(()))
+                    );
+                    if let Some(hub) = control_hub.upgrade() {
+                        hub.leaving(&channel, -1);
+                    }
+                    ok
+                }
             };
             if !ok {
                 if let Some(tx) = fail_tx.take() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Released, Try};
+use super::{Released, Successor, Try};
 use crate::notify::{Registry, channel_of};
 
 #[derive(Default)]
@@ -40,11 +40,20 @@ impl MemoryBackend {
         Try::Taken(*fence)
     }
 
-    pub(crate) fn release(&self, key: &str, token: &str) -> Released {
+    /// In process there are no other clients to leave the lock to: a successor always
+    /// gets it.
+    pub(crate) fn release(&self, key: &str, token: &str, next: Option<Successor<'_>>) -> Released {
         let now = Instant::now();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match st.held.get(key) {
             Some((held, until)) if held == token && *until > now => {
+                if let Some(next) = next {
+                    st.held
+                        .insert(key.to_owned(), (next.token.to_owned(), now + next.ttl));
+                    let fence = st.fences.entry(key.to_owned()).or_insert(0);
+                    *fence += 1;
+                    return Released::Handed(*fence);
+                }
                 st.held.remove(key);
                 drop(st);
                 self.waiters.publish(&channel_of(key));

@@ -30,6 +30,33 @@ pub(crate) enum Released {
     /// On a retry: someone took the lock since; whether the lost try released it first
     /// cannot be told.
     Unknown,
+    /// The token matched and the lock now belongs to the next local waiter, with this
+    /// fencing token.
+    Handed(u64),
+}
+
+/// One release: whose lock, and what to do with it.
+pub(crate) struct ReleaseCall<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) fence_key: &'a str,
+    pub(crate) token: &'a str,
+    /// This acquisition's fence when an earlier try's reply was lost.
+    pub(crate) retry_of: Option<u64>,
+    /// The next local waiter to hand the lock to, if any.
+    pub(crate) successor: Option<Successor<'a>>,
+    /// This client's yield marker and window (`None`: never yield).
+    pub(crate) yield_to: Option<(&'a str, Duration)>,
+    /// Whether this client's own Pub/Sub connection may be subscribed to the key's channel.
+    pub(crate) self_subscribed: bool,
+}
+
+/// The next local waiter of a release.
+#[derive(Clone, Copy)]
+pub(crate) struct Successor<'a> {
+    pub(crate) token: &'a str,
+    pub(crate) ttl: Duration,
+    /// This client's turn is over: hand over only when no other client waits.
+    pub(crate) turn_over: bool,
 }
 
 pub(crate) enum Backend {
@@ -38,32 +65,27 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// One atomic try.
+    /// One atomic try. `marker` is this client's yield marker (see `release.lua`).
     pub(crate) async fn try_acquire(
         &self,
         key: &str,
         fence_key: &str,
         token: &str,
         ttl: Duration,
+        marker: &str,
     ) -> Result<Try, BackendError> {
         match self {
-            Backend::Redis(r) => r.try_acquire(key, fence_key, token, ttl).await,
+            Backend::Redis(r) => r.try_acquire(key, fence_key, token, ttl, marker).await,
             Backend::Memory(m) => Ok(m.try_acquire(key, token, ttl)),
         }
     }
 
-    /// One compare-and-delete that also wakes the key's waiters. `retry_of` is this
-    /// acquisition's fence when an earlier try's reply was lost.
-    pub(crate) async fn release(
-        &self,
-        key: &str,
-        fence_key: &str,
-        token: &str,
-        retry_of: Option<u64>,
-    ) -> Result<Released, BackendError> {
+    /// One compare-and-delete that also wakes the key's waiters, or hands the lock to
+    /// the next local waiter.
+    pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         match self {
-            Backend::Redis(r) => r.release(key, fence_key, token, retry_of).await,
-            Backend::Memory(m) => Ok(m.release(key, token)),
+            Backend::Redis(r) => r.release(call).await,
+            Backend::Memory(m) => Ok(m.release(call.key, call.token, call.successor)),
         }
     }
 

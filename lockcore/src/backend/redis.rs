@@ -9,7 +9,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, Script, ScriptInvocation};
 use tokio::runtime::Handle;
 
-use super::{Released, Try, millis};
+use super::{ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::notify::channel_of;
 
@@ -133,9 +133,14 @@ impl RedisBackend {
         fence_key: &str,
         token: &str,
         ttl: Duration,
+        marker: &str,
     ) -> Result<Try, BackendError> {
         let mut inv = ACQUIRE.prepare_invoke();
-        inv.key(key).key(fence_key).arg(token).arg(millis(ttl));
+        inv.key(key)
+            .key(fence_key)
+            .arg(token)
+            .arg(millis(ttl))
+            .arg(marker);
         let reply: i64 = self.eval(&inv).await?;
         Ok(match reply {
             fence @ 1.. => Try::Taken(fence.unsigned_abs()),
@@ -144,25 +149,31 @@ impl RedisBackend {
         })
     }
 
-    pub(crate) async fn release(
-        &self,
-        key: &str,
-        fence_key: &str,
-        token: &str,
-        retry_of: Option<u64>,
-    ) -> Result<Released, BackendError> {
+    pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         let mut inv = RELEASE.prepare_invoke();
-        inv.key(key)
-            .key(fence_key)
-            .arg(token)
-            .arg(channel_of(key))
-            .arg(retry_of.map(|f| f.to_string()).unwrap_or_default());
-        match self.eval::<u8>(&inv).await? {
-            1 => Ok(Released::Now),
-            2 => Ok(Released::Earlier),
-            3 => Ok(Released::Unknown),
-            _ => Ok(Released::Lost),
-        }
+        let (marker, window) = call.yield_to.map_or(("", 0), |(m, w)| (m, millis(w)));
+        let (next, next_ttl, turn_over) = call
+            .successor
+            .map_or(("", 0, false), |s| (s.token, millis(s.ttl), s.turn_over));
+        inv.key(call.key)
+            .key(call.fence_key)
+            .arg(call.token)
+            .arg(channel_of(call.key))
+            .arg(call.retry_of.map(|f| f.to_string()).unwrap_or_default())
+            .arg(marker)
+            .arg(window)
+            .arg(next)
+            .arg(next_ttl)
+            .arg(if turn_over { "1" } else { "" })
+            .arg(u8::from(call.self_subscribed));
+        let reply: Vec<i64> = self.eval(&inv).await?;
+        Ok(match reply.as_slice() {
+            [1] => Released::Now,
+            [2] => Released::Earlier,
+            [3] => Released::Unknown,
+            [4, fence] => Released::Handed(fence.unsigned_abs()),
+            _ => Released::Lost,
+        })
     }
 
     /// One pipeline of compare-and-extend calls (EVALSHA; on NOSCRIPT the script is
