@@ -172,8 +172,8 @@ enum Held {
 /// distlock's scripts, sent by hand.
 const LUA_ACQUIRE: &str = include_str!("../lockcore/src/scripts/acquire.lua");
 const LUA_RELEASE: &str = include_str!("../lockcore/src/scripts/release.lua");
-/// A yield marker for the raw+lua client (it never waits, so it is never yielded to).
-const LUA_YIELD_MARKER: &str = "yield:bench:raw-lua";
+/// A client id for the raw+lua client (it never waits, so it is never yielded to).
+const LUA_CLIENT_ID: &str = "bench:raw-lua";
 
 #[derive(Debug)]
 enum AcqError {
@@ -268,7 +268,7 @@ impl Client {
                     .key(format!("{{{key}}}:fence"))
                     .arg(&token)
                     .arg(TTL.as_millis() as u64)
-                    .arg(LUA_YIELD_MARKER)
+                    .arg(LUA_CLIENT_ID)
                     .invoke_async(&mut conn)
                     .await
                     .map_err(|e| AcqError::Failed(e.to_string()))?;
@@ -311,10 +311,11 @@ impl Client {
                 let released: Vec<i64> = release
                     .key(&key)
                     .key(format!("{{{key}}}:fence"))
+                    .key(format!("{{{key}}}:turns"))
                     .arg(&token)
                     .arg(format!("{key}:released"))
                     .arg("")
-                    .arg(LUA_YIELD_MARKER)
+                    .arg(LUA_CLIENT_ID)
                     .arg(10)
                     .arg("")
                     .arg(0)

@@ -444,10 +444,11 @@ async fn retried_release_is_not_misreported_as_lost() {
         let mut inv = script.prepare_invoke();
         inv.key("lock:retry")
             .key("{lock:retry}:fence")
+            .key("{lock:retry}:turns")
             .arg(token)
             .arg("lock:retry:released")
             .arg(retry_of)
-            .arg(&["yield:test", "10", "", "0", "", "0"][..]);
+            .arg(&["test:client", "10", "", "0", "", "0"][..]);
         inv
     };
     let fence_arg = fence.to_string();
@@ -481,10 +482,11 @@ async fn retried_release_is_not_misreported_as_lost() {
         let mut inv = script.prepare_invoke();
         inv.key("lock:retry")
             .key("{lock:retry}:fence")
+            .key("{lock:retry}:turns")
             .arg(&token)
             .arg("lock:retry:released")
             .arg(retry_of)
-            .arg(&["yield:test", "10", "next-token", "30000", "", "0"][..]);
+            .arg(&["test:client", "10", "next-token", "30000", "", "0"][..]);
         inv
     };
     let handed: Vec<i64> = hand("").invoke_async(&mut raw).await.unwrap();

@@ -500,3 +500,216 @@ async fn many_renewed_locks_share_one_renewal_task() {
         g.release().await.unwrap();
     }
 }
+
+/// `CLIENTS` clients (each with its own local queue and Pub/Sub connection, as separate
+/// processes have) of `TASKS` tasks each share `TICKETS` acquisitions of one key, holding
+/// it 2 ms. Returns the client of every acquisition, in order.
+async fn clients_take_turns(server: &RedisServer, window: Duration) -> Vec<usize> {
+    const CLIENTS: usize = 3;
+    const TASKS: usize = 3;
+    const TICKETS: u32 = 150;
+    let left = Arc::new(AtomicU32::new(TICKETS));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let inside = Arc::new(AtomicU32::new(0));
+    let mut handles = Vec::new();
+    for client in 0..CLIENTS {
+        let locks = Locks::builder(server.url())
+            .yield_window(window)
+            .connect()
+            .await
+            .unwrap();
+        for _ in 0..TASKS {
+            let (locks, left, order, inside) =
+                (locks.clone(), left.clone(), order.clone(), inside.clone());
+            handles.push(tokio::spawn(async move {
+                loop {
+                    let g = locks
+                        .lock("turns")
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    let done = left.load(Ordering::SeqCst) == 0;
+                    if !done {
+                        left.fetch_sub(1, Ordering::SeqCst);
+                        order.lock().unwrap().push(client);
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.release().await.unwrap();
+                    if done {
+                        return;
+                    }
+                }
+            }));
+        }
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.len(), TICKETS as usize);
+    order
+}
+
+/// The longest run of consecutive acquisitions by one client.
+fn longest_run(order: &[usize]) -> usize {
+    order
+        .chunk_by(|a, b| a == b)
+        .map(<[usize]>::len)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Across clients, turns rotate: a client whose tasks release while other clients wait
+/// leaves the lock to them after one handoff per local waiter, so no client keeps the
+/// lock for long runs and every client gets its share. (Before the marker named the
+/// latest turns, the most recently subscribed client won each race: two clients could
+/// pass the lock back and forth while a third got 24 of 150.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_take_turns_when_others_wait() {
+    let server = RedisServer::start();
+    // A generous window: a loaded machine may take a few ms to wake the other clients.
+    let order = clients_take_turns(&server, Duration::from_millis(50)).await;
+    let run = longest_run(&order);
+    eprintln!("longest run with yielding: {run}");
+    assert!(
+        run <= 6,
+        "one client held the lock {run} times in a row: {order:?}"
+    );
+    // Turns rotate through the waiting clients (the yield marker names the latest
+    // ones), so shares stay near a third, not just within 0.5x-2x.
+    let counts: Vec<usize> = (0..3)
+        .map(|client| order.iter().filter(|c| **c == client).count())
+        .collect();
+    eprintln!("acquisitions per client: {counts:?}");
+    for n in &counts {
+        assert!(
+            (35..=65).contains(n),
+            "per client {counts:?} of 150: {order:?}"
+        );
+    }
+}
+
+/// Control: without the yield window the releasing client's next local task wins the race
+/// against the other clients' woken waiters, and keeps the lock for long runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_yielding_one_client_keeps_the_lock() {
+    let server = RedisServer::start();
+    let order = clients_take_turns(&server, Duration::ZERO).await;
+    let run = longest_run(&order);
+    eprintln!("longest run without yielding: {run}");
+    assert!(
+        run > 6,
+        "longest run {run}: the race did not show: {order:?}"
+    );
+}
+
+async fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Tasks of `clients` sharing 4 tasks take 100 turns on one key; returns the scripts run
+/// per acquisition.
+async fn scripts_per_acquisition(server: &RedisServer, clients: &[Locks]) -> f64 {
+    const ACQUISITIONS: u32 = 100;
+    let left = Arc::new(AtomicU32::new(ACQUISITIONS));
+    let before = evalsha_calls(server).await;
+    let mut handles = Vec::new();
+    for i in 0..4 {
+        let (locks, left) = (clients[i % clients.len()].clone(), left.clone());
+        handles.push(tokio::spawn(async move {
+            let mut mine = 0u32;
+            loop {
+                let g = locks
+                    .lock("round-trips")
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let done = left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_err();
+                if !done {
+                    mine += 1;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                g.release().await.unwrap();
+                if done {
+                    return mine;
+                }
+            }
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h.await.unwrap();
+    }
+    assert_eq!(total, ACQUISITIONS);
+    (evalsha_calls(server).await - before) as f64 / f64::from(ACQUISITIONS)
+}
+
+/// A contended lock passes between the tasks of one client in one script per
+/// acquisition: the release hands it to the next local waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_handoff_costs_one_round_trip() {
+    let server = RedisServer::start();
+    let one = scripts_per_acquisition(&server, &[redis_locks(&server).await]).await;
+    eprintln!("scripts per acquisition, one client: {one:.2}");
+    assert!(one < 1.2, "{one:.2} scripts per acquisition");
+    // Control: the same tasks spread over four clients take and release in separate
+    // scripts, plus tries that find the lock held.
+    let mut four = Vec::new();
+    for _ in 0..4 {
+        four.push(redis_locks(&server).await);
+    }
+    let spread = scripts_per_acquisition(&server, &four).await;
+    eprintln!("scripts per acquisition, four clients: {spread:.2}");
+    assert!(spread >= 2.0, "{spread:.2} scripts per acquisition");
+}
+
+/// Waiters that give up right around the release (their wait ends as the lock is handed
+/// down the queue) never strand the lock: once they are gone, it is free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_giving_up_during_handoffs_leave_the_lock_free() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    for round in 0..5 {
+        let held = locks.lock("leavers").acquire().await.unwrap();
+        let mut waiters = Vec::new();
+        for i in 0..30u64 {
+            let locks = locks.clone();
+            waiters.push(tokio::spawn(async move {
+                let g = locks
+                    .lock("leavers")
+                    .wait(Duration::from_micros(14_000 + i * 100 + round * 37))
+                    .acquire()
+                    .await;
+                if let Ok(g) = g {
+                    g.release().await.unwrap();
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        held.release().await.unwrap();
+        for w in waiters {
+            w.await.unwrap();
+        }
+        let again = locks
+            .lock("leavers")
+            .wait(Duration::from_millis(500))
+            .acquire()
+            .await
+            .expect("the lock is free once every waiter has gone");
+        again.release().await.unwrap();
+    }
+}

@@ -51,9 +51,9 @@ pub(crate) struct Inner {
     pub(crate) notifier: Option<Notifier>,
     pub(crate) queues: Arc<LocalQueues>,
     pub(crate) watchdog: Watchdog,
-    /// What a release leaves at the key for other clients' waiters: `yield:<holder>:<id>`,
-    /// unique to this client (see `release.lua`).
-    pub(crate) yield_marker: String,
+    /// `<holder>:<random>`, unique to this client: what a yield marker names (see
+    /// `release.lua`).
+    pub(crate) client_id: String,
     /// How long it stays (zero: never left).
     pub(crate) yield_window: Duration,
 }
@@ -143,7 +143,7 @@ impl Locks {
             inner: Arc::new(Inner {
                 backend,
                 prefix,
-                yield_marker: format!("yield:{holder}:{}", &id[..12]),
+                client_id: format!("{holder}:{}", &id[..12]),
                 holder,
                 target,
                 notifier,
@@ -235,12 +235,15 @@ pub struct LocksBuilder {
 impl LocksBuilder {
     /// Fairness across clients (default 10 ms; zero turns it off). When this client
     /// releases a lock while another client (another process, or another `Locks` in this
-    /// one) waits for it, the release leaves the key holding `yield:<holder>:<id>` for
-    /// this long instead of deleting it: any other client takes it as free, this one
-    /// cannot. So a process that releases cannot take the lock straight back ahead of
-    /// the processes that were waiting, and its own tasks get at most one turn each
-    /// before the others get theirs. If nobody takes it, it is free for all again after
-    /// the window: the cost of a waiter that vanished is one window.
+    /// one) waits for it, the release leaves the key holding a yield marker for this
+    /// long instead of deleting it: `yield: <holder>:<id> ... ` naming this client and the
+    /// clients that had the latest turns (one fewer than the clients waiting). Any client
+    /// it does not name takes the lock as free; the named ones cannot. So a process that
+    /// releases cannot take the lock straight back ahead of the processes that were
+    /// waiting, its own tasks get at most one turn each before the others get theirs, and
+    /// turns rotate through the waiting processes. If nobody takes it, it is free for all
+    /// again after the window: the cost of a waiter that vanished is one window. The
+    /// rotation is remembered at `{key}:turns` (expires 60 s after the last yield).
     ///
     /// Waiters are seen through Pub/Sub: the waiters of a client built with
     /// `notify_waiters(false)` are not waited for.

@@ -274,7 +274,7 @@ impl<'a> LockRequest<'a> {
         loop {
             let left = match inner
                 .backend
-                .try_acquire(&key, &fence_key, &token, self.ttl, &inner.yield_marker)
+                .try_acquire(&key, &fence_key, &token, self.ttl, &inner.client_id)
                 .await
             {
                 Ok(Try::Taken(fence)) => {
@@ -601,7 +601,7 @@ impl crate::client::Inner {
             retry_of: None,
             successor: next,
             yield_to: (!self.yield_window.is_zero())
-                .then_some((self.yield_marker.as_str(), self.yield_window)),
+                .then_some((self.client_id.as_str(), self.yield_window)),
             self_subscribed: self
                 .notifier
                 .as_ref()

@@ -44,7 +44,7 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) retry_of: Option<u64>,
     /// The next local waiter to hand the lock to, if any.
     pub(crate) successor: Option<Successor<'a>>,
-    /// This client's yield marker and window (`None`: never yield).
+    /// This client's id and yield window (`None`: never yield).
     pub(crate) yield_to: Option<(&'a str, Duration)>,
     /// Whether this client's own Pub/Sub connection may be subscribed to the key's channel.
     pub(crate) self_subscribed: bool,
@@ -65,17 +65,17 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    /// One atomic try. `marker` is this client's yield marker (see `release.lua`).
+    /// One atomic try. `client` is this client's id (see `release.lua`).
     pub(crate) async fn try_acquire(
         &self,
         key: &str,
         fence_key: &str,
         token: &str,
         ttl: Duration,
-        marker: &str,
+        client: &str,
     ) -> Result<Try, BackendError> {
         match self {
-            Backend::Redis(r) => r.try_acquire(key, fence_key, token, ttl, marker).await,
+            Backend::Redis(r) => r.try_acquire(key, fence_key, token, ttl, client).await,
             Backend::Memory(m) => Ok(m.try_acquire(key, token, ttl)),
         }
     }

@@ -133,14 +133,14 @@ impl RedisBackend {
         fence_key: &str,
         token: &str,
         ttl: Duration,
-        marker: &str,
+        client: &str,
     ) -> Result<Try, BackendError> {
         let mut inv = ACQUIRE.prepare_invoke();
         inv.key(key)
             .key(fence_key)
             .arg(token)
             .arg(millis(ttl))
-            .arg(marker);
+            .arg(client);
         let reply: i64 = self.eval(&inv).await?;
         Ok(match reply {
             fence @ 1.. => Try::Taken(fence.unsigned_abs()),
@@ -151,16 +151,17 @@ impl RedisBackend {
 
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         let mut inv = RELEASE.prepare_invoke();
-        let (marker, window) = call.yield_to.map_or(("", 0), |(m, w)| (m, millis(w)));
+        let (client, window) = call.yield_to.map_or(("", 0), |(c, w)| (c, millis(w)));
         let (next, next_ttl, turn_over) = call
             .successor
             .map_or(("", 0, false), |s| (s.token, millis(s.ttl), s.turn_over));
         inv.key(call.key)
             .key(call.fence_key)
+            .key(crate::key::companion(call.key, ":turns"))
             .arg(call.token)
             .arg(channel_of(call.key))
             .arg(call.retry_of.map(|f| f.to_string()).unwrap_or_default())
-            .arg(marker)
+            .arg(client)
             .arg(window)
             .arg(next)
             .arg(next_ttl)

@@ -1,14 +1,16 @@
 -- Take a lock in one step. KEYS[1] lock key, KEYS[2] fencing counter (same slot).
--- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] this client's yield marker.
+-- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] this client's id.
 -- Returns the new fencing token (>= 1) when taken; when someone else holds the lock,
 -- minus the holder's remaining ttl in ms (-1 when it has none).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
 end
--- A yield marker: released by another client while other clients waited, and left to
--- them for a short window. Free for everyone but the client that left it.
+-- A yield marker `yield: <id> <id> ... `: released while other clients waited, and left
+-- to them for a short window. Free for every client it does not name (the releaser and
+-- the clients that had the previous turns).
 local held = redis.call('GET', KEYS[1])
-if held and string.sub(held, 1, 6) == 'yield:' and held ~= ARGV[3] then
+if held and string.sub(held, 1, 7) == 'yield: '
+    and not string.find(held, ' ' .. ARGV[3] .. ' ', 7, true) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return redis.call('INCR', KEYS[2])
 end
