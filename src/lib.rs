@@ -113,7 +113,9 @@ pub use lockcore::{
 ///
 /// Waiters are woken by a message published in the release script (one Pub/Sub
 /// connection per client), with a fallback retry at most 100 ms apart. Tasks of one
-/// process queue for a key in FIFO order; only the head contends in Redis. A nested call
+/// process queue for a key in FIFO order; only the head contends in Redis, and a release
+/// hands the lock to the next local task in the same round trip. Across processes, turns
+/// rotate (see [`LocksBuilder::yield_window`]). A nested call
 /// on a key the task already holds through the same client runs without a round trip,
 /// and only the outermost exit releases. See [`Locks::lock`].
 ///

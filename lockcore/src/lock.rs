@@ -529,8 +529,14 @@ impl LockGuard {
     /// the lock has changed hands since, the outcome cannot be told and the error is
     /// [`Error::Backend`].
     ///
+    /// When another task of the same client waits for the key, the release hands the
+    /// lock to it in the same round trip (see [`LocksBuilder::yield_window`] for how turns
+    /// pass between clients).
+    ///
     /// A reentrant guard releases nothing; it reports `Lost` only if the lock is already
     /// known lost.
+    ///
+    /// [`LocksBuilder::yield_window`]: crate::LocksBuilder::yield_window
     pub async fn release(mut self) -> Result<()> {
         self.done = true;
         if self.reentrant {
