@@ -47,6 +47,18 @@ struct State {
     budget: usize,
 }
 
+impl State {
+    /// Waiters that have not given up.
+    fn live_waiters(&self) -> usize {
+        self.waiters.iter().filter(|w| !w.tx.is_closed()).count()
+    }
+
+    /// Whether the holder's lease is known to have run out.
+    fn lease_over(&self, now: Instant) -> bool {
+        self.lease.as_ref().is_some_and(|l| l.is_over(now))
+    }
+}
+
 struct Waiter {
     token: Arc<str>,
     ttl: Duration,
@@ -139,7 +151,7 @@ impl Turn {
         let mut st = lock(&self.entry);
         st.lease = Some(lease);
         if self.owns {
-            st.budget = st.waiters.iter().filter(|w| !w.tx.is_closed()).count();
+            st.budget = st.live_waiters();
         }
     }
 
@@ -177,7 +189,7 @@ impl Turn {
         }
         st.lease = Some(Lease::Until(at + next.ttl));
         st.budget = if next.turn_over {
-            st.waiters.iter().filter(|w| !w.tx.is_closed()).count()
+            st.live_waiters()
         } else {
             st.budget.saturating_sub(1)
         };
@@ -219,11 +231,11 @@ impl Drop for Turn {
         drop(st);
         if idle {
             let mut keys = self.queues.keys.lock().unwrap_or_else(|e| e.into_inner());
-            // Only the map and this turn hold it: forget the key.
+            // Only the map and this turn hold it (every waiter holds it too, and taking it
+            // from the map needs this lock): nobody can have changed it since, forget it.
             if keys.get(&self.key).is_some_and(|entry| {
                 Arc::ptr_eq(entry, &self.entry) && Arc::strong_count(entry) == 2
-            }) && !lock(&self.entry).busy
-            {
+            }) {
                 keys.remove(&self.key);
             }
         }
@@ -297,7 +309,7 @@ impl LocalQueues {
                 return Entered::Contend(turn(true));
             }
             let now = Instant::now();
-            if st.lease.as_ref().is_some_and(|l| l.is_over(now)) {
+            if st.lease_over(now) {
                 drop(st);
                 return Entered::Contend(turn(false));
             }
@@ -335,7 +347,7 @@ impl LocalQueues {
                 Ok(Err(_)) => None, // the queue was dropped: contend
                 Err(_elapsed) => {
                     let now = Instant::now();
-                    let over = lock(&entry).lease.as_ref().is_some_and(|l| l.is_over(now));
+                    let over = lock(&entry).lease_over(now);
                     if !over && now < deadline {
                         continue;
                     }

@@ -12,7 +12,7 @@ use crate::client::Locks;
 use crate::error::{Error, Result};
 use crate::key;
 use crate::local::{Entered, Next, Turn};
-use crate::notify::Subscription;
+use crate::notify::{Subscription, channel_of};
 use crate::watchdog::{HeldState, Lease};
 
 /// Default lease when `ttl` is not given.
@@ -46,6 +46,17 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
+    /// A lock just acquired through `locks`.
+    fn new(locks: &Locks, key: String, token: Arc<str>, fence: u64) -> Self {
+        LockInfo {
+            key: key.into(),
+            token,
+            fence,
+            client: Arc::as_ptr(&locks.inner) as usize,
+            state: HeldState::new(),
+        }
+    }
+
     /// The full Redis key, prefix included (`lock:order:42`).
     pub fn key(&self) -> &str {
         &self.key
@@ -327,13 +338,7 @@ impl<'a> LockRequest<'a> {
     ) -> LockGuard {
         let inner = &self.locks.inner;
         let acquired_at = handed_at.unwrap_or_else(Instant::now);
-        let info = LockInfo {
-            key: key.into(),
-            token,
-            fence,
-            client: Arc::as_ptr(inner) as usize,
-            state: HeldState::new(),
-        };
+        let info = LockInfo::new(self.locks, key, token, fence);
         let waited = started.elapsed();
         tracing::debug!(
             target: "distlock",
@@ -450,16 +455,9 @@ impl LockGuard {
         at: Instant,
         turn: Turn,
     ) -> Self {
-        let client = Arc::as_ptr(&locks.inner) as usize;
         LockGuard {
+            info: LockInfo::new(&locks, key, token, fence),
             locks,
-            info: LockInfo {
-                key: key.into(),
-                token,
-                fence,
-                client,
-                state: HeldState::new(),
-            },
             acquired_at: at,
             done: false,
             reentrant: false,
@@ -600,18 +598,23 @@ impl crate::client::Inner {
         next: Option<Successor<'_>>,
     ) -> std::result::Result<Released, Error> {
         let fence_key = key::companion(key, ":fence");
+        let channel = channel_of(key);
+        let yield_to =
+            (!self.yield_window.is_zero()).then_some((self.client_id.as_str(), self.yield_window));
         let mut call = ReleaseCall {
             key,
             fence_key: &fence_key,
             token,
+            channel: &channel,
             retry_of: None,
             successor: next,
-            yield_to: (!self.yield_window.is_zero())
-                .then_some((self.client_id.as_str(), self.yield_window)),
-            self_subscribed: self
-                .notifier
-                .as_ref()
-                .is_some_and(|n| n.may_count_self(key)),
+            yield_to,
+            // Only a yielding release counts the channel's subscribers.
+            self_subscribed: yield_to.is_some()
+                && self
+                    .notifier
+                    .as_ref()
+                    .is_some_and(|n| n.may_count_self(&channel)),
         };
         let mut retried = false;
         loop {

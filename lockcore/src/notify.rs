@@ -269,27 +269,26 @@ impl Notifier {
         Some(sub)
     }
 
-    /// Whether Redis may count this client's connection among the subscribers of `key`'s
-    /// release channel (subscribed, or leaving but not yet confirmed), so a release does
-    /// not take this client's own waiters for another client's.
-    pub(crate) fn may_count_self(&self, key: &str) -> bool {
+    /// Whether Redis may count this client's connection among the subscribers of
+    /// `channel` (subscribed, or leaving but not yet confirmed), so a release does not
+    /// take this client's own waiters for another client's.
+    pub(crate) fn may_count_self(&self, channel: &str) -> bool {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return false;
         };
         let Some(hub) = self.live_hub(handle.id()) else {
             return false;
         };
-        let channel = channel_of(key);
         hub.registry
             .channels
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&channel)
+            .contains_key(channel)
             || hub
                 .leaving
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .contains_key(&channel)
+                .contains_key(channel)
     }
 
     /// Channels subscribed right now on this runtime's hub (for tests).

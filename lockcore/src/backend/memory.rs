@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Released, Successor, Try};
-use crate::notify::{Registry, channel_of};
+use super::{ReleaseCall, Released, Try};
+use crate::notify::Registry;
 
 #[derive(Default)]
 pub(crate) struct MemoryBackend {
@@ -42,12 +42,12 @@ impl MemoryBackend {
 
     /// In process there are no other clients to leave the lock to: a successor always
     /// gets it.
-    pub(crate) fn release(&self, key: &str, token: &str, next: Option<Successor<'_>>) -> Released {
-        let now = Instant::now();
+    pub(crate) fn release(&self, call: &ReleaseCall<'_>) -> Released {
+        let (key, now) = (call.key, Instant::now());
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match st.held.get(key) {
-            Some((held, until)) if held == token && *until > now => {
-                if let Some(next) = next {
+            Some((held, until)) if held == call.token && *until > now => {
+                if let Some(next) = call.successor {
                     st.held
                         .insert(key.to_owned(), (next.token.to_owned(), now + next.ttl));
                     let fence = st.fences.entry(key.to_owned()).or_insert(0);
@@ -56,7 +56,7 @@ impl MemoryBackend {
                 }
                 st.held.remove(key);
                 drop(st);
-                self.waiters.publish(&channel_of(key));
+                self.waiters.publish(call.channel);
                 Released::Now
             }
             _ => Released::Lost,

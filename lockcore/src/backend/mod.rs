@@ -40,6 +40,8 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) key: &'a str,
     pub(crate) fence_key: &'a str,
     pub(crate) token: &'a str,
+    /// The channel that wakes the key's waiters.
+    pub(crate) channel: &'a str,
     /// This acquisition's fence when an earlier try's reply was lost.
     pub(crate) retry_of: Option<u64>,
     /// The next local waiter to hand the lock to, if any.
@@ -85,7 +87,7 @@ impl Backend {
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         match self {
             Backend::Redis(r) => r.release(call).await,
-            Backend::Memory(m) => Ok(m.release(call.key, call.token, call.successor)),
+            Backend::Memory(m) => Ok(m.release(call)),
         }
     }
 

@@ -11,7 +11,6 @@ use tokio::runtime::Handle;
 
 use super::{ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
-use crate::notify::channel_of;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/acquire.lua")));
@@ -159,7 +158,7 @@ impl RedisBackend {
             .key(call.fence_key)
             .key(crate::key::companion(call.key, ":turns"))
             .arg(call.token)
-            .arg(channel_of(call.key))
+            .arg(call.channel)
             .arg(call.retry_of.map(|f| f.to_string()).unwrap_or_default())
             .arg(client)
             .arg(window)
