@@ -347,24 +347,55 @@ fn expand(mut func: ItemFn, shape: Shape, config: &LockConfig) -> TokenStream {
             let wrapped = locked_call(config, &ret, false, body);
             func.block = Box::new(syn::parse_quote!({ #wrapped }));
         }
-        Shape::AsyncTrait(_) => {
-            if let Some(inner) = async_trait_block(&mut func.block)
-                && let Some((_, local)) = ret_stmt(inner)
-            {
-                let ret = match &local.pat {
-                    Pat::Type(pt) => (*pt.ty).clone(),
-                    _ => unreachable!("ret_stmt matched a typed pattern"),
-                };
-                if let Some(init) = &mut local.init {
-                    let body = &init.expr;
-                    let wrapped = locked_call(config, &ret, true, quote!(#body));
-                    *init.expr = syn::parse_quote!({ #wrapped });
-                }
-            }
-        }
+        Shape::AsyncTrait(_) => wrap_async_trait_body(&mut func.block, |ret, body| {
+            locked_call(config, ret, true, body)
+        }),
         Shape::NotAsync => {}
     }
     func.into_token_stream()
+}
+
+/// In a fn `#[async_trait]` has already expanded, replaces the initializer of the typed
+/// return statement with `wrap(return type, initializer)`.
+pub(crate) fn wrap_async_trait_body(
+    block: &mut Block,
+    wrap: impl FnOnce(&Type, TokenStream) -> TokenStream,
+) {
+    if let Some(inner) = async_trait_block(block)
+        && let Some((_, local)) = ret_stmt(inner)
+    {
+        let ret = match &local.pat {
+            Pat::Type(pt) => (*pt.ty).clone(),
+            _ => unreachable!("ret_stmt matched a typed pattern"),
+        };
+        if let Some(init) = &mut local.init {
+            let body = &init.expr;
+            let wrapped = wrap(&ret, quote!(#body));
+            *init.expr = syn::parse_quote!({ #wrapped });
+        }
+    }
+}
+
+/// The client a call uses: `client_of(&expr)` for `client = expr` (spanned over the
+/// expression, so a client of the wrong type is reported there), else the default one.
+pub(crate) fn client_expr(
+    krate: &syn::Path,
+    client: Option<&Expr>,
+    async_trait: bool,
+) -> TokenStream {
+    let Some(expr) = client else {
+        return quote!(#krate::__private::default_locks());
+    };
+    let expr = if async_trait {
+        rename_self(expr.to_token_stream())
+    } else {
+        expr.to_token_stream()
+    };
+    let (first, last) = span_range(expr.clone());
+    let client_of = respan_range(quote!(#krate::__private::client_of), first, last);
+    let amp = respan(quote!(&), first);
+    let arg = group(Delimiter::Parenthesis, quote!(#amp #expr), last);
+    quote!(#client_of #arg)
 }
 
 /// Key, client, then `run_locked(client, key, spec, async move { body }).await`.
@@ -379,22 +410,7 @@ fn locked_call(
     let client_var = Ident::new("__distlock_client", Span::mixed_site());
     let buf = Ident::new("__distlock_buf", Span::mixed_site());
     let key = key_expr(krate, &config.key, &buf, async_trait);
-    let client = match &config.client {
-        Some(expr) => {
-            let expr = if async_trait {
-                rename_self(expr.to_token_stream())
-            } else {
-                expr.to_token_stream()
-            };
-            // Over the expression: a client of the wrong type is reported there.
-            let (first, last) = span_range(expr.clone());
-            let client_of = respan_range(quote!(#krate::__private::client_of), first, last);
-            let amp = respan(quote!(&), first);
-            let arg = group(Delimiter::Parenthesis, quote!(#amp #expr), last);
-            quote!(#client_of #arg)
-        }
-        None => quote!(#krate::__private::default_locks()),
-    };
+    let client = client_expr(krate, config.client.as_ref(), async_trait);
     let LockConfig {
         ttl_ms,
         wait_ms,

@@ -15,14 +15,13 @@
 use proc_macro2::{Delimiter, Span, TokenStream};
 use quote::{ToTokens, format_ident, quote};
 use syn::spanned::Spanned;
-use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Type};
+use syn::{Expr, FnArg, Ident, ItemFn, LitStr, ReturnType, Type};
 
 use crate::args::{ArgSlots, Errors, RawArg, RawArgs, crate_arg, lit_str, template_arg};
 use crate::check::closest;
 use crate::expand::{
-    self, Shape, async_trait_block, bool_lit, contains_impl_trait, duration_arg, group, key_expr,
-    parse_fn, rename_self, respan, respan_range, ret_stmt, shape_and_config, span_range,
-    with_error,
+    self, Shape, bool_lit, contains_impl_trait, duration_arg, group, key_expr, parse_fn, respan,
+    respan_range, shape_and_config, span_range, with_error,
 };
 use crate::template::Template;
 
@@ -410,20 +409,10 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
             *func.block = syn::parse_quote!({ #wrapped });
         }
         Shape::AsyncTrait(_) => {
-            if let Source::Key(key) = &config.source
-                && let Some(inner) = async_trait_block(&mut func.block)
-                && let Some((_, local)) = ret_stmt(inner)
-            {
-                let ret = match &local.pat {
-                    Pat::Type(pt) => (*pt.ty).clone(),
-                    _ => unreachable!("ret_stmt matched a typed pattern"),
-                };
-                if let Some(init) = &mut local.init {
-                    let body = &init.expr;
-                    let wrapped =
-                        key_call(config, key, &ret, &bindings, &name, true, quote!(#body));
-                    *init.expr = syn::parse_quote!({ #wrapped });
-                }
+            if let Source::Key(key) = &config.source {
+                expand::wrap_async_trait_body(&mut func.block, |ret, body| {
+                    key_call(config, key, ret, &bindings, &name, true, body)
+                });
             }
         }
         Shape::NotAsync => {}
@@ -481,21 +470,7 @@ fn prelude(config: &IdemConfig, bindings: &[String], async_trait: bool) -> Token
             })
             .collect(),
     };
-    let client = match &config.client {
-        Some(expr) => {
-            let expr = if async_trait {
-                rename_self(expr.to_token_stream())
-            } else {
-                expr.to_token_stream()
-            };
-            let (first, last) = span_range(expr.clone());
-            let client_of = respan_range(quote!(#krate::__private::client_of), first, last);
-            let amp = respan(quote!(&), first);
-            let arg = group(Delimiter::Parenthesis, quote!(#amp #expr), last);
-            quote!(#client_of #arg)
-        }
-        None => quote!(#krate::__private::default_locks()),
-    };
+    let client = expand::client_expr(krate, config.client.as_ref(), async_trait);
     quote! {
         let #scope_var: ::core::option::Option<::std::string::String> = #scope;
         #[allow(clippy::needless_borrow, unused_mut)]
