@@ -57,7 +57,17 @@ const REPLAYED_HEADER_LOWER: &str = "idempotent-replayed";
 
 /// Headers the server sets itself: never copied from a captured response.
 #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
-pub(crate) const FRAMING: &[&str] = &["content-length", "transfer-encoding"];
+const FRAMING: &[&str] = &["content-length", "transfer-encoding"];
+
+/// The stored headers a replay sends: all but the framing ones, which the server sets.
+#[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+pub(crate) fn replayed_headers(
+    headers: Vec<(String, Vec<u8>)>,
+) -> impl Iterator<Item = (String, Vec<u8>)> {
+    headers
+        .into_iter()
+        .filter(|(name, _)| !FRAMING.contains(&name.as_str()))
+}
 
 #[derive(Serialize, Deserialize)]
 struct StoredResponse {

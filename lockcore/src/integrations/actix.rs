@@ -16,7 +16,7 @@ use crate::idempotency::http::{
     CaptureActix, IdemRequest, IdemResponse, LocalCapture, Origin, Reply, internal_error, problem,
     status_of,
 };
-use crate::idempotency::record::{Captured, FRAMING};
+use crate::idempotency::record::{Captured, replayed_headers};
 
 thread_local! {
     /// Requests of idempotent handlers running on this worker thread. `HttpRequest` is
@@ -64,10 +64,7 @@ impl FromRequest for IdemRequest {
 pub(crate) fn render(cap: Captured) -> HttpResponse {
     let status = StatusCode::from_u16(cap.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut res = HttpResponse::build(status);
-    for (name, value) in cap.headers {
-        if FRAMING.contains(&name.as_str()) {
-            continue;
-        }
+    for (name, value) in replayed_headers(cap.headers) {
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_bytes(&value),

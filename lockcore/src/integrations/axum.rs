@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::idempotency::http::{
     CaptureAxum, IdemRequest, IdemResponse, Origin, Reply, SendCapture, internal_error, problem,
 };
-use crate::idempotency::record::{Captured, FRAMING};
+use crate::idempotency::record::{Captured, replayed_headers};
 
 impl<S: Send + Sync> FromRequestParts<S> for IdemRequest {
     type Rejection = Infallible;
@@ -42,10 +42,7 @@ pub(crate) fn render(cap: Captured) -> Response {
     *res.status_mut() =
         StatusCode::from_u16(cap.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let headers = res.headers_mut();
-    for (name, value) in cap.headers {
-        if FRAMING.contains(&name.as_str()) {
-            continue;
-        }
+    for (name, value) in replayed_headers(cap.headers) {
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_bytes(&value),
