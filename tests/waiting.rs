@@ -166,37 +166,67 @@ async fn expired_holder_without_release_is_noticed() {
     w.release().await.unwrap();
 }
 
-async fn fair_share(locks: Locks) {
-    const TASKS: usize = 8;
-    const TICKETS: u32 = 160;
-    let left = Arc::new(AtomicU32::new(TICKETS));
+/// `tasks` tasks, spread in turn over `clients`, share `tickets` acquisitions of `key`:
+/// acquire (waiting up to 30 s), take a ticket, hold it `hold`, release. Checks that no two
+/// hold it at once; returns the (client, task) of every acquisition, in order.
+async fn share_tickets(
+    clients: &[Locks],
+    tasks: usize,
+    key: &'static str,
+    tickets: u32,
+    hold: Duration,
+) -> Vec<(usize, usize)> {
+    let left = Arc::new(AtomicU32::new(tickets));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let inside = Arc::new(AtomicU32::new(0));
     let mut handles = Vec::new();
-    for _ in 0..TASKS {
-        let (locks, left) = (locks.clone(), left.clone());
+    for task in 0..tasks {
+        let client = task % clients.len();
+        let (locks, left, order, inside) = (
+            clients[client].clone(),
+            left.clone(),
+            order.clone(),
+            inside.clone(),
+        );
         handles.push(tokio::spawn(async move {
-            let mut mine = 0u32;
             loop {
                 let g = locks
-                    .lock("fair")
+                    .lock(key)
                     .wait(Duration::from_secs(30))
                     .acquire()
                     .await
                     .unwrap();
-                if left.load(Ordering::SeqCst) == 0 {
-                    g.release().await.unwrap();
-                    return mine;
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                let done = left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_err();
+                if !done {
+                    order.lock().unwrap().push((client, task));
+                    tokio::time::sleep(hold).await;
                 }
-                left.fetch_sub(1, Ordering::SeqCst);
-                mine += 1;
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
                 g.release().await.unwrap();
+                if done {
+                    return;
+                }
             }
         }));
     }
-    let mut counts = Vec::new();
     for h in handles {
-        counts.push(h.await.unwrap());
+        h.await.unwrap();
     }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.len(), tickets as usize);
+    order
+}
+
+async fn fair_share(locks: Locks) {
+    const TASKS: usize = 8;
+    const TICKETS: u32 = 160;
+    let order = share_tickets(&[locks], TASKS, "fair", TICKETS, Duration::from_millis(1)).await;
+    let counts: Vec<u32> = (0..TASKS)
+        .map(|task| order.iter().filter(|(_, t)| *t == task).count() as u32)
+        .collect();
     let fair = TICKETS / TASKS as u32;
     assert_eq!(counts.iter().sum::<u32>(), TICKETS);
     for c in &counts {
@@ -501,56 +531,25 @@ async fn many_renewed_locks_share_one_renewal_task() {
     }
 }
 
-/// `CLIENTS` clients (each with its own local queue and Pub/Sub connection, as separate
-/// processes have) of `TASKS` tasks each share `TICKETS` acquisitions of one key, holding
-/// it 2 ms. Returns the client of every acquisition, in order.
+/// Three clients (each with its own local queue and Pub/Sub connection, as separate
+/// processes have) of three tasks each share 150 acquisitions of one key, holding it 2 ms.
+/// Returns the client of every acquisition, in order.
 async fn clients_take_turns(server: &RedisServer, window: Duration) -> Vec<usize> {
-    const CLIENTS: usize = 3;
-    const TASKS: usize = 3;
-    const TICKETS: u32 = 150;
-    let left = Arc::new(AtomicU32::new(TICKETS));
-    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let inside = Arc::new(AtomicU32::new(0));
-    let mut handles = Vec::new();
-    for client in 0..CLIENTS {
-        let locks = Locks::builder(server.url())
-            .yield_window(window)
-            .connect()
-            .await
-            .unwrap();
-        for _ in 0..TASKS {
-            let (locks, left, order, inside) =
-                (locks.clone(), left.clone(), order.clone(), inside.clone());
-            handles.push(tokio::spawn(async move {
-                loop {
-                    let g = locks
-                        .lock("turns")
-                        .wait(Duration::from_secs(30))
-                        .acquire()
-                        .await
-                        .unwrap();
-                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                    let done = left.load(Ordering::SeqCst) == 0;
-                    if !done {
-                        left.fetch_sub(1, Ordering::SeqCst);
-                        order.lock().unwrap().push(client);
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    g.release().await.unwrap();
-                    if done {
-                        return;
-                    }
-                }
-            }));
-        }
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(
+            Locks::builder(server.url())
+                .yield_window(window)
+                .connect()
+                .await
+                .unwrap(),
+        );
     }
-    for h in handles {
-        h.await.unwrap();
-    }
-    let order = order.lock().unwrap().clone();
-    assert_eq!(order.len(), TICKETS as usize);
-    order
+    share_tickets(&clients, 9, "turns", 150, Duration::from_millis(2))
+        .await
+        .into_iter()
+        .map(|(client, _)| client)
+        .collect()
 }
 
 /// The longest run of consecutive acquisitions by one client.
@@ -618,43 +617,19 @@ async fn evalsha_calls(server: &RedisServer) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-/// Tasks of `clients` sharing 4 tasks take 100 turns on one key; returns the scripts run
+/// Four tasks, spread over `clients`, take 100 turns on one key; returns the scripts run
 /// per acquisition.
 async fn scripts_per_acquisition(server: &RedisServer, clients: &[Locks]) -> f64 {
     const ACQUISITIONS: u32 = 100;
-    let left = Arc::new(AtomicU32::new(ACQUISITIONS));
     let before = evalsha_calls(server).await;
-    let mut handles = Vec::new();
-    for i in 0..4 {
-        let (locks, left) = (clients[i % clients.len()].clone(), left.clone());
-        handles.push(tokio::spawn(async move {
-            let mut mine = 0u32;
-            loop {
-                let g = locks
-                    .lock("round-trips")
-                    .wait(Duration::from_secs(30))
-                    .acquire()
-                    .await
-                    .unwrap();
-                let done = left
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_err();
-                if !done {
-                    mine += 1;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                g.release().await.unwrap();
-                if done {
-                    return mine;
-                }
-            }
-        }));
-    }
-    let mut total = 0;
-    for h in handles {
-        total += h.await.unwrap();
-    }
-    assert_eq!(total, ACQUISITIONS);
+    share_tickets(
+        clients,
+        4,
+        "round-trips",
+        ACQUISITIONS,
+        Duration::from_millis(1),
+    )
+    .await;
     (evalsha_calls(server).await - before) as f64 / f64::from(ACQUISITIONS)
 }
 
