@@ -170,6 +170,18 @@ mod axum_app {
         format!("optional run {}", app.bump("optional"))
     }
 
+    /// The body of both attribute orders below: one sale, counted.
+    async fn sell_one(app: &App, sku: u32, buy: &Buy) -> (StatusCode, String) {
+        app.bump("stock");
+        match app.take_one(sku, &buy.order).await {
+            Some(left) => (
+                StatusCode::CREATED,
+                format!("{} bought; {left} left", buy.order),
+            ),
+            None => (StatusCode::GONE, "sold out".into()),
+        }
+    }
+
     #[idempotent(header = "Idempotency-Key", client = app.locks)]
     #[distributed_lock(key = "stock:<sku>", client = app.locks, wait = "5s")]
     async fn stock_idem_outer(
@@ -177,14 +189,7 @@ mod axum_app {
         Path(sku): Path<u32>,
         Json(buy): Json<Buy>,
     ) -> Result<(StatusCode, String), distlock::Error> {
-        app.bump("stock");
-        Ok(match app.take_one(sku, &buy.order).await {
-            Some(left) => (
-                StatusCode::CREATED,
-                format!("{} bought; {left} left", buy.order),
-            ),
-            None => (StatusCode::GONE, "sold out".into()),
-        })
+        Ok(sell_one(&app, sku, &buy).await)
     }
 
     #[distributed_lock(key = "stock:<sku>", client = app.locks, wait = "5s")]
@@ -194,14 +199,7 @@ mod axum_app {
         Path(sku): Path<u32>,
         Json(buy): Json<Buy>,
     ) -> Result<(StatusCode, String), distlock::Error> {
-        app.bump("stock");
-        Ok(match app.take_one(sku, &buy.order).await {
-            Some(left) => (
-                StatusCode::CREATED,
-                format!("{} bought; {left} left", buy.order),
-            ),
-            None => (StatusCode::GONE, "sold out".into()),
-        })
+        Ok(sell_one(&app, sku, &buy).await)
     }
 
     pub(super) async fn start(app: App) -> SocketAddr {
