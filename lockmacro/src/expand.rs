@@ -325,25 +325,33 @@ pub(crate) fn ret_stmt(block: &mut Block) -> Option<(usize, &mut syn::Local)> {
         })
 }
 
+/// An async fn's return type, and its body as an expression: the block bound to a
+/// `ret_var` of that type (so `?` and inference in the body see the signature's type),
+/// or the block as is when the type contains `impl Trait` (not allowed on a `let`).
+pub(crate) fn typed_body(func: &ItemFn, ret_var: &str) -> (Type, TokenStream) {
+    let ret = match &func.sig.output {
+        ReturnType::Type(_, ty) => (**ty).clone(),
+        ReturnType::Default => syn::parse_quote!(()),
+    };
+    let block = &func.block;
+    let ret_var = Ident::new(ret_var, Span::mixed_site());
+    let body = if contains_impl_trait(&ret) {
+        quote!(#block)
+    } else {
+        quote! {
+            #[allow(clippy::diverging_sub_expression)]
+            let #ret_var: #ret = #block;
+            #[allow(unreachable_code)]
+            #ret_var
+        }
+    };
+    (ret, body)
+}
+
 fn expand(mut func: ItemFn, shape: Shape, config: &LockConfig) -> TokenStream {
     match shape {
         Shape::Async => {
-            let ret = match &func.sig.output {
-                ReturnType::Type(_, ty) => (**ty).clone(),
-                ReturnType::Default => syn::parse_quote!(()),
-            };
-            let block = &func.block;
-            let ret_var = Ident::new("__distlock_ret", Span::mixed_site());
-            let body = if contains_impl_trait(&ret) {
-                quote!(#block)
-            } else {
-                quote! {
-                    #[allow(clippy::diverging_sub_expression)]
-                    let #ret_var: #ret = #block;
-                    #[allow(unreachable_code)]
-                    #ret_var
-                }
-            };
+            let (ret, body) = typed_body(&func, "__distlock_ret");
             let wrapped = locked_call(config, &ret, false, body);
             func.block = Box::new(syn::parse_quote!({ #wrapped }));
         }

@@ -20,8 +20,8 @@ use syn::{Expr, FnArg, Ident, ItemFn, LitStr, ReturnType, Type};
 use crate::args::{ArgSlots, Errors, RawArg, RawArgs, crate_arg, lit_str, template_arg};
 use crate::check::closest;
 use crate::expand::{
-    self, Shape, bool_lit, contains_impl_trait, duration_arg, group, key_expr, parse_fn, respan,
-    respan_range, shape_and_config, span_range, with_error,
+    self, Shape, bool_lit, duration_arg, group, key_expr, parse_fn, respan, respan_range,
+    shape_and_config, span_range, with_error,
 };
 use crate::template::Template;
 
@@ -370,22 +370,7 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
     let name = func.sig.ident.to_string();
     match shape {
         Shape::Async => {
-            let ret: Type = match &func.sig.output {
-                ReturnType::Type(_, ty) => (**ty).clone(),
-                ReturnType::Default => syn::parse_quote!(()),
-            };
-            let block = &func.block;
-            let ret_var = Ident::new("__distlock_idem_ret", Span::mixed_site());
-            let body = if contains_impl_trait(&ret) {
-                quote!(#block)
-            } else {
-                quote! {
-                    #[allow(clippy::diverging_sub_expression)]
-                    let #ret_var: #ret = #block;
-                    #[allow(unreachable_code)]
-                    #ret_var
-                }
-            };
+            let (ret, body) = expand::typed_body(&func, "__distlock_idem_ret");
             let wrapped = match &config.source {
                 Source::Key(key) => key_call(config, key, &ret, &bindings, &name, false, body),
                 Source::Header(header) => {
