@@ -298,6 +298,17 @@ mod actix_app {
         format!("optional run {}", app.bump("optional"))
     }
 
+    /// The body of both attribute orders below: one sale, counted.
+    async fn sell_one(app: &App, sku: u32, buy: &Buy) -> HttpResponse {
+        app.bump("stock");
+        match app.take_one(sku, &buy.order).await {
+            Some(left) => {
+                HttpResponse::Created().body(format!("{} bought; {left} left", buy.order))
+            }
+            None => HttpResponse::Gone().body("sold out"),
+        }
+    }
+
     #[idempotent(header = "Idempotency-Key", client = app.locks)]
     #[distributed_lock(key = "stock:<sku.0>", client = app.locks, wait = "5s")]
     async fn stock_idem_outer(
@@ -305,13 +316,7 @@ mod actix_app {
         sku: web::Path<(u32,)>,
         web::Json(buy): web::Json<Buy>,
     ) -> Result<HttpResponse, distlock::Error> {
-        app.bump("stock");
-        Ok(match app.take_one(sku.0, &buy.order).await {
-            Some(left) => {
-                HttpResponse::Created().body(format!("{} bought; {left} left", buy.order))
-            }
-            None => HttpResponse::Gone().body("sold out"),
-        })
+        Ok(sell_one(&app, sku.0, &buy).await)
     }
 
     #[distributed_lock(key = "stock:<sku.0>", client = app.locks, wait = "5s")]
@@ -321,13 +326,7 @@ mod actix_app {
         sku: web::Path<(u32,)>,
         web::Json(buy): web::Json<Buy>,
     ) -> Result<HttpResponse, distlock::Error> {
-        app.bump("stock");
-        Ok(match app.take_one(sku.0, &buy.order).await {
-            Some(left) => {
-                HttpResponse::Created().body(format!("{} bought; {left} left", buy.order))
-            }
-            None => HttpResponse::Gone().body("sold out"),
-        })
+        Ok(sell_one(&app, sku.0, &buy).await)
     }
 
     /// Runs the server on its own thread and actix system; it ends with the test process.
