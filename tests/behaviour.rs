@@ -522,3 +522,113 @@ async fn retried_release_is_not_misreported_as_lost() {
         "a release writes no marker keys"
     );
 }
+
+/// Lock calls go over direct connections, which authenticate and select the database
+/// from the URL like the multiplexed one.
+#[tokio::test]
+async fn password_user_and_database_from_the_url_are_used() {
+    let server = RedisServer::start();
+    let mut admin = server.raw().await;
+    redis::cmd("ACL")
+        .arg(&["SETUSER", "app", "on", ">app-secret", "~*", "&*", "+@all"])
+        .exec_async(&mut admin)
+        .await
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "admin-secret"])
+        .exec_async(&mut admin)
+        .await
+        .unwrap();
+    let at = |userinfo: &str| format!("redis://{userinfo}@127.0.0.1:{}/3", server.port);
+
+    // Control: without the password every call is refused.
+    let anonymous = Locks::builder(format!("redis://127.0.0.1:{}/3", server.port))
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let e = anonymous.lock("db").acquire().await.unwrap_err();
+    assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+
+    for userinfo in [":admin-secret", "app:app-secret"] {
+        let locks = Locks::connect(&at(userinfo)).await.unwrap();
+        for _ in 0..3 {
+            let g = locks.lock("db").acquire().await.unwrap();
+            let mut check = redis::Client::open(at(":admin-secret"))
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let held: Option<String> = redis::cmd("GET")
+                .arg("lock:db")
+                .query_async(&mut check)
+                .await
+                .unwrap();
+            assert_eq!(
+                held.as_deref(),
+                Some(g.token()),
+                "{userinfo}: in database 3"
+            );
+            g.release().await.unwrap();
+        }
+    }
+    let mut db0 = redis::Client::open(format!("redis://:admin-secret@127.0.0.1:{}/0", server.port))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let in_db0: i64 = redis::cmd("DBSIZE").query_async(&mut db0).await.unwrap();
+    assert_eq!(in_db0, 0, "nothing written to database 0");
+}
+
+/// A call that timed out may still get its reply later; that reply must never be read
+/// as the answer to the next call (the connection it was sent on is closed, not reused).
+#[tokio::test]
+async fn a_timed_out_call_never_leaves_its_reply_to_the_next() {
+    let server = RedisServer::start();
+    let locks = Locks::builder(server.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        locks
+            .lock("busy-key")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let pid = server_pid(server.port);
+    let signal = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+    };
+    signal("-STOP");
+    let e = locks.lock("fresh-key").acquire().await.unwrap_err();
+    signal("-CONT");
+    assert!(matches!(e, Error::Backend { .. }), "{e:?}");
+    // The late reply to `fresh-key` says fence 1; `busy-key`'s next fence is 6.
+    let g = locks.lock("busy-key").acquire().await.unwrap();
+    assert_eq!(g.fence(), 6, "the answer must be this call's own");
+    g.release().await.unwrap();
+
+    // Control: on a connection that is reused after a timeout, the next read does get
+    // the late reply of the call that gave up.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
+    signal("-STOP");
+    raw.write_all(b"INCR late\r\n").await.unwrap();
+    let mut buf = [0u8; 64];
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), raw.read(&mut buf)).await;
+    assert!(gave_up.is_err(), "redis is stopped: no reply yet");
+    signal("-CONT");
+    raw.write_all(b"SET other x\r\n").await.unwrap();
+    let n = raw.read(&mut buf).await.unwrap();
+    assert_eq!(&buf[..n.min(4)], b":1\r\n", "the stale reply came first");
+}

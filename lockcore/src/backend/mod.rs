@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::error::BackendError;
 
+pub(crate) mod direct;
 pub(crate) mod idem;
 pub(crate) mod memory;
 pub(crate) mod redis;

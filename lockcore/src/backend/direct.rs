@@ -1,0 +1,245 @@
+//! Direct connections: a plain RESP2 connection used by one call at a time, whose
+//! caller writes the command and reads the reply itself.
+//!
+//! The multiplexed connection passes every command through a driver task (caller to
+//! driver, driver to socket, socket to driver, driver to caller: two task wake-ups per
+//! command). A lock taken and released by one task at a time is latency-bound, so the
+//! hot scripts go over a small pool of direct connections instead, and fall back to the
+//! multiplexed connection when every direct one is busy. A direct connection is owned by
+//! the call using it: a call that times out or is cancelled drops it (the socket
+//! closes), so a half-read reply can never be read by the next call.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError, RedisFuture, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A place among a client's direct connections, taken before connecting and given
+/// back when the connection (or the attempt) is dropped.
+pub(crate) struct Place(Arc<AtomicUsize>);
+
+impl Place {
+    /// Takes a place while fewer than `max` are taken.
+    pub(crate) fn take(live: &Arc<AtomicUsize>, max: usize) -> Option<Place> {
+        live.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Place(Arc::clone(live)))
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One direct connection, holding its place in the client's pool.
+pub(crate) struct Direct {
+    stream: Stream,
+    /// Bytes read and not yet parsed.
+    read: Vec<u8>,
+    /// The packed command being written.
+    write: Vec<u8>,
+    db: i64,
+    runtime: tokio::runtime::Id,
+    _place: Place,
+}
+
+enum Stream {
+    Tcp(tokio::net::TcpStream),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixStream),
+}
+
+impl Direct {
+    /// Opens a direct connection on the current runtime, authenticated and on the
+    /// configured database. `Ok(None)` for addresses it does not serve (TLS).
+    pub(crate) async fn open(
+        info: &ConnectionInfo,
+        runtime: tokio::runtime::Id,
+        place: Place,
+    ) -> Result<Option<Direct>, RedisError> {
+        let stream = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                tcp.set_nodelay(true)?;
+                Stream::Tcp(tcp)
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => {
+                Stream::Unix(tokio::net::UnixStream::connect(path).await?)
+            }
+            _ => return Ok(None),
+        };
+        let settings = info.redis_settings();
+        let mut conn = Direct {
+            stream,
+            read: Vec::with_capacity(256),
+            write: Vec::with_capacity(256),
+            db: settings.db(),
+            runtime,
+            _place: place,
+        };
+        if let Some(password) = settings.password() {
+            let mut auth = redis::cmd("AUTH");
+            if let Some(user) = settings.username() {
+                auth.arg(user);
+            }
+            auth.arg(password).exec_async(&mut conn).await?;
+        }
+        if settings.db() != 0 {
+            redis::cmd("SELECT")
+                .arg(settings.db())
+                .exec_async(&mut conn)
+                .await?;
+        }
+        Ok(Some(conn))
+    }
+
+    /// The runtime whose reactor drives this connection's socket.
+    pub(crate) fn runtime(&self) -> tokio::runtime::Id {
+        self.runtime
+    }
+
+    /// Writes `self.write`, then reads `skip + count` replies and returns the last `count`.
+    async fn exchange(&mut self, skip: usize, count: usize) -> Result<Vec<Value>, RedisError> {
+        match &mut self.stream {
+            Stream::Tcp(s) => s.write_all(&self.write).await?,
+            #[cfg(unix)]
+            Stream::Unix(s) => s.write_all(&self.write).await?,
+        }
+        let mut replies = Vec::with_capacity(count);
+        for i in 0..skip + count {
+            let value = self.reply().await?;
+            if i >= skip {
+                replies.push(value);
+            }
+        }
+        if !self.read.is_empty() {
+            return Err(protocol_error("more replies than commands"));
+        }
+        Ok(replies)
+    }
+
+    /// Reads one complete reply.
+    async fn reply(&mut self) -> Result<Value, RedisError> {
+        loop {
+            if let Some(end) = reply_end(&self.read, 0)? {
+                let value = redis::parse_redis_value(&self.read[..end]);
+                self.read.drain(..end);
+                return value;
+            }
+            let n = match &mut self.stream {
+                Stream::Tcp(s) => s.read_buf(&mut self.read).await?,
+                #[cfg(unix)]
+                Stream::Unix(s) => s.read_buf(&mut self.read).await?,
+            };
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "redis closed the connection",
+                )
+                .into());
+            }
+        }
+    }
+}
+
+impl ConnectionLike for Direct {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            self.write.clear();
+            cmd.write_packed_command(&mut self.write);
+            let mut replies = self.exchange(0, 1).await?;
+            Ok(replies.pop().unwrap_or(Value::Nil))
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            self.write = pipeline.get_packed_pipeline();
+            self.exchange(offset, count).await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+}
+
+fn protocol_error(what: &'static str) -> RedisError {
+    io::Error::new(io::ErrorKind::InvalidData, what).into()
+}
+
+/// Where the RESP2 reply starting at `at` ends: `Ok(None)` while incomplete.
+fn reply_end(buf: &[u8], at: usize) -> Result<Option<usize>, RedisError> {
+    let Some(kind) = buf.get(at) else {
+        return Ok(None);
+    };
+    let Some(eol) = buf[at..].windows(2).position(|w| w == b"\r\n") else {
+        return Ok(None);
+    };
+    let line_end = at + eol + 2;
+    let number = || -> Result<i64, RedisError> {
+        std::str::from_utf8(&buf[at + 1..at + eol])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| protocol_error("bad length in a reply"))
+    };
+    match kind {
+        b'+' | b'-' | b':' => Ok(Some(line_end)),
+        b'$' => {
+            let len = number()?;
+            if len < 0 {
+                return Ok(Some(line_end));
+            }
+            let end = line_end + usize::try_from(len).unwrap_or(usize::MAX - 2) + 2;
+            Ok((end <= buf.len()).then_some(end))
+        }
+        b'*' => {
+            let mut end = line_end;
+            for _ in 0..number()?.max(0) {
+                match reply_end(buf, end)? {
+                    Some(next) => end = next,
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some(end))
+        }
+        _ => Err(protocol_error("unexpected reply type")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reply_end;
+
+    #[test]
+    fn finds_the_end_of_each_reply_kind() {
+        let cases: [(&[u8], Option<usize>); 9] = [
+            (b":12\r\n", Some(5)),
+            (b"-NOSCRIPT x\r\n", Some(13)),
+            (b"$3\r\nabc\r\n", Some(9)),
+            (b"$3\r\nab", None),
+            (b"$-1\r\n", Some(5)),
+            (b"*2\r\n:1\r\n:42\r\n", Some(13)),
+            (b"*2\r\n:1\r\n", None),
+            (b"*1\r\n*1\r\n$1\r\nx\r\n", Some(15)),
+            (b"", None),
+        ];
+        for (buf, end) in cases {
+            assert_eq!(reply_end(buf, 0).unwrap(), end, "{buf:?}");
+        }
+        assert!(reply_end(b"?what\r\n", 0).is_err());
+    }
+}
