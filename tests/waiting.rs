@@ -688,3 +688,87 @@ async fn waiters_giving_up_during_handoffs_leave_the_lock_free() {
         again.release().await.unwrap();
     }
 }
+
+/// A client's id, as its yielding releases name it (`{key}:turns` keeps the latest).
+async fn client_id(server: &RedisServer, locks: &Locks) -> String {
+    let other = redis_locks(server).await;
+    let g = locks.lock("whoami").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = other
+            .lock("whoami")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+    });
+    while numsub(server, "lock:whoami:released").await < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    g.release().await.unwrap();
+    waiter.await.unwrap();
+    let turns: String = redis::cmd("GET")
+        .arg("{lock:whoami}:turns")
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap();
+    turns.split(' ').next().unwrap().to_owned()
+}
+
+/// How many tries a waiter of `waiting` makes while 20 release messages with `payload`
+/// arrive 5 ms apart (the holder keeps a 30 s lease, so the waiter's own timer would
+/// wake it about once in that time).
+async fn tries_woken_by(server: &RedisServer, waiting: &Locks, payload: &str) -> u64 {
+    let holder = redis_locks(server).await;
+    let g = holder.lock("passed-over").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let waiting = waiting.clone();
+        async move {
+            waiting
+                .lock("passed-over")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+        }
+    });
+    while numsub(server, "lock:passed-over:released").await < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let before = evalsha_calls(server).await;
+    let mut raw = server.raw().await;
+    for _ in 0..20 {
+        redis::cmd("PUBLISH")
+            .arg("lock:passed-over:released")
+            .arg(payload)
+            .exec_async(&mut raw)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let tries = evalsha_calls(server).await - before;
+    g.release().await.unwrap();
+    waiter.await.unwrap();
+    tries
+}
+
+/// A yield message names the clients that cannot take the lock: their waiters stay
+/// asleep instead of trying in vain just as the client it is left to tries. Control: the
+/// same messages naming another client wake the waiter every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yield_messages_do_not_wake_the_clients_they_name() {
+    let server = RedisServer::start();
+    let waiting = redis_locks(&server).await;
+    let me = client_id(&server, &waiting).await;
+    let named = tries_woken_by(&server, &waiting, &format!("yield: someone:1 {me} ")).await;
+    let control = tries_woken_by(&server, &waiting, "yield: someone:1 ").await;
+    eprintln!("tries: named {named}, control {control}");
+    assert!(named <= 4, "{named} tries while passed over");
+    assert!(
+        control >= 12,
+        "control: {control} tries: the messages did not wake"
+    );
+}

@@ -19,8 +19,11 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default of [`LocksBuilder::yield_window`].
 pub const DEFAULT_YIELD_WINDOW: Duration = Duration::from_millis(10);
 
-/// A handle to the lock store, cheap to clone: every clone shares one multiplexed
-/// connection, re-opened when it breaks.
+/// A handle to the lock store, cheap to clone: every clone shares the same connections
+/// (per tokio runtime: one multiplexed connection, re-opened when it breaks, one Pub/Sub
+/// connection for waiters, and up to four direct connections that carry the lock
+/// scripts while few calls are in flight, so an uncontended acquire or release costs
+/// the round trip and not a hop through a connection's driver task).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockcore::Error> {
@@ -139,11 +142,13 @@ impl Locks {
     ) -> Locks {
         let holder = sanitize_holder(&holder.unwrap_or_else(default_holder));
         let id = uuid::Uuid::new_v4().simple().to_string();
+        let client_id = format!("{holder}:{}", &id[..12]);
+        let notifier = notifier.map(|n| n.for_client(&client_id));
         Locks {
             inner: Arc::new(Inner {
                 backend,
                 prefix,
-                client_id: format!("{holder}:{}", &id[..12]),
+                client_id,
                 holder,
                 target,
                 notifier,

@@ -45,6 +45,8 @@ struct State {
     lease: Option<Lease>,
     /// Local handoffs left in this client's turn.
     budget: usize,
+    /// Until when this client left the lock to the other clients (its yield window).
+    left_to_others: Option<Instant>,
 }
 
 impl State {
@@ -195,6 +197,19 @@ impl Turn {
         };
         self.owns = false; // the turn went with the lock
         true
+    }
+
+    /// The release left the lock to the other clients until `until`: whoever contends
+    /// next in this client waits for a release message or that instant before trying.
+    pub(crate) fn left_to_others(&self, until: Instant) {
+        lock(&self.entry).left_to_others = Some(until);
+    }
+
+    /// Until when this client's last release left the lock to the others, if that is
+    /// still ahead.
+    pub(crate) fn left_to_others_until(&self) -> Option<Instant> {
+        let until = lock(&self.entry).left_to_others?;
+        (until > Instant::now()).then_some(until)
     }
 
     /// The release did not hand the lock over: `next` goes back to the front of the queue,

@@ -282,6 +282,18 @@ impl<'a> LockRequest<'a> {
         // Wake-ups were wanted but could not be had: poll with short backoff instead.
         let mut polling = false;
         let mut attempt = 0u32;
+        if let Some(until) = turn.left_to_others_until() {
+            // This client just left the lock to the others: a try now would only find
+            // its own yield marker. Wait for the next release or the window's end.
+            subscribed = true;
+            wake = inner.subscribe(&key).await;
+            polling = wake.is_none() && inner.notifier.is_some();
+            let until = until.min(deadline);
+            match wake.as_mut() {
+                Some(w) => drop(tokio::time::timeout_at(until, w.released()).await),
+                None => tokio::time::sleep_until(until).await,
+            }
+        }
         loop {
             let left = match inner
                 .backend
@@ -647,6 +659,9 @@ impl crate::client::Inner {
                     next.as_ref().map(Next::successor),
                 )
                 .await;
+            if let (Ok(Released::Yielded), Some(turn)) = (&outcome, &turn) {
+                turn.left_to_others(at + self.yield_window);
+            }
             let handed = match (&outcome, next) {
                 (Ok(Released::Handed(new_fence)), Some(next)) => Some((*new_fence, next)),
                 (_, Some(next)) => {
@@ -687,7 +702,7 @@ impl crate::client::Inner {
     ) -> Result<()> {
         let held_ms = held.as_secs_f64() * 1e3;
         match outcome {
-            Ok(Released::Now | Released::Earlier | Released::Handed(_)) => {
+            Ok(Released::Now | Released::Yielded | Released::Earlier | Released::Handed(_)) => {
                 tracing::debug!(
                     target: "distlock",
                     key = info.key(),

@@ -184,6 +184,9 @@ impl Hub {
 pub(crate) struct Notifier {
     client: redis::Client,
     timeout: Duration,
+    /// How a yield message names this client (` <client id> `): its waiters are not
+    /// woken by a lock left to others.
+    named: Arc<[u8]>,
     hubs: Mutex<Vec<(tokio::runtime::Id, Arc<Hub>)>>,
     connecting: tokio::sync::Mutex<()>,
 }
@@ -193,9 +196,16 @@ impl Notifier {
         Notifier {
             client,
             timeout,
+            named: Arc::from(&b""[..]),
             hubs: Mutex::new(Vec::new()),
             connecting: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The notifier of the client with this id (see `release.lua`).
+    pub(crate) fn for_client(mut self, id: &str) -> Notifier {
+        self.named = Arc::from(format!(" {id} ").as_bytes());
+        self
     }
 
     fn live_hub(&self, runtime: tokio::runtime::Id) -> Option<Arc<Hub>> {
@@ -225,7 +235,14 @@ impl Notifier {
             commands: tx,
             leaving: Mutex::default(),
         });
-        tokio::spawn(drive(Arc::downgrade(&hub), sink, stream, rx, self.timeout));
+        tokio::spawn(drive(
+            Arc::downgrade(&hub),
+            sink,
+            stream,
+            rx,
+            self.timeout,
+            self.named.clone(),
+        ));
         let mut hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
         hubs.retain(|(rt, h)| *rt != runtime && !h.commands.is_closed());
         if hubs.len() >= 8 {
@@ -307,6 +324,7 @@ async fn drive(
     mut stream: redis::aio::PubSubStream,
     mut commands: mpsc::UnboundedReceiver<Command>,
     timeout: Duration,
+    named: Arc<[u8]>,
 ) {
     // Subscribe and unsubscribe run in their own task, in order, so a slow reply never
     // holds up the fan-out of messages.
@@ -347,6 +365,7 @@ async fn drive(
         tokio::select! {
             msg = stream.next() => match msg {
                 Some(msg) => match hub.upgrade() {
+                    Some(_) if passes_over(msg.get_payload_bytes(), &named) => {}
                     Some(hub) => hub.registry.publish(msg.get_channel_name()),
                     None => break,
                 },
@@ -358,5 +377,33 @@ async fn drive(
     control.abort();
     if let Some(hub) = hub.upgrade() {
         hub.registry.wake_all();
+    }
+}
+
+/// Whether a release message leaves the lock to other clients than the one `named`
+/// (` <client id> `): a yield message (`yield: <id> <id> ... `) that names it.
+fn passes_over(payload: &[u8], named: &[u8]) -> bool {
+    !named.is_empty()
+        && payload
+            .strip_prefix(b"yield:")
+            .is_some_and(|names| names.windows(named.len()).any(|w| w == named))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passes_over;
+
+    #[test]
+    fn a_yield_passes_over_the_clients_it_names_only() {
+        let me = b" host-1:abc ";
+        assert!(passes_over(b"yield: host-1:abc ", me));
+        assert!(passes_over(b"yield: host-2:def host-1:abc ", me));
+        assert!(!passes_over(b"yield: host-2:def ", me));
+        assert!(!passes_over(b"yield: host-1:abcd ", me));
+        assert!(!passes_over(b"1", me));
+        assert!(
+            !passes_over(b"yield: host-1:abc ", b""),
+            "no id: never passed over"
+        );
     }
 }

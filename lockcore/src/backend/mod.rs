@@ -23,6 +23,9 @@ pub(crate) enum Try {
 pub(crate) enum Released {
     /// The token matched and the key was deleted now.
     Now,
+    /// The token matched and the lock was left to the other clients waiting for it, for
+    /// this client's yield window.
+    Yielded,
     /// On a retry: the key is gone and nobody took the lock since (the lost try
     /// released it, or it expired with no other holder: no overlap either way).
     Earlier,

@@ -266,6 +266,7 @@ impl RedisBackend {
             [2] => Released::Earlier,
             [3] => Released::Unknown,
             [4, fence] => Released::Handed(fence.unsigned_abs()),
+            [5] => Released::Yielded,
             _ => Released::Lost,
         })
     }
