@@ -2,7 +2,7 @@
 //! reconnected when it breaks, plus a few direct connections for the lock scripts (see
 //! [`super::direct`]); every call bounded by the command timeout.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -48,7 +48,7 @@ pub(crate) struct RedisBackend {
     /// Script calls in flight now.
     in_flight: AtomicUsize,
     /// Whether the address can be served by direct connections (not TLS).
-    direct: std::sync::atomic::AtomicBool,
+    direct: AtomicBool,
 }
 
 struct Slot {
@@ -68,7 +68,7 @@ impl RedisBackend {
             idle: Mutex::new(Vec::new()),
             live: Arc::new(AtomicUsize::new(0)),
             in_flight: AtomicUsize::new(0),
-            direct: std::sync::atomic::AtomicBool::new(true),
+            direct: AtomicBool::new(true),
         }
     }
 
