@@ -632,3 +632,39 @@ async fn a_timed_out_call_never_leaves_its_reply_to_the_next() {
     let n = raw.read(&mut buf).await.unwrap();
     assert_eq!(&buf[..n.min(4)], b":1\r\n", "the stale reply came first");
 }
+
+/// Redis closes connections idle past its `timeout` setting; the next lock call must not
+/// fail on one of them. Control: a plain connection left idle as long is closed.
+#[tokio::test]
+async fn connections_closed_while_idle_are_not_used() {
+    let server = RedisServer::start();
+    let mut admin = server.raw().await;
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    locks
+        .lock("idle")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut plain = server.raw().await;
+    redis::cmd("CONFIG")
+        .arg(&["SET", "timeout", "1"])
+        .exec_async(&mut admin)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let control = redis::cmd("PING").query_async::<String>(&mut plain).await;
+    assert!(control.is_err(), "control: the idle connection is closed");
+    for _ in 0..3 {
+        locks
+            .lock("idle")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+}

@@ -47,10 +47,12 @@ async fn runtime_b() {
     round(2).await;
 }
 
+/// Eight runtimes in turn, more than the four direct connections one client keeps: a
+/// connection whose runtime has shut down is never used from another one.
 #[test]
 fn runtimes_one_after_another() {
     let _ = server();
-    for n in 10..14 {
+    for n in 10..18 {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

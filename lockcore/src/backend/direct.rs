@@ -106,6 +106,19 @@ impl Direct {
         self.runtime
     }
 
+    /// Whether the connection, idle in the pool, was closed (by Redis's idle `timeout`,
+    /// a restart, or the network) or has bytes nobody asked for: unusable either way.
+    /// Costs no system call unless the reactor has seen the socket become readable.
+    pub(crate) fn is_broken(&self) -> bool {
+        let mut byte = [0u8; 1];
+        let read = match &self.stream {
+            Stream::Tcp(s) => s.try_read(&mut byte),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.try_read(&mut byte),
+        };
+        !matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
     /// Writes `self.write`, then reads `skip + count` replies and returns the last `count`.
     async fn exchange(&mut self, skip: usize, count: usize) -> Result<Vec<Value>, RedisError> {
         match &mut self.stream {

@@ -81,10 +81,9 @@ impl RedisBackend {
         if !self.direct.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        {
-            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(at) = idle.iter().rposition(|d| d.runtime() == runtime) {
-                return Ok(Some(idle.swap_remove(at)));
+        while let Some(found) = self.idle_of(runtime) {
+            if !found.is_broken() {
+                return Ok(Some(found));
             }
         }
         let place = match Place::take(&self.live, MAX_DIRECT) {
@@ -93,13 +92,10 @@ impl RedisBackend {
                 // Make room by closing one left by another runtime (most likely one
                 // that has shut down); otherwise every direct connection is busy.
                 let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(at) = idle.iter().rposition(|d| d.runtime() == runtime) {
-                    return Ok(Some(idle.swap_remove(at)));
-                }
-                if idle.is_empty() {
+                let Some(other) = idle.iter().position(|d| d.runtime() != runtime) else {
                     return Ok(None);
-                }
-                drop(idle.remove(0));
+                };
+                drop(idle.remove(other));
                 drop(idle);
                 match Place::take(&self.live, MAX_DIRECT) {
                     Some(place) => place,
@@ -113,6 +109,13 @@ impl RedisBackend {
             self.direct.store(false, Ordering::Relaxed);
         }
         Ok(opened)
+    }
+
+    /// The newest idle direct connection of `runtime`, taken out of the pool.
+    fn idle_of(&self, runtime: tokio::runtime::Id) -> Option<Direct> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let at = idle.iter().rposition(|d| d.runtime() == runtime)?;
+        Some(idle.swap_remove(at))
     }
 
     fn give_back(&self, conn: Direct) {
