@@ -723,8 +723,8 @@ async fn client_id(server: &RedisServer, locks: &Locks) -> String {
 }
 
 /// How many tries a waiter of `waiting` makes while 20 release messages with `payload`
-/// arrive 5 ms apart (the holder keeps a 30 s lease, so the waiter's own timer would
-/// wake it about once in that time).
+/// arrive 10 ms apart (the holder keeps a 30 s lease, so the waiter's own 100 ms timer
+/// wakes it about twice in that time).
 async fn tries_woken_by(server: &RedisServer, waiting: &Locks, payload: &str) -> u64 {
     let holder = redis_locks(server).await;
     let g = holder.lock("passed-over").acquire().await.unwrap();
@@ -754,7 +754,7 @@ async fn tries_woken_by(server: &RedisServer, waiting: &Locks, payload: &str) ->
             .exec_async(&mut raw)
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let tries = evalsha_calls(server).await - before;
     g.release().await.unwrap();
@@ -773,7 +773,7 @@ async fn yield_messages_do_not_wake_the_clients_they_name() {
     let named = tries_woken_by(&server, &waiting, &format!("yield: someone:1 {me} ")).await;
     let control = tries_woken_by(&server, &waiting, "yield: someone:1 ").await;
     eprintln!("tries: named {named}, control {control}");
-    assert!(named <= 4, "{named} tries while passed over");
+    assert!(named <= 6, "{named} tries while passed over");
     assert!(
         control >= 12,
         "control: {control} tries: the messages did not wake"
