@@ -668,3 +668,56 @@ async fn connections_closed_while_idle_are_not_used() {
             .unwrap();
     }
 }
+
+/// A `unix://` URL: the direct connections speak over the socket too.
+#[tokio::test]
+async fn unix_socket_url_works() {
+    let sock = std::env::temp_dir().join(format!(
+        "distlock-{}-{}.sock",
+        std::process::id(),
+        free_port()
+    ));
+    let path = sock.to_str().unwrap();
+    let server = RedisServer::start_with(&["--unixsocket", path, "--unixsocketperm", "700"]);
+    let locks = Locks::connect(&format!("unix://{path}")).await.unwrap();
+    let other = Locks::connect(&format!("unix://{path}")).await.unwrap();
+    let mut raw = server.raw().await;
+    for _ in 0..3 {
+        let g = locks.lock("sock").acquire().await.unwrap();
+        let held: Option<String> = redis::cmd("GET")
+            .arg("lock:sock")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(held.as_deref(), Some(g.token()));
+        // A waiter in another client is woken over the socket's Pub/Sub too.
+        let waiter = tokio::spawn({
+            let other = other.clone();
+            async move {
+                let g = other
+                    .lock("sock")
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .unwrap();
+                g.release().await.unwrap();
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        g.release().await.unwrap();
+        waiter.await.unwrap();
+    }
+    // The scripts went over direct connections on the socket (they name themselves).
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let direct_on_socket = clients
+        .lines()
+        .filter(|l| l.contains("name=distlock-direct ") && l.contains(&format!("laddr={path}")))
+        .count();
+    assert!(direct_on_socket >= 2, "{clients}");
+    drop(server);
+    let _ = std::fs::remove_file(&sock);
+}

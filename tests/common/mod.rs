@@ -38,11 +38,17 @@ pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
     dir: PathBuf,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts a server on a free port and waits until it answers.
     pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("distlock-test-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -50,6 +56,7 @@ impl RedisServer {
             port,
             child: None,
             dir,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         };
         s.spawn();
         s
@@ -62,6 +69,7 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

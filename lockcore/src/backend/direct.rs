@@ -17,6 +17,9 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError, RedisFuture, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// The name a direct connection gives itself (`CLIENT SETNAME`).
+pub(crate) const CLIENT_NAME: &str = "distlock-direct";
+
 /// A place among a client's direct connections, taken before connecting and given
 /// back when the connection (or the attempt) is dropped.
 pub(crate) struct Place(Arc<AtomicUsize>);
@@ -97,6 +100,15 @@ impl Direct {
                 .arg(settings.db())
                 .exec_async(&mut conn)
                 .await?;
+        }
+        // Named for operators (`CLIENT LIST`); an ACL that forbids it is no reason to fail.
+        match redis::cmd("CLIENT")
+            .arg(&["SETNAME", CLIENT_NAME])
+            .exec_async(&mut conn)
+            .await
+        {
+            Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => return Err(e),
+            _ => {}
         }
         Ok(Some(conn))
     }
