@@ -85,6 +85,7 @@ impl RedisBackend {
             if !found.is_broken() {
                 return Ok(Some(found));
             }
+            tracing::debug!(target: "distlock", "an idle direct connection was closed by redis; replacing it");
         }
         let place = match Place::take(&self.live, MAX_DIRECT) {
             Some(place) => place,
@@ -105,8 +106,11 @@ impl RedisBackend {
         };
         let info = self.client.get_connection_info();
         let opened = Direct::open(info, runtime, place).await?;
-        if opened.is_none() {
-            self.direct.store(false, Ordering::Relaxed);
+        match &opened {
+            Some(_) => {
+                tracing::debug!(target: "distlock", open = self.live.load(Ordering::Relaxed), "opened a direct connection to redis")
+            }
+            None => self.direct.store(false, Ordering::Relaxed),
         }
         Ok(opened)
     }
