@@ -279,15 +279,15 @@ impl<'a> LockRequest<'a> {
         let fence_key = key::companion(&key, ":fence");
         let mut wake: Option<Subscription> = None;
         let mut subscribed = false;
-        // Wake-ups were wanted but could not be had: poll with short backoff instead.
-        let mut polling = false;
+        // Wake-ups are wanted: when the subscription cannot be had, poll with short
+        // backoff instead.
+        let polling = inner.notifier.is_some() || inner.backend.is_memory();
         let mut attempt = 0u32;
         if let Some(until) = turn.left_to_others_until() {
             // This client just left the lock to the others: a try now would only find
             // its own yield marker. Wait for the next release or the window's end.
             subscribed = true;
             wake = inner.subscribe(&key).await;
-            polling = wake.is_none() && inner.notifier.is_some();
             let until = until.min(deadline);
             match wake.as_mut() {
                 Some(w) => drop(tokio::time::timeout_at(until, w.released()).await),
@@ -328,7 +328,6 @@ impl<'a> LockRequest<'a> {
                 if wake.is_some() {
                     continue;
                 }
-                polling = inner.notifier.is_some() || inner.backend.is_memory();
             }
             wait_for_turn(wake.as_mut(), polling, left, attempt, deadline).await;
             attempt = attempt.saturating_add(1);
@@ -403,8 +402,9 @@ const FALLBACK_CAP: Duration = Duration::from_millis(100);
 
 /// The one place that decides how a waiter waits before its next try, never past the
 /// deadline. Until the release message (when subscribed), or the holder's remaining
-/// lease, or [`FALLBACK_CAP`], whichever comes first. When Pub/Sub was wanted but could
-/// not be had (`polling`): jittered exponential backoff from 1 ms, capped at 16 ms.
+/// lease, or [`FALLBACK_CAP`], whichever comes first. With no subscription while wake-ups
+/// are wanted (`polling`: Pub/Sub could not be had): jittered exponential backoff from
+/// 1 ms, capped at 16 ms.
 async fn wait_for_turn(
     wake: Option<&mut Subscription>,
     polling: bool,

@@ -60,13 +60,24 @@ enum Stream {
 }
 
 impl Direct {
+    /// Whether direct connections can serve `info`'s address (plain TCP or a unix
+    /// socket; not TLS).
+    pub(crate) fn serves(info: &ConnectionInfo) -> bool {
+        match info.addr() {
+            ConnectionAddr::Tcp(..) => true,
+            #[cfg(unix)]
+            ConnectionAddr::Unix(_) => true,
+            _ => false,
+        }
+    }
+
     /// Opens a direct connection on the current runtime, authenticated and on the
-    /// configured database. `Ok(None)` for addresses it does not serve (TLS).
+    /// configured database. Only for addresses it [`serves`](Self::serves).
     pub(crate) async fn open(
         info: &ConnectionInfo,
         runtime: tokio::runtime::Id,
         place: Place,
-    ) -> Result<Option<Direct>, RedisError> {
+    ) -> Result<Direct, RedisError> {
         let stream = match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
@@ -77,7 +88,7 @@ impl Direct {
             ConnectionAddr::Unix(path) => {
                 Stream::Unix(tokio::net::UnixStream::connect(path).await?)
             }
-            _ => return Ok(None),
+            _ => return Err(io::Error::from(io::ErrorKind::Unsupported).into()),
         };
         let settings = info.redis_settings();
         let mut conn = Direct {
@@ -110,7 +121,7 @@ impl Direct {
             Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => return Err(e),
             _ => {}
         }
-        Ok(Some(conn))
+        Ok(conn)
     }
 
     /// The runtime whose reactor drives this connection's socket.

@@ -2,7 +2,7 @@
 //! reconnected when it breaks, plus a few direct connections for the lock scripts (see
 //! [`super::direct`]); every call bounded by the command timeout.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -48,7 +48,7 @@ pub(crate) struct RedisBackend {
     /// Script calls in flight now.
     in_flight: AtomicUsize,
     /// Whether the address can be served by direct connections (not TLS).
-    direct: AtomicBool,
+    direct: bool,
 }
 
 struct Slot {
@@ -59,6 +59,7 @@ struct Slot {
 
 impl RedisBackend {
     pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
+        let direct = Direct::serves(client.get_connection_info());
         RedisBackend {
             client,
             timeout,
@@ -68,7 +69,7 @@ impl RedisBackend {
             idle: Mutex::new(Vec::new()),
             live: Arc::new(AtomicUsize::new(0)),
             in_flight: AtomicUsize::new(0),
-            direct: AtomicBool::new(true),
+            direct,
         }
     }
 
@@ -78,7 +79,7 @@ impl RedisBackend {
         &self,
         runtime: tokio::runtime::Id,
     ) -> Result<Option<Direct>, BackendError> {
-        if !self.direct.load(Ordering::Relaxed) {
+        if !self.direct {
             return Ok(None);
         }
         while let Some(found) = self.idle_of(runtime) {
@@ -106,13 +107,8 @@ impl RedisBackend {
         };
         let info = self.client.get_connection_info();
         let opened = Direct::open(info, runtime, place).await?;
-        match &opened {
-            Some(_) => {
-                tracing::debug!(target: "distlock", open = self.live.load(Ordering::Relaxed), "opened a direct connection to redis")
-            }
-            None => self.direct.store(false, Ordering::Relaxed),
-        }
-        Ok(opened)
+        tracing::debug!(target: "distlock", open = self.live.load(Ordering::Relaxed), "opened a direct connection to redis");
+        Ok(Some(opened))
     }
 
     /// The newest idle direct connection of `runtime`, taken out of the pool.
