@@ -549,15 +549,15 @@ async fn password_user_and_database_from_the_url_are_used() {
     let e = anonymous.lock("db").acquire().await.unwrap_err();
     assert!(matches!(e, Error::Backend { .. }), "{e:?}");
 
+    let mut check = redis::Client::open(at(":admin-secret"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     for userinfo in [":admin-secret", "app:app-secret"] {
         let locks = Locks::connect(&at(userinfo)).await.unwrap();
         for _ in 0..3 {
             let g = locks.lock("db").acquire().await.unwrap();
-            let mut check = redis::Client::open(at(":admin-secret"))
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap();
             let held: Option<String> = redis::cmd("GET")
                 .arg("lock:db")
                 .query_async(&mut check)
@@ -691,18 +691,7 @@ async fn unix_socket_url_works() {
             .unwrap();
         assert_eq!(held.as_deref(), Some(g.token()));
         // A waiter in another client is woken over the socket's Pub/Sub too.
-        let waiter = tokio::spawn({
-            let other = other.clone();
-            async move {
-                let g = other
-                    .lock("sock")
-                    .wait(Duration::from_secs(5))
-                    .acquire()
-                    .await
-                    .unwrap();
-                g.release().await.unwrap();
-            }
-        });
+        let waiter = take_and_release(&other, "sock", Duration::from_secs(5));
         tokio::time::sleep(Duration::from_millis(20)).await;
         g.release().await.unwrap();
         waiter.await.unwrap();

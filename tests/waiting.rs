@@ -22,20 +22,7 @@ async fn redis_locks(server: &RedisServer) -> Locks {
 /// that release to the waiter holding the lock.
 async fn handoff_gap(holder: &Locks, waiter: &Locks) -> Duration {
     let g = holder.lock("handoff").acquire().await.unwrap();
-    let w = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let g = waiter
-                .lock("handoff")
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-                .unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        }
-    });
+    let w = take_and_release(waiter, "handoff", Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(30)).await;
     let released = Instant::now();
     g.release().await.unwrap();
@@ -696,22 +683,19 @@ async fn waiters_giving_up_during_handoffs_leave_the_lock_free() {
     }
 }
 
+/// Returns once some waiter is subscribed to `channel`.
+async fn until_subscribed(server: &RedisServer, channel: &str) {
+    while numsub(server, channel).await < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A client's id, as its yielding releases name it (`{key}:turns` keeps the latest).
 async fn client_id(server: &RedisServer, locks: &Locks) -> String {
     let other = redis_locks(server).await;
     let g = locks.lock("whoami").acquire().await.unwrap();
-    let waiter = tokio::spawn(async move {
-        let g = other
-            .lock("whoami")
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await
-            .unwrap();
-        g.release().await.unwrap();
-    });
-    while numsub(server, "lock:whoami:released").await < 1 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let waiter = take_and_release(&other, "whoami", Duration::from_secs(5));
+    until_subscribed(server, "lock:whoami:released").await;
     g.release().await.unwrap();
     waiter.await.unwrap();
     let turns: String = redis::cmd("GET")
@@ -728,23 +712,8 @@ async fn client_id(server: &RedisServer, locks: &Locks) -> String {
 async fn tries_woken_by(server: &RedisServer, waiting: &Locks, payload: &str) -> u64 {
     let holder = redis_locks(server).await;
     let g = holder.lock("passed-over").acquire().await.unwrap();
-    let waiter = tokio::spawn({
-        let waiting = waiting.clone();
-        async move {
-            waiting
-                .lock("passed-over")
-                .wait(Duration::from_secs(10))
-                .acquire()
-                .await
-                .unwrap()
-                .release()
-                .await
-                .unwrap();
-        }
-    });
-    while numsub(server, "lock:passed-over:released").await < 1 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let waiter = take_and_release(waiting, "passed-over", Duration::from_secs(10));
+    until_subscribed(server, "lock:passed-over:released").await;
     let before = evalsha_calls(server).await;
     let mut raw = server.raw().await;
     for _ in 0..20 {

@@ -137,6 +137,22 @@ fn ping(port: u16) -> bool {
     s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
+/// A task that takes `key` through `locks`, waiting up to `wait`, and releases it at
+/// once; it resolves to the instant it held the lock.
+pub fn take_and_release(
+    locks: &distlock::Locks,
+    key: &str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Instant> {
+    let (locks, key) = (locks.clone(), key.to_owned());
+    tokio::spawn(async move {
+        let g = locks.lock(key).wait(wait).acquire().await.unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    })
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
