@@ -148,11 +148,20 @@ pub use lockmacro::distributed_lock;
 /// ```no_run
 /// use axum::{Json, extract::Path};
 /// # #[derive(serde::Serialize, serde::Deserialize)] pub struct Order { qty: u32 }
-/// #[distlock::idempotent(header = "Idempotency-Key")]
+/// // `scope`: the key is the caller's own, not shared with every caller who knows it.
+/// #[distlock::idempotent(header = "Idempotency-Key", scope = "<user>")]
 /// async fn create(Path(user): Path<u64>, Json(order): Json<Order>) -> (axum::http::StatusCode, String) {
 ///     (axum::http::StatusCode::CREATED, format!("order for {user}"))
 /// }
 /// ```
+///
+/// **Scope every public endpoint by its caller.** A record is shared by every caller who
+/// sends its key: without `scope`, another user who learns (or guesses) a key and sends
+/// the same payload gets the first caller's stored response, and a key claimed first by
+/// someone else answers for it. Write `scope = "<user_id>"` (or the account, the tenant:
+/// whatever identifies the caller, taken from an authenticated binding), as payment APIs
+/// scope idempotency keys per account. Leave it out only where callers are meant to share
+/// records, such as one provider's webhook.
 ///
 /// # Arguments
 ///
@@ -160,13 +169,14 @@ pub use lockmacro::distributed_lock;
 /// |---|---|---|
 /// | `key = "pay:<id>"` | | async fns: the key, a template like `#[distributed_lock]`'s (same escaping and checks) |
 /// | `header = "Idempotency-Key"` | | handlers: the key is this request header's value |
-/// | `scope = "<user_id>"` | none | a template added to the key, e.g. per tenant |
+/// | `scope = "<user_id>"` | none | a template added to the key: who the record belongs to (the caller, account or tenant); belongs on every public endpoint, see above |
 /// | `ttl = "24h"` | `24h` | how long a completed record is kept and replayed |
 /// | `lease = "30s"` | `30s` | how long a claim survives without renewal (a crashed caller blocks the key this long); renewed every `lease / 3` while the body runs |
 /// | `wait = "5s"` | none | a repeat that arrives while the first call runs waits this long for its result instead of getting `InProgress` |
 /// | `required = false` | `true` | handlers: run without idempotency when the header is missing, instead of `MissingKey` |
 /// | `fingerprint = [a, b]` | all `Serialize` bindings | the bindings whose values make up the payload fingerprint |
 /// | `max_body = "1MiB"` | `1MiB` | handlers: larger responses are returned but not stored |
+/// | `on_lost = "continue"` | `"cancel"` | when a renewal finds the claim lost (its lease ended and another call took it over, or no renewal succeeded for a whole lease), cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way nothing is stored and the call returns `Lost` (HTTP 500) |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` |
 /// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |
 ///
@@ -185,9 +195,9 @@ pub use lockmacro::distributed_lock;
 ///
 /// | the record | the call |
 /// |---|---|
-/// | none, or in progress past its lease (the claimer crashed) | claims it and runs the body |
+/// | none, or in progress past its lease (the claimer crashed), same payload | claims it and runs the body |
 /// | completed, same payload | replays the stored result; the body does not run |
-/// | completed or in progress, different payload | `Err(PayloadMismatch)` (HTTP 422) |
+/// | completed or in progress (past its lease too), different payload | `Err(PayloadMismatch)` (HTTP 422): a claimer that crashed may already have acted on its payload |
 /// | in progress | `Err(InProgress)` (HTTP 409 with `Retry-After`); with `wait`, waits (woken by a Pub/Sub message) and replays |
 ///
 /// - Async fns return `Result<T, E>` with `T: Serialize + DeserializeOwned` and

@@ -69,6 +69,11 @@ impl LockInfo {
 
     /// The fencing token: grows with every acquisition of this key, so storage can
     /// reject a write from a holder whose lease has already passed to someone else.
+    ///
+    /// The counter (`{<key>}:fence`) has no ttl on purpose. A Redis whose
+    /// `maxmemory-policy` is `allkeys-*` may evict it, and `FLUSHDB` deletes it: the next
+    /// fence then starts again from 1. Run Redis with `noeviction` or a `volatile-*`
+    /// policy; the client warns through `tracing` when it connects to one that may evict.
     pub fn fence(&self) -> u64 {
         self.fence
     }
@@ -436,7 +441,7 @@ async fn wait_for_turn(
 fn spawn_cleanup(locks: Locks, key: String, token: Arc<str>) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
-            let _ = locks.inner.release_raw(&key, &token, None, None).await;
+            let _ = locks.inner.release_raw(&key, &token, None, None, None).await;
         });
     }
 }
@@ -558,10 +563,26 @@ impl LockGuard {
                 })
             };
         }
+        // From here on the release finishes whatever happens to this future: cancelled
+        // at any await, it goes on in a task of its own (see `Releasing`).
+        self.releasing().finish().await
+    }
+
+    /// The release of this guard's lock, ready to run.
+    fn releasing(&mut self) -> Releasing {
         self.info.state.mark_released();
-        let held = self.acquired_at.elapsed();
-        let turn = self.turn.take();
-        self.locks.inner.finish(&self.info, held, turn).await
+        Releasing {
+            locks: self.locks.clone(),
+            token: self.info.token.clone(),
+            fence: self.info.fence(),
+            info: self.info.clone(),
+            held: self.acquired_at.elapsed(),
+            turn: self.turn.take(),
+            next: None,
+            sent: false,
+            recovering: false,
+            finished: false,
+        }
     }
 }
 
@@ -570,23 +591,8 @@ impl Drop for LockGuard {
         if self.done || self.reentrant {
             return;
         }
-        self.info.state.mark_released();
-        let held = self.acquired_at.elapsed();
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let locks = self.locks.clone();
-                let info = self.info.clone();
-                let turn = self.turn.take();
-                handle.spawn(async move {
-                    let _ = locks.inner.finish(&info, held, turn).await;
-                });
-            }
-            Err(_) => tracing::warn!(
-                target: "distlock",
-                key = self.info.key(),
-                "lock guard dropped outside a tokio runtime; the lock expires after its ttl"
-            ),
-        }
+        // Not started: dropping it starts it in a task of its own.
+        drop(self.releasing());
     }
 }
 
@@ -598,15 +604,138 @@ impl fmt::Debug for LockGuard {
     }
 }
 
+/// A release under way, owning all it needs to finish: the lock's token and fence, this
+/// task's turn in the local queue and the waiter the release may hand the lock to.
+///
+/// Dropped before it finished (the caller's `release()` was cancelled at an await, or a
+/// guard was dropped), it finishes in a task of its own on the current runtime. Once a
+/// try may have been sent, that task's first try is a retry: it finds the lock still
+/// held (and releases it, or hands it to the same waiter), handed to that waiter
+/// already (and wakes it holding it), or released already.
+struct Releasing {
+    locks: Locks,
+    info: LockInfo,
+    held: Duration,
+    turn: Option<Turn>,
+    /// The local waiter the try under way hands the lock to.
+    next: Option<Next>,
+    /// Whose lock the next try releases: the caller's, then a waiter's that gave up as
+    /// the lock reached it.
+    token: Arc<str>,
+    fence: u64,
+    /// A try of this release may have reached Redis.
+    sent: bool,
+    /// This is the task that finishes a dropped release: dropped too, it gives up (the
+    /// lock then expires after its ttl).
+    recovering: bool,
+    finished: bool,
+}
+
+impl Releasing {
+    /// Releases the lock, handing it to the next task of the local queue when one waits.
+    /// A waiter that gives up just as the lock reaches it leaves it to this call, which
+    /// releases it in turn; only the first release's outcome is returned.
+    async fn finish(mut self) -> Result<()> {
+        let mut result = None;
+        loop {
+            if self.next.is_none() {
+                self.next = self.turn.as_ref().and_then(Turn::next);
+            }
+            let inner = &self.locks.inner;
+            let at = Instant::now();
+            let retry_of = self.sent.then_some(self.fence);
+            self.sent = true;
+            let outcome = inner
+                .release_raw(
+                    self.info.key(),
+                    &self.token,
+                    Some(self.fence),
+                    retry_of,
+                    self.next.as_ref().map(Next::successor),
+                )
+                .await;
+            // No await from here to the next try: nothing below can be cancelled halfway.
+            if let (Ok(Released::Yielded), Some(turn)) = (&outcome, &self.turn) {
+                turn.left_to_others(at + inner.yield_window);
+            }
+            let handed = match (&outcome, self.next.take()) {
+                (Ok(Released::Handed(new_fence)), Some(next)) => Some((*new_fence, next)),
+                (_, Some(next)) => {
+                    if let Some(turn) = &self.turn {
+                        turn.give_back(next);
+                    }
+                    None
+                }
+                (_, None) => None,
+            };
+            if result.is_none() {
+                result = Some(inner.report(&self.info, self.held, outcome));
+            }
+            let Some((new_fence, next)) = handed else {
+                break;
+            };
+            let next_token = next.token().clone();
+            if self
+                .turn
+                .as_mut()
+                .is_some_and(|turn| turn.grant(next, new_fence, at))
+            {
+                break;
+            }
+            tracing::trace!(target: "distlock", key = self.info.key(), fence = new_fence, "local waiter left as the lock reached it; releasing it");
+            self.token = next_token;
+            self.fence = new_fence;
+            self.sent = false;
+        }
+        self.finished = true;
+        result.unwrap_or(Ok(()))
+    }
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let key = self.info.key();
+        let handle = match tokio::runtime::Handle::try_current() {
+            Ok(handle) if !self.recovering => handle,
+            _ => {
+                tracing::warn!(target: "distlock", key, "lock release dropped before it finished, outside a task that can finish it; the lock expires after its ttl");
+                return;
+            }
+        };
+        let rest = Releasing {
+            locks: self.locks.clone(),
+            info: self.info.clone(),
+            held: self.held,
+            turn: self.turn.take(),
+            next: self.next.take(),
+            token: self.token.clone(),
+            fence: self.fence,
+            sent: self.sent,
+            recovering: true,
+            finished: false,
+        };
+        tracing::trace!(target: "distlock", key, sent = self.sent, "lock release cancelled; finishing it in a task of its own");
+        self.finished = true;
+        handle.spawn(async move {
+            let _ = rest.finish().await;
+        });
+    }
+}
+
 impl crate::client::Inner {
     /// One release (compare-and-delete, or a handoff to `next`), retried once on a
-    /// transport failure. The retry tells a release that happened from a lost lock by the
-    /// fence: no marker key is written.
+    /// transport failure. `retry_of` is set when an earlier try may have run. A retry
+    /// tells a release that happened from a lost lock by the fence: no marker key is
+    /// written.
     async fn release_raw(
         &self,
         key: &str,
         token: &str,
         fence: Option<u64>,
+        retry_of: Option<u64>,
         next: Option<Successor<'_>>,
     ) -> std::result::Result<Released, Error> {
         let fence_key = key::companion(key, ":fence");
@@ -618,7 +747,7 @@ impl crate::client::Inner {
             fence_key: &fence_key,
             token,
             channel: &channel,
-            retry_of: None,
+            retry_of,
             successor: next,
             yield_to,
             // Only a yielding release counts the channel's subscribers.
@@ -639,58 +768,6 @@ impl crate::client::Inner {
                 Err(e) => return Err(Error::backend(key, e)),
             }
         }
-    }
-
-    /// Releases `info`'s lock, handing it to the next task of `turn`'s local queue when
-    /// one waits. A waiter that gives up just as the lock reaches it leaves it to this
-    /// call, which releases it in turn; only the first release's outcome is returned.
-    async fn finish(&self, info: &LockInfo, held: Duration, mut turn: Option<Turn>) -> Result<()> {
-        let mut token = info.token.clone();
-        let mut fence = info.fence();
-        let mut result = None;
-        loop {
-            let next = turn.as_ref().and_then(Turn::next);
-            let at = Instant::now();
-            let outcome = self
-                .release_raw(
-                    info.key(),
-                    &token,
-                    Some(fence),
-                    next.as_ref().map(Next::successor),
-                )
-                .await;
-            if let (Ok(Released::Yielded), Some(turn)) = (&outcome, &turn) {
-                turn.left_to_others(at + self.yield_window);
-            }
-            let handed = match (&outcome, next) {
-                (Ok(Released::Handed(new_fence)), Some(next)) => Some((*new_fence, next)),
-                (_, Some(next)) => {
-                    if let Some(turn) = &turn {
-                        turn.give_back(next);
-                    }
-                    None
-                }
-                (_, None) => None,
-            };
-            if result.is_none() {
-                result = Some(self.report(info, held, outcome));
-            }
-            let Some((new_fence, next)) = handed else {
-                break;
-            };
-            let next_token = next.token().clone();
-            if turn
-                .as_mut()
-                .is_some_and(|turn| turn.grant(next, new_fence, at))
-            {
-                break;
-            }
-            tracing::trace!(target: "distlock", key = info.key(), fence = new_fence, "local waiter left as the lock reached it; releasing it");
-            token = next_token;
-            fence = new_fence;
-        }
-        drop(turn);
-        result.unwrap_or(Ok(()))
     }
 
     /// The caller's view of one release's outcome, logged.

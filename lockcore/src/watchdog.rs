@@ -1,7 +1,7 @@
 //! Lease keeping: renewing held locks before their ttl runs out.
 //!
 //! Every renewable lock held through one client is registered with that client's single
-//! watchdog task. Each lock is due for renewal a third of its ttl after its last one; the
+//! watchdog task, which runs on a thread of its own (not on a caller's runtime). Each lock is due for renewal a third of its ttl after its last one; the
 //! task wakes at the earliest due time and renews, in ONE pipeline, every lock due within
 //! the next sixth of its ttl. So ten thousand held locks cost one timer and a handful of
 //! round trips per ttl, not ten thousand timers.
@@ -74,37 +74,99 @@ struct Tracked {
     lease_end: Instant,
 }
 
-/// The registration side of a client's watchdog task (one task per tokio runtime that
-/// registers leases; a task dies with its runtime and the next registration starts one).
+/// The registration side of a client's watchdog: one task on a thread of its own,
+/// started by the first renewable lock and ending with the client.
+///
+/// The task does not live on any caller's tokio runtime: callers may hold locks from
+/// several runtimes (actix-web runs one per worker, and the default client is shared by
+/// all of them), and a runtime that shuts down takes its tasks with it. A lease the task
+/// can no longer renew (its thread could not start, or it ended) is reported lost.
 #[derive(Default)]
 pub(crate) struct Watchdog {
-    task: Mutex<Option<(tokio::runtime::Id, mpsc::UnboundedSender<Lease>)>>,
+    task: Mutex<Option<mpsc::UnboundedSender<Lease>>>,
 }
 
 impl Watchdog {
     pub(crate) fn register(&self, inner: &Arc<Inner>, lease: Lease) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
         let lease = match task.as_ref() {
-            Some((rt, tx)) if *rt == handle.id() && !tx.is_closed() => match tx.send(lease) {
+            Some(tx) => match tx.send(lease) {
                 Ok(()) => return,
-                Err(e) => e.0,
+                Err(e) => e.0, // the task ended (it cannot, short of a bug): start another
             },
-            _ => lease,
+            None => lease,
         };
         let (tx, rx) = mpsc::unbounded_channel();
+        let state = lease.state.clone();
         let _ = tx.send(lease);
-        handle.spawn(run(Arc::downgrade(inner), rx));
-        *task = Some((handle.id(), tx));
+        let client = Arc::downgrade(inner);
+        let started = std::thread::Builder::new()
+            .name("distlock-watchdog".into())
+            .spawn(move || {
+                let mut tracked = Tracking(Vec::new());
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt.block_on(run(client, rx, &mut tracked)),
+                    Err(e) => {
+                        tracing::error!(target: "distlock", error = %e, "lock renewal cannot start its runtime");
+                        adopt(&mut tracked, rx);
+                    }
+                }
+            });
+        if let Err(e) = started {
+            // Nothing renews it: the one lease sent is lost; the next registration tries
+            // again.
+            tracing::error!(target: "distlock", error = %e, "lock renewal cannot start its thread");
+            state.mark_lost();
+            return;
+        }
+        *task = Some(tx);
     }
 }
 
-async fn run(client: std::sync::Weak<Inner>, mut incoming: mpsc::UnboundedReceiver<Lease>) {
-    let mut tracked: Vec<Tracked> = Vec::new();
+/// The leases a watchdog task renews. Whatever it still holds when it ends (the client
+/// is gone, or the task failed) can no longer be renewed: reported lost.
+struct Tracking(Vec<Tracked>);
+
+impl Drop for Tracking {
+    fn drop(&mut self) {
+        for t in self.0.drain(..) {
+            if !t.lease.state.is_released() {
+                t.lease.state.mark_lost();
+                tracing::warn!(target: "distlock", key = &*t.lease.key, "lock lease can no longer be renewed: reported lost");
+            }
+        }
+    }
+}
+
+/// Moves every lease waiting in `incoming` into `tracked`.
+fn adopt(tracked: &mut Tracking, mut incoming: mpsc::UnboundedReceiver<Lease>) {
+    incoming.close();
+    while let Ok(lease) = incoming.try_recv() {
+        tracked.0.push(Tracked::new(lease));
+    }
+}
+
+impl Tracked {
+    fn new(lease: Lease) -> Tracked {
+        let (ttl, at) = (lease.ttl, lease.acquired_at);
+        Tracked {
+            lease,
+            due: at + ttl / 3,
+            lease_end: at + ttl,
+        }
+    }
+}
+
+async fn run(
+    client: std::sync::Weak<Inner>,
+    mut incoming: mpsc::UnboundedReceiver<Lease>,
+    tracked: &mut Tracking,
+) {
     loop {
-        let next = tracked.iter().map(|t| t.due.min(t.lease_end)).min();
+        let next = tracked.0.iter().map(|t| t.due.min(t.lease_end)).min();
         let woke = match next {
             Some(at) => tokio::select! {
                 lease = incoming.recv() => lease.map(Some),
@@ -115,20 +177,9 @@ async fn run(client: std::sync::Weak<Inner>, mut incoming: mpsc::UnboundedReceiv
         match woke {
             None => return, // the client is gone
             Some(Some(lease)) => {
-                let ttl = lease.ttl;
-                let at = lease.acquired_at;
-                tracked.push(Tracked {
-                    lease,
-                    due: at + ttl / 3,
-                    lease_end: at + ttl,
-                });
+                tracked.0.push(Tracked::new(lease));
                 while let Ok(lease) = incoming.try_recv() {
-                    let (ttl, at) = (lease.ttl, lease.acquired_at);
-                    tracked.push(Tracked {
-                        lease,
-                        due: at + ttl / 3,
-                        lease_end: at + ttl,
-                    });
+                    tracked.0.push(Tracked::new(lease));
                 }
                 continue;
             }
@@ -137,7 +188,7 @@ async fn run(client: std::sync::Weak<Inner>, mut incoming: mpsc::UnboundedReceiv
         let Some(inner) = client.upgrade() else {
             return;
         };
-        tick(&inner, &mut tracked).await;
+        tick(&inner, &mut tracked.0).await;
     }
 }
 

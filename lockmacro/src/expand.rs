@@ -153,24 +153,7 @@ fn lock_config(
     let cancel_on_lost = match slots.take("on_lost") {
         Some(arg) => {
             needs_renew("on_lost", &arg, errors);
-            match lit_str(&arg) {
-                Ok(lit) if lit.value() == "cancel" => Some(true),
-                Ok(lit) if lit.value() == "continue" => Some(false),
-                Ok(lit) => {
-                    errors.push(syn::Error::new(
-                        lit.span(),
-                        format!(
-                            "unknown `on_lost` policy `{}`: expected `\"cancel\"` (default: the body is cancelled at its next await) or `\"continue\"` (it runs on and the call returns `Lost`)",
-                            lit.value()
-                        ),
-                    ));
-                    None
-                }
-                Err(e) => {
-                    errors.push(e);
-                    None
-                }
-            }
+            on_lost_arg(&arg, errors)
         }
         None => Some(true),
     };
@@ -185,6 +168,28 @@ fn lock_config(
         cancel_on_lost: cancel_on_lost?,
         client,
     })
+}
+
+/// `on_lost = "cancel" | "continue"` as whether to cancel the body (`None`: reported).
+pub(crate) fn on_lost_arg(arg: &crate::args::RawArg, errors: &mut Errors) -> Option<bool> {
+    match lit_str(arg) {
+        Ok(lit) if lit.value() == "cancel" => Some(true),
+        Ok(lit) if lit.value() == "continue" => Some(false),
+        Ok(lit) => {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "unknown `on_lost` policy `{}`: expected `\"cancel\"` (default: the body is cancelled at its next await) or `\"continue\"` (it runs on and the call returns `Lost`)",
+                    lit.value()
+                ),
+            ));
+            None
+        }
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    }
 }
 
 /// The value as a `bool` literal.

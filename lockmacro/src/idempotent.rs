@@ -35,6 +35,7 @@ const IDEM_ARGS: &[&str] = &[
     "required",
     "fingerprint",
     "max_body",
+    "on_lost",
     "client",
     "crate",
 ];
@@ -59,6 +60,8 @@ struct IdemConfig {
     /// `fingerprint = [a, b]`: only these bindings (each must be `Serialize`).
     fingerprint: Option<Vec<Ident>>,
     max_body: u64,
+    /// `on_lost = "cancel"` (default): cancel the body when the claim is found lost.
+    cancel_on_lost: bool,
     client: Option<Expr>,
 }
 
@@ -257,6 +260,10 @@ fn idem_config(
         },
         None => Some(None),
     };
+    let cancel_on_lost = match slots.take("on_lost") {
+        Some(arg) => expand::on_lost_arg(&arg, errors),
+        None => Some(true),
+    };
     let client = slots.take("client").map(|a| a.value);
     Some(IdemConfig {
         krate: krate?,
@@ -268,6 +275,7 @@ fn idem_config(
         required: required?,
         fingerprint: fingerprint?,
         max_body: max_body?,
+        cancel_on_lost: cancel_on_lost?,
         client,
     })
 }
@@ -478,6 +486,7 @@ fn spec(config: &IdemConfig, header: &str) -> TokenStream {
         wait_ms,
         required,
         max_body,
+        cancel_on_lost,
         ..
     } = config;
     let max_body = usize::try_from(*max_body).unwrap_or(usize::MAX);
@@ -489,6 +498,7 @@ fn spec(config: &IdemConfig, header: &str) -> TokenStream {
             max_body: #max_body,
             header: #header,
             required: #required,
+            cancel_on_lost: #cancel_on_lost,
         }
     }
 }
@@ -599,7 +609,8 @@ fn header_call(
     };
     quote! {
         #prelude
-        let #run_var = match #krate::__private::HandlerRun::begin(
+        #[allow(unused_mut)]
+        let mut #run_var = match #krate::__private::HandlerRun::begin(
             &#req,
             #client_var,
             ::core::concat!(::core::module_path!(), "::", #name),
@@ -610,7 +621,10 @@ fn header_call(
             ::core::result::Result::Ok(run) => run,
             ::core::result::Result::Err(#done) => return #done,
         };
-        let #out_var = #run_var.keep(async move { #body }).await;
+        let #out_var = match #run_var.keep(async move { #body }).await {
+            ::core::result::Result::Ok(out) => out,
+            ::core::result::Result::Err(#done) => return #done,
+        };
         #impl_check
         #[allow(clippy::needless_borrow)]
         let #cap_var = {

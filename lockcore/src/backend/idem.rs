@@ -229,7 +229,8 @@ impl MemoryBackend {
                 map.insert(a.key.to_owned(), fresh);
                 Ok(Claimed::New)
             }
-            "in_progress" if rec.lease_until_ms > now && rec.fp != a.fp => Ok(Claimed::Mismatch),
+            // Also past the lease: the claimer that stopped may have acted on its payload.
+            "in_progress" if rec.fp != a.fp => Ok(Claimed::Mismatch),
             "in_progress" if rec.lease_until_ms > now => Ok(Claimed::InProgress(
                 Duration::from_millis(rec.lease_until_ms - now),
             )),

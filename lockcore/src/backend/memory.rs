@@ -28,10 +28,15 @@ impl MemoryBackend {
     pub(crate) fn try_acquire(&self, key: &str, token: &str, ttl: Duration) -> Try {
         let now = Instant::now();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, until)) = st.held.get(key)
+        if let Some((held, until)) = st.held.get_mut(key)
             && *until > now
         {
-            return Try::Busy(Some(*until - now));
+            if held != token {
+                return Try::Busy(Some(*until - now));
+            }
+            // Handed to this token by a release whose caller gave up (see acquire.lua).
+            *until = now + ttl;
+            return Try::Taken(st.fences.get(key).copied().unwrap_or(0));
         }
         st.held
             .insert(key.to_owned(), (token.to_owned(), now + ttl));

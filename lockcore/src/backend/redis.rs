@@ -2,7 +2,7 @@
 //! reconnected when it breaks, plus a few direct connections for the lock scripts (see
 //! [`super::direct`]); every call bounded by the command timeout.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
@@ -49,6 +49,9 @@ pub(crate) struct RedisBackend {
     in_flight: AtomicUsize,
     /// Whether the address can be served by direct connections (not TLS).
     direct: bool,
+    /// Whether the server's eviction policy was read (once per client, see
+    /// [`warn_if_evicting`]).
+    policy_checked: AtomicBool,
 }
 
 struct Slot {
@@ -70,6 +73,7 @@ impl RedisBackend {
             live: Arc::new(AtomicUsize::new(0)),
             in_flight: AtomicUsize::new(0),
             direct,
+            policy_checked: AtomicBool::new(false),
         }
     }
 
@@ -167,6 +171,9 @@ impl RedisBackend {
             generation,
         });
         tracing::debug!(target: "distlock", generation, "connected to redis");
+        if !self.policy_checked.swap(true, Ordering::Relaxed) {
+            tokio::spawn(warn_if_evicting(conn.clone(), self.timeout));
+        }
         Ok((conn, generation))
     }
 
@@ -185,6 +192,11 @@ impl RedisBackend {
         let mut used = None;
         let call = async {
             let runtime = current_runtime()?;
+            if !self.policy_checked.load(Ordering::Relaxed) {
+                // The first call of this client: connect the multiplexed connection,
+                // which reads the eviction policy once.
+                let _ = self.connection().await;
+            }
             let _in_flight = InFlight::enter(&self.in_flight);
             if _in_flight.before < DIRECT_BELOW
                 && let Some(mut direct) = self.take_direct(runtime).await?
@@ -332,6 +344,40 @@ impl RedisBackend {
         tokio::time::timeout(self.timeout, call)
             .await
             .unwrap_or_else(|_| Err(BackendError::timeout(self.timeout)))
+    }
+}
+
+/// Whether Redis may evict keys that have no ttl under `policy` (`maxmemory-policy`).
+pub(crate) fn evicts_keys_without_ttl(policy: &str) -> bool {
+    policy.starts_with("allkeys-")
+}
+
+/// Reads `maxmemory-policy` and warns when Redis may evict keys without a ttl: the fence
+/// counters have none on purpose, and an evicted counter starts again from 1, so fences
+/// would go backwards. Servers that refuse `CONFIG GET` (managed Redis, ACLs) are skipped.
+async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("GET").arg("maxmemory-policy");
+    let read = cmd.query_async::<Vec<String>>(&mut conn);
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(reply)) => {
+            let policy = reply.get(1).map_or("", String::as_str);
+            if evicts_keys_without_ttl(policy) {
+                tracing::warn!(
+                    target: "distlock",
+                    policy,
+                    "redis maxmemory-policy {policy} may evict keys without a ttl: a fence counter \
+                     (`{{<lock key>}}:fence`) evicted starts again from 1 and fences go backwards; \
+                     use `noeviction` or a `volatile-*` policy"
+                );
+            } else {
+                tracing::debug!(target: "distlock", policy, "redis eviction policy keeps keys without a ttl");
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(target: "distlock", error = %e, "cannot read redis maxmemory-policy")
+        }
+        Err(_) => tracing::debug!(target: "distlock", "reading redis maxmemory-policy timed out"),
     }
 }
 

@@ -23,6 +23,10 @@ pub struct IdemSpec {
     pub header: &'static str,
     /// Whether a request without the header is rejected (handlers).
     pub required: bool,
+    /// When the claim is found lost while the body runs: cancel the body at its next
+    /// await (`true`) or let it finish (`false`); either way nothing is stored and the
+    /// call returns `Lost`.
+    pub cancel_on_lost: bool,
 }
 
 impl IdemSpec {
@@ -141,7 +145,13 @@ where
         }
         Err(e) => return R::from_idem_error(e),
     };
-    let out = claim.keep(body).await;
+    let out = match claim.keep(body, spec.cancel_on_lost).await {
+        Ok(out) => out,
+        Err(lost) => {
+            claim.abandon();
+            return R::from_idem_error(lost);
+        }
+    };
     match out.to_stored() {
         Some(Ok(value)) => {
             let record = record::completed_value(&fp.digest(), &value);

@@ -365,11 +365,20 @@ impl HandlerRun {
         }
     }
 
-    /// Runs the handler's body, renewing the claim's lease meanwhile.
-    pub async fn keep<F: Future>(&self, body: F) -> F::Output {
-        match &self.claim {
-            Some(claim) => claim.keep(body).await,
-            None => body.await,
+    /// Runs the handler's body, renewing the claim's lease meanwhile. `Err` is the
+    /// response to send when the claim was found lost (see `on_lost`): nothing is stored.
+    pub async fn keep<F: Future>(&mut self, body: F) -> Result<F::Output, IdemResponse> {
+        let Some(claim) = &self.claim else {
+            return Ok(body.await);
+        };
+        match claim.keep(body, self.spec.cancel_on_lost).await {
+            Ok(out) => Ok(out),
+            Err(lost) => {
+                if let Some(claim) = self.claim.take() {
+                    claim.abandon();
+                }
+                Err(lost.into())
+            }
         }
     }
 
@@ -504,6 +513,7 @@ mod tests {
             max_body: 10,
             header: "Idempotency-Key",
             required,
+            cancel_on_lost: true,
         }
     }
 

@@ -222,11 +222,22 @@ impl Claim {
 
     /// Runs `body`, renewing the lease every `lease / 3` meanwhile (in this task, so the
     /// body keeps its task-locals and need not be `Send` beyond what it already is).
-    pub(crate) async fn keep<F: Future>(&self, body: F) -> F::Output {
+    ///
+    /// `Err(Lost)` when a renewal found the claim taken over (its lease had ended), or no
+    /// renewal succeeded for a whole lease (another call may have taken it over): with
+    /// `cancel_on_lost` the body is dropped at once, else it runs to its end first.
+    /// Nothing may be stored then: the caller abandons the claim.
+    pub(crate) async fn keep<F: Future>(
+        &self,
+        body: F,
+        cancel_on_lost: bool,
+    ) -> Result<F::Output, Error> {
         let beat = async {
             let every = (self.lease / 3).max(Duration::from_millis(1));
+            let mut renewed = Instant::now();
             loop {
                 tokio::time::sleep(every).await;
+                let sent = Instant::now();
                 match self
                     .locks
                     .inner
@@ -234,10 +245,14 @@ impl Claim {
                     .idem_renew(&self.key, &self.owner, self.lease, self.lifetime)
                     .await
                 {
-                    Ok(true) => {}
+                    Ok(true) => renewed = sent,
                     Ok(false) => {
-                        tracing::warn!(target: "distlock", key = self.key, "idempotency claim lost while the body ran (its lease ended and another call took it over)");
-                        std::future::pending::<()>().await;
+                        tracing::warn!(target: "distlock", key = self.key, cancel = cancel_on_lost, "idempotency claim lost while the body ran (its lease ended and another call took it over)");
+                        return;
+                    }
+                    Err(e) if renewed.elapsed() >= self.lease => {
+                        tracing::warn!(target: "distlock", key = self.key, error = %e, cancel = cancel_on_lost, "idempotency claim lost: no renewal succeeded for a whole lease");
+                        return;
                     }
                     Err(e) => {
                         tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotency lease renewal failed; retrying");
@@ -248,9 +263,20 @@ impl Claim {
         tokio::pin!(body);
         tokio::select! {
             biased;
-            out = &mut body => out,
-            () = beat => unreachable!("the heartbeat never ends"),
+            out = &mut body => return Ok(out),
+            () = beat => {}
         }
+        if !cancel_on_lost {
+            drop(body.await);
+        }
+        Err(Error::Lost {
+            key: self.key.clone(),
+        })
+    }
+
+    /// Ends a lost claim: nothing to store or release (another call owns the record).
+    pub(crate) fn abandon(mut self) {
+        self.done = true;
     }
 
     /// Stores `record` (retained `ttl`) and wakes waiters. A failure is logged: the body

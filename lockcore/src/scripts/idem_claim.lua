@@ -6,7 +6,8 @@
 --   2 claimed by taking over an in-progress record whose lease had ended (detail: its owner)
 --   3 completed earlier with the same fingerprint (detail: the record, to replay)
 --   4 in progress under a live lease (detail: ms left on that lease)
---   5 same key, different fingerprint (detail: the record's status)
+--   5 same key, different fingerprint, whether completed, in progress or expired in
+--     progress (detail: the record's status)
 -- The lease end is Redis's own clock (TIME), never the caller's.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -52,11 +53,13 @@ if rec.owner == ARGV[1] then
   claim()
   return {1, ''}
 end
+-- Another payload never runs under this key, not even once the lease has ended: the
+-- claimer that stopped may already have acted on its own payload.
+if fp ~= ARGV[2] then
+  return {5, 'in_progress'}
+end
 local lease = tonumber(rec.lease_until_ms) or 0
 if lease > now then
-  if fp ~= ARGV[2] then
-    return {5, 'in_progress'}
-  end
   return {4, tostring(lease - now)}
 end
 -- The claimer stopped renewing (crashed, or paused past its lease): take it over.

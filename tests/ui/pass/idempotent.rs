@@ -62,7 +62,7 @@ async fn unit(id: u64) -> AppResult<()> {
     Ok(())
 }
 
-#[idempotent(key = "gen:<id>")]
+#[idempotent(key = "gen:<id>", on_lost = "continue")]
 async fn generic<T: std::fmt::Display + Send>(id: T) -> Result<Vec<String>, distlock::Error> {
     Ok(vec![id.to_string()])
 }
