@@ -212,16 +212,19 @@ impl Turn {
         (until > Instant::now()).then_some(until)
     }
 
-    /// The release did not hand the lock over: `next` goes back to the front of the queue,
-    /// to get the turn when this one ends.
-    pub(crate) fn give_back(&self, next: Next) {
-        if !next.tx.is_closed() {
-            lock(&self.entry).waiters.push_front(Waiter {
-                token: next.token,
-                ttl: next.ttl,
-                tx: next.tx,
-            });
+    /// The release did not hand the lock over (or cannot tell): `next` goes back to the
+    /// front of the queue, to get the turn when this one ends. Its token when it had
+    /// given up meanwhile.
+    pub(crate) fn give_back(&self, next: Next) -> Option<Arc<str>> {
+        if next.tx.is_closed() {
+            return Some(next.token);
         }
+        lock(&self.entry).waiters.push_front(Waiter {
+            token: next.token,
+            ttl: next.ttl,
+            tx: next.tx,
+        });
+        None
     }
 }
 

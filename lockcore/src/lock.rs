@@ -441,7 +441,10 @@ async fn wait_for_turn(
 fn spawn_cleanup(locks: Locks, key: String, token: Arc<str>) {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         handle.spawn(async move {
-            let _ = locks.inner.release_raw(&key, &token, None, None, None).await;
+            let _ = locks
+                .inner
+                .release_raw(&key, &token, None, None, None)
+                .await;
         });
     }
 }
@@ -661,8 +664,11 @@ impl Releasing {
             let handed = match (&outcome, self.next.take()) {
                 (Ok(Released::Handed(new_fence)), Some(next)) => Some((*new_fence, next)),
                 (_, Some(next)) => {
-                    if let Some(turn) = &self.turn {
-                        turn.give_back(next);
+                    let left = self.turn.as_ref().and_then(|turn| turn.give_back(next));
+                    if let (Err(_), Some(token)) = (&outcome, left) {
+                        // The failed try may have handed the lock to a waiter that has
+                        // given up since: nobody would take it before its ttl.
+                        spawn_cleanup(self.locks.clone(), self.info.key().to_owned(), token);
                     }
                     None
                 }

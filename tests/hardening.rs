@@ -1,0 +1,463 @@
+//! Regression tests for faults found between the lines, each against a real redis-server
+//! (and the in-memory backend where the fault is not about Redis), each with the check
+//! that shows the fault's condition really arose:
+//!
+//! 1. one client used from a second tokio runtime stopped the first runtime's renewals;
+//! 2. a local handoff whose reply the releaser never saw stalled the key for a ttl;
+//! 3. a `release()` cancelled before its script was written released nothing;
+//! 4. an expired in-progress idempotency claim was taken over by another payload;
+//!
+//! and what came with them: `on_lost` for `#[idempotent]`, the eviction-policy warning, and
+//! `release()` cancelled at every point.
+#[macro_use]
+mod common;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use common::proxy::FaultProxy;
+use common::*;
+use distlock::{Error, Locks, idempotent};
+use redis::AsyncCommands;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Polls `fut` once, with a waker that does nothing: a caller that gives up at its first
+/// await.
+fn poll_once<F: Future>(fut: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    fut.poll(&mut Context::from_waker(std::task::Waker::noop()))
+}
+
+fn get(url: &str, key: &str) -> Option<String> {
+    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+    redis::cmd("GET").arg(key).query(&mut c).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Renewals whatever runtime registers next.
+// ---------------------------------------------------------------------------------------
+
+/// One client takes a renewed lock from runtime 1, then another from runtime 2 (as actix
+/// workers sharing the default client do); both stay held well past their ttl. Then
+/// runtime 1 shuts down while its lock is still held: renewal goes on.
+#[test]
+fn renewals_go_on_whatever_runtime_registers_next() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::builder(&url).build().unwrap();
+    let ttl = Duration::from_millis(500);
+    let (rt1, rt2) = (runtime(), runtime());
+    let a = rt1
+        .block_on(locks.lock("a").ttl(ttl).renew(true).acquire())
+        .unwrap();
+    let b = rt2
+        .block_on(locks.lock("b").ttl(ttl).renew(true).acquire())
+        .unwrap();
+    std::thread::sleep(ttl * 4);
+    assert!(a.info().is_held() && b.info().is_held());
+    assert_eq!(
+        get(&url, "lock:a").as_deref(),
+        Some(a.token()),
+        "a still held"
+    );
+    assert_eq!(
+        get(&url, "lock:b").as_deref(),
+        Some(b.token()),
+        "b still held"
+    );
+    drop(rt1); // the runtime a was taken on is gone
+    std::thread::sleep(ttl * 3);
+    let other = Locks::builder(&url).build().unwrap();
+    let stolen = rt2.block_on(other.lock("a").acquire());
+    assert!(
+        matches!(stolen, Err(Error::Busy { .. })),
+        "another client took a: {stolen:?}"
+    );
+    rt2.block_on(a.release()).unwrap();
+    rt2.block_on(b.release()).unwrap();
+}
+
+/// Control: the same hold without renewal is lost: the sleeps above do outlast the ttl.
+#[test]
+fn control_without_renewal_the_lock_expires() {
+    let server = RedisServer::start();
+    let locks = Locks::builder(server.url()).build().unwrap();
+    let rt = runtime();
+    let a = rt
+        .block_on(locks.lock("a").ttl(Duration::from_millis(500)).acquire())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(get(&server.url(), "lock:a"), None);
+    assert!(matches!(rt.block_on(a.release()), Err(Error::Lost { .. })));
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. A handoff that lands after the releaser gave up.
+// ---------------------------------------------------------------------------------------
+
+/// The holder releases while a task of the same client waits: the release script hands
+/// the lock to the waiter, but every reply is held past the command timeout, so the
+/// release (and its retry) fail and the waiter is told to contend. It finds its own
+/// token in the key and holds the lock, long before the ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contender_that_finds_its_own_token_holds_the_lock() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let locks = Locks::builder(proxy.url())
+        .command_timeout(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let ttl = Duration::from_secs(20);
+    // Scripts loaded first: a held NOSCRIPT reply would keep the release from running.
+    let warm = locks.lock("warm").acquire().await.unwrap();
+    warm.release().await.unwrap();
+    let holder = locks.lock("k").ttl(ttl).acquire().await.unwrap();
+    let handed_token = Arc::new(Mutex::new(None));
+    let waiter = tokio::spawn({
+        let (locks, handed_token) = (locks.clone(), handed_token.clone());
+        async move {
+            let started = Instant::now();
+            let g = locks
+                .lock("k")
+                .ttl(ttl)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await;
+            let took = started.elapsed();
+            let g = g.expect("the waiter takes the lock");
+            *handed_token.lock().unwrap() = Some(g.token().to_owned());
+            let fence = g.fence();
+            g.release().await.unwrap();
+            (took, fence)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await; // the waiter queues locally
+    let (fence, holder_token) = (holder.fence(), holder.token().to_owned());
+    proxy.hold_replies();
+    let released = holder.release().await;
+    assert!(
+        matches!(released, Err(Error::Backend { .. })),
+        "the releaser saw no reply: {released:?}"
+    );
+    // The condition of the fault: the script ran, the key holds the waiter's token.
+    let mut raw = server.raw().await;
+    let held: Option<String> = raw.get("lock:k").await.unwrap();
+    assert!(
+        held.as_deref()
+            .is_some_and(|t| t != holder_token && !t.starts_with("yield")),
+        "handed over: {held:?}"
+    );
+    proxy.release_replies();
+    let (took, new_fence) = waiter.await.unwrap();
+    assert!(took < Duration::from_secs(5), "stalled: {took:?}");
+    assert_eq!(handed_token.lock().unwrap().as_deref(), held.as_deref());
+    assert!(new_fence > fence);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. `release()` cancelled at any point.
+// ---------------------------------------------------------------------------------------
+
+/// `release()` polled once on a runtime with no connection yet, then dropped: cancelled
+/// before its script is written (the key is still held right after). The release goes
+/// on by itself, long before the 30 s ttl.
+#[test]
+fn a_release_cancelled_before_it_is_sent_still_releases() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::builder(&url).build().unwrap();
+    let guard = runtime()
+        .block_on(locks.lock("k").ttl(Duration::from_secs(30)).acquire())
+        .unwrap();
+    let token = guard.token().to_owned();
+    // A runtime of its own: no connection to reuse, so the first poll waits to connect.
+    let fresh = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    fresh.block_on(async {
+        let mut release = std::pin::pin!(guard.release());
+        assert!(poll_once(release.as_mut()).is_pending());
+    });
+    assert_eq!(
+        get(&url, "lock:k").as_deref(),
+        Some(token.as_str()),
+        "cancelled before anything was sent"
+    );
+    let gone = fresh.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if get(&url, "lock:k").is_none() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    });
+    assert!(gone, "the cancelled release went on and released the lock");
+}
+
+/// `release()` under timeouts from 0 to 3 ms, with a local waiter and another client
+/// waiting: whatever point the cancellation lands at, both get the lock in turn, long
+/// before the 30 s ttl, and no two hold it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_cancelled_at_every_point_never_strands_the_lock() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let other = Locks::connect(&server.url()).await.unwrap();
+    let ttl = Duration::from_secs(30);
+    let holding = Arc::new(AtomicU32::new(0));
+    let take = |locks: &Locks| {
+        let (locks, holding) = (locks.clone(), holding.clone());
+        tokio::spawn(async move {
+            let g = locks
+                .lock("k")
+                .ttl(ttl)
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .expect("a waiter gets the lock long before the ttl");
+            assert_eq!(holding.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            holding.fetch_sub(1, Ordering::SeqCst);
+            g.release().await.unwrap();
+        })
+    };
+    for step in 0..30u64 {
+        let g = locks.lock("k").ttl(ttl).acquire().await.unwrap();
+        holding.fetch_add(1, Ordering::SeqCst);
+        let (local, remote) = (take(&locks), take(&other));
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        holding.fetch_sub(1, Ordering::SeqCst);
+        let _ = tokio::time::timeout(Duration::from_micros(step * 100), g.release()).await;
+        local.await.unwrap();
+        remote.await.unwrap();
+    }
+    let mut raw = server.raw().await;
+    let left: Option<String> = raw.get("lock:k").await.unwrap();
+    assert_eq!(left, None);
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Taking over an expired claim needs the same payload.
+// ---------------------------------------------------------------------------------------
+
+both!(an_expired_claim_is_taken_over_only_with_the_same_payload);
+
+#[derive(Default)]
+struct Runs(AtomicU32);
+
+impl Runs {
+    fn bump(&self) -> u32 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn get(&self) -> u32 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[idempotent(key = "charge:<id>", client = locks, lease = "300ms", fingerprint = [id, amount])]
+async fn charge(
+    locks: &Locks,
+    id: u32,
+    amount: u64,
+    hang: bool,
+    runs: &Runs,
+) -> Result<u64, AppError> {
+    runs.bump();
+    if hang {
+        std::future::pending::<()>().await;
+    }
+    Ok(amount)
+}
+
+/// A call with payload 100 claims and starts its body, then its process stops (the
+/// future is never polled or dropped again: no renewal, no release). After its lease,
+/// payload 200 under the same key is `PayloadMismatch` and does not run; payload 100
+/// takes the claim over and runs.
+async fn an_expired_claim_is_taken_over_only_with_the_same_payload(locks: Locks) {
+    let runs = Arc::new(Runs::default());
+    let mut first = Box::pin(charge(&locks, 1, 100, true, &runs));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while runs.get() == 0 {
+        assert!(Instant::now() < deadline, "the first body started");
+        assert!(poll_once(first.as_mut()).is_pending());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    std::mem::forget(first); // the claimer stops: no renewal, no release
+    let live = charge(&locks, 1, 200, false, &runs).await;
+    assert!(
+        matches!(live, Err(AppError::Lock(Error::PayloadMismatch { .. }))),
+        "{live:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await; // past the 300 ms lease
+    let other = charge(&locks, 1, 200, false, &runs).await;
+    assert!(
+        matches!(other, Err(AppError::Lock(Error::PayloadMismatch { .. }))),
+        "another payload after the lease: {other:?}"
+    );
+    assert_eq!(runs.get(), 1, "the other payload never ran");
+    // Control: the same payload takes the expired claim over and runs.
+    assert_eq!(charge(&locks, 1, 100, false, &runs).await.unwrap(), 100);
+    assert_eq!(runs.get(), 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// `on_lost` for `#[idempotent]`.
+// ---------------------------------------------------------------------------------------
+
+#[idempotent(key = "job:<id>", client = locks, lease = "300ms")]
+async fn job_cancelled(locks: &Locks, id: u32, runs: &Runs, ends: &Runs) -> Result<u32, AppError> {
+    runs.bump();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ends.bump();
+    Ok(id)
+}
+
+#[idempotent(key = "job:<id>", client = locks, lease = "300ms", on_lost = "continue")]
+async fn job_continued(locks: &Locks, id: u32, runs: &Runs, ends: &Runs) -> Result<u32, AppError> {
+    runs.bump();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ends.bump();
+    Ok(id)
+}
+
+/// Writes over the record at `*idem*job:<id>` what a takeover writes: the same payload,
+/// another owner, a fresh lease.
+async fn take_over(server: &RedisServer, id: u32) -> String {
+    let mut raw = server.raw().await;
+    let keys: Vec<String> = raw.keys(format!("*idem:*job:{id}")).await.unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let rec: String = raw.get(&keys[0]).await.unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&rec).unwrap();
+    assert_eq!(v["status"], "in_progress");
+    v["owner"] = "someone-else".into();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    v["lease_until_ms"] = (now + 60_000).into();
+    let _: () = raw.set(&keys[0], v.to_string()).await.unwrap();
+    keys[0].clone()
+}
+
+async fn lost_claim(cancel: bool) {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let (runs, ends) = (Arc::new(Runs::default()), Arc::new(Runs::default()));
+    let call = tokio::spawn({
+        let (locks, runs, ends) = (locks.clone(), runs.clone(), ends.clone());
+        async move {
+            let started = Instant::now();
+            let out = if cancel {
+                job_cancelled(&locks, 1, &runs, &ends).await
+            } else {
+                job_continued(&locks, 1, &runs, &ends).await
+            };
+            (out, started.elapsed())
+        }
+    });
+    while runs.get() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let key = take_over(&server, 1).await;
+    let (out, took) = call.await.unwrap();
+    assert!(
+        matches!(out, Err(AppError::Lock(Error::Lost { .. }))),
+        "{out:?}"
+    );
+    if cancel {
+        assert_eq!(ends.get(), 0, "the body was cancelled");
+        assert!(
+            took < Duration::from_millis(1000),
+            "cancelled at once: {took:?}"
+        );
+    } else {
+        assert_eq!(ends.get(), 1, "the body ran to its end");
+    }
+    // Nothing stored from the lost claim: the record is still the takeover's.
+    let mut raw = server.raw().await;
+    let rec: String = raw.get(&key).await.unwrap();
+    assert!(
+        rec.contains("someone-else") && rec.contains("in_progress"),
+        "{rec}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_claim_cancels_its_body_by_default() {
+    lost_claim(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_claim_with_continue_finishes_its_body_and_stores_nothing() {
+    lost_claim(false).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// The eviction-policy warning.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a client logs (target `distlock`) around its first lock on a server started with
+/// `policy`.
+fn logs_with_policy(policy: &str) -> String {
+    let server = RedisServer::start_with(&["--maxmemory-policy", policy]);
+    let out = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let out = out.clone();
+            move || out.clone()
+        })
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .with_ansi(false)
+        .finish();
+    let _default = tracing_subscriber::util::SubscriberInitExt::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let locks = Locks::builder(server.url()).build().unwrap();
+        let g = locks.lock("k").acquire().await.unwrap();
+        g.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    });
+    String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
+}
+
+#[test]
+fn an_evicting_policy_is_warned_about_once() {
+    let logs = logs_with_policy("allkeys-lru");
+    assert_eq!(
+        logs.matches("may evict keys without a ttl").count(),
+        1,
+        "{logs}"
+    );
+    // Control: the default policy keeps fence counters, and says nothing.
+    let logs = logs_with_policy("noeviction");
+    assert!(!logs.contains("may evict"), "{logs}");
+}
