@@ -251,7 +251,10 @@ async fn release_cancelled_at_every_point_never_strands_the_lock() {
 // 4. Taking over an expired claim needs the same payload.
 // ---------------------------------------------------------------------------------------
 
-both!(an_expired_claim_is_taken_over_only_with_the_same_payload);
+both!(
+    an_expired_claim_is_taken_over_only_with_the_same_payload,
+    a_takeover_given_up_keeps_the_payload_it_took_over,
+);
 
 #[derive(Default)]
 struct Runs(AtomicU32);
@@ -310,6 +313,97 @@ async fn an_expired_claim_is_taken_over_only_with_the_same_payload(locks: Locks)
     // Control: the same payload takes the expired claim over and runs.
     assert_eq!(charge(&locks, 1, 100, false, &runs).await.unwrap(), 100);
     assert_eq!(runs.get(), 2);
+}
+
+#[idempotent(key = "refund:<id>", client = locks, lease = "300ms", fingerprint = [id, amount])]
+async fn refund(
+    locks: &Locks,
+    id: u32,
+    amount: u64,
+    hang: bool,
+    fail: bool,
+    runs: &Runs,
+) -> Result<u64, AppError> {
+    runs.bump();
+    if hang {
+        std::future::pending::<()>().await;
+    }
+    if fail {
+        return Err(AppError::App("declined"));
+    }
+    Ok(amount)
+}
+
+/// The first claimer (payload 100) stops mid-body; after its lease a retry with the same
+/// payload takes the claim over and fails (`Err`: the claim is given up). The record
+/// keeps payload 100: the first body may have run with it. Another payload is still
+/// `PayloadMismatch` and does not run; payload 100 runs at once (no lease to wait for).
+async fn a_takeover_given_up_keeps_the_payload_it_took_over(locks: Locks) {
+    let runs = Arc::new(Runs::default());
+    let mut first = Box::pin(refund(&locks, 1, 100, true, false, &runs));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while runs.get() == 0 {
+        assert!(Instant::now() < deadline, "the first body started");
+        assert!(poll_once(first.as_mut()).is_pending());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    std::mem::forget(first);
+    tokio::time::sleep(Duration::from_millis(500)).await; // past the 300 ms lease
+    let failed = refund(&locks, 1, 100, false, true, &runs).await;
+    assert!(matches!(failed, Err(AppError::App(_))), "{failed:?}");
+    assert_eq!(runs.get(), 2, "the takeover ran");
+    let other = refund(&locks, 1, 200, false, false, &runs).await;
+    assert!(
+        matches!(other, Err(AppError::Lock(Error::PayloadMismatch { .. }))),
+        "another payload after a takeover was given up: {other:?}"
+    );
+    assert_eq!(runs.get(), 2, "the other payload never ran");
+    let started = Instant::now();
+    assert_eq!(
+        refund(&locks, 1, 100, false, false, &runs).await.unwrap(),
+        100
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "no lease to wait for"
+    );
+    assert_eq!(runs.get(), 3);
+}
+
+#[idempotent(key = "quick:<id>", client = locks, lease = "300ms")]
+async fn quick(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
+    runs.bump();
+    tokio::time::sleep(Duration::from_millis(60)).await; // shorter than a renewal period
+    Ok(id)
+}
+
+/// A claim taken over while its body runs (before any renewal could see it): storing the
+/// result finds the claim lost; nothing is stored and the call returns `Lost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complete_that_finds_the_claim_lost_returns_lost() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let runs = Arc::new(Runs::default());
+    let call = tokio::spawn({
+        let (locks, runs) = (locks.clone(), runs.clone());
+        async move { quick(&locks, 1, &runs).await }
+    });
+    while runs.get() == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let keys: Vec<String> = raw.keys("*idem:*quick:1").await.unwrap();
+    let rec: String = raw.get(&keys[0]).await.unwrap();
+    let taken = rec.replacen("\"owner\":\"", "\"owner\":\"someone-else-", 1);
+    assert_ne!(rec, taken);
+    let _: () = raw.set(&keys[0], &taken).await.unwrap();
+    let out = call.await.unwrap();
+    assert!(
+        matches!(out, Err(AppError::Lock(Error::Lost { .. }))),
+        "{out:?}"
+    );
+    let after: String = raw.get(&keys[0]).await.unwrap();
+    assert_eq!(after, taken, "nothing stored from the lost claim");
 }
 
 // ---------------------------------------------------------------------------------------

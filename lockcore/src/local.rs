@@ -100,8 +100,14 @@ impl Lease {
 
 /// What waiting in the local queue came to.
 pub(crate) enum Entered {
-    /// Contend in Redis. Without the turn when the holder's lease ran out first.
+    /// Contend in Redis. Without the turn when the holder's lease ran out before this
+    /// task queued.
     Contend(Turn),
+    /// The holder's lease ran out while this task waited: contend in Redis, without the
+    /// turn and under a new token. The holder's release may still hand the lock to the
+    /// token this task queued with, find it gone and release it: the lock must never
+    /// count as this task's then.
+    LeaseOver(Turn),
     /// The previous holder handed the lock over: held with this fence since this instant.
     Granted(Turn, u64, Instant),
     /// The deadline passed first.
@@ -362,7 +368,10 @@ impl LocalQueues {
                 .min(now + Duration::from_millis(100));
             let woken = match tokio::time::timeout_at(until, &mut *rx).await {
                 Ok(Ok(wake)) => Some(wake),
-                Ok(Err(_)) => None, // the queue was dropped: contend
+                // The release holding this waiter dropped it without a word (it could
+                // not finish): contend, under the queued token, which that release may
+                // have written into the key.
+                Ok(Err(_)) => None,
                 Err(_elapsed) => {
                     let now = Instant::now();
                     let over = lock(&entry).lease_over(now);
@@ -373,7 +382,11 @@ impl LocalQueues {
                     rx.close();
                     match rx.try_recv() {
                         Ok(wake) => Some(wake),
-                        Err(_) if over => None,
+                        Err(_) if over => {
+                            place.rx = None;
+                            let turn = place.turn.take().expect("taken only on return");
+                            return Entered::LeaseOver(turn);
+                        }
                         Err(_) => {
                             place.rx = None;
                             return Entered::Busy;

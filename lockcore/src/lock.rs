@@ -261,7 +261,9 @@ impl<'a> LockRequest<'a> {
         }
         let started = Instant::now();
         let deadline = started + self.wait;
-        let token: Arc<str> = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder).into();
+        let new_token =
+            || -> Arc<str> { format!("{}:{}", uuid::Uuid::new_v4(), inner.holder).into() };
+        let mut token = new_token();
         let orphan = {
             let (locks, key, token) = (self.locks.clone(), key.clone(), token.clone());
             move |turn, fence, at| drop(LockGuard::orphan(locks, key, token, fence, at, turn))
@@ -272,8 +274,12 @@ impl<'a> LockRequest<'a> {
             .await
         {
             Entered::Contend(turn) => turn,
+            Entered::LeaseOver(turn) => {
+                token = new_token();
+                turn
+            }
             Entered::Granted(turn, fence, at) => {
-                return Ok(self.taken(key, token, fence, started, 0, turn, Some(at)));
+                return Ok(self.taken(key, token, fence, started, 0, turn, Taken::Handed(at)));
             }
             Entered::Busy => {
                 let waited = started.elapsed();
@@ -300,6 +306,9 @@ impl<'a> LockRequest<'a> {
             }
         }
         loop {
+            // The lease is counted from before the try is sent: Redis starts it later, so
+            // it never outlives the key.
+            let sent = Instant::now();
             let left = match inner
                 .backend
                 .try_acquire(&key, &fence_key, &token, self.ttl, &inner.client_id)
@@ -307,7 +316,8 @@ impl<'a> LockRequest<'a> {
             {
                 Ok(Try::Taken(fence)) => {
                     drop(wake);
-                    return Ok(self.taken(key, token, fence, started, attempt, turn, None));
+                    let taken = Taken::Sent(sent);
+                    return Ok(self.taken(key, token, fence, started, attempt, turn, taken));
                 }
                 Ok(Try::Busy(left)) => left,
                 Err(source) => {
@@ -350,10 +360,13 @@ impl<'a> LockRequest<'a> {
         started: Instant,
         attempt: u32,
         turn: Turn,
-        handed_at: Option<Instant>,
+        how: Taken,
     ) -> LockGuard {
         let inner = &self.locks.inner;
-        let acquired_at = handed_at.unwrap_or_else(Instant::now);
+        let (acquired_at, handed) = match how {
+            Taken::Sent(at) => (at, false),
+            Taken::Handed(at) => (at, true),
+        };
         let info = LockInfo::new(self.locks, key, token, fence);
         let waited = started.elapsed();
         tracing::debug!(
@@ -364,7 +377,7 @@ impl<'a> LockRequest<'a> {
             waited_ms = waited.as_secs_f64() * 1e3,
             tries = attempt + 1,
             renew = self.renew,
-            handed = handed_at.is_some(),
+            handed,
             "lock acquired"
         );
         let lease = if self.renew {
@@ -372,7 +385,7 @@ impl<'a> LockRequest<'a> {
         } else {
             crate::local::Lease::Until(acquired_at + self.ttl)
         };
-        if handed_at.is_some() {
+        if handed {
             turn.set_lease(lease);
         } else {
             turn.begin(lease);
@@ -399,6 +412,14 @@ impl<'a> LockRequest<'a> {
             turn: Some(turn),
         }
     }
+}
+
+/// How a lock was taken, and since when its lease runs by this client's clock.
+enum Taken {
+    /// By this task's try, sent at this instant.
+    Sent(Instant),
+    /// Handed over by the previous local holder's release, sent at this instant.
+    Handed(Instant),
 }
 
 /// Longest sleep between tries while subscribed: covers a missed release message and a
@@ -582,7 +603,7 @@ impl LockGuard {
             held: self.acquired_at.elapsed(),
             turn: self.turn.take(),
             next: None,
-            sent: false,
+            sent: None,
             recovering: false,
             finished: false,
         }
@@ -626,8 +647,9 @@ struct Releasing {
     /// the lock reached it.
     token: Arc<str>,
     fence: u64,
-    /// A try of this release may have reached Redis.
-    sent: bool,
+    /// When the first try that may have reached Redis was sent: a handoff a retry
+    /// reports may date from then, and the waiter's lease is counted from it.
+    sent: Option<Instant>,
     /// This is the task that finishes a dropped release: dropped too, it gives up (the
     /// lock then expires after its ttl).
     recovering: bool,
@@ -645,9 +667,8 @@ impl Releasing {
                 self.next = self.turn.as_ref().and_then(Turn::next);
             }
             let inner = &self.locks.inner;
-            let at = Instant::now();
-            let retry_of = self.sent.then_some(self.fence);
-            self.sent = true;
+            let retry_of = self.sent.is_some().then_some(self.fence);
+            let at = *self.sent.get_or_insert_with(Instant::now);
             let outcome = inner
                 .release_raw(
                     self.info.key(),
@@ -691,7 +712,7 @@ impl Releasing {
             tracing::trace!(target: "distlock", key = self.info.key(), fence = new_fence, "local waiter left as the lock reached it; releasing it");
             self.token = next_token;
             self.fence = new_fence;
-            self.sent = false;
+            self.sent = None;
         }
         self.finished = true;
         result.unwrap_or(Ok(()))
@@ -723,7 +744,7 @@ impl Drop for Releasing {
             recovering: true,
             finished: false,
         };
-        tracing::trace!(target: "distlock", key, sent = self.sent, "lock release cancelled; finishing it in a task of its own");
+        tracing::trace!(target: "distlock", key, sent = self.sent.is_some(), "lock release cancelled; finishing it in a task of its own");
         self.finished = true;
         handle.spawn(async move {
             let _ = rest.finish().await;

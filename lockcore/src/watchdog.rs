@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::client::Inner;
+use crate::error::BackendError;
 
 /// Shared between a held lock, its `LockInfo`s and the watchdog.
 #[derive(Debug)]
@@ -100,20 +101,26 @@ impl Watchdog {
         let state = lease.state.clone();
         let _ = tx.send(lease);
         let client = Arc::downgrade(inner);
+        // Its events go where the registering caller's go (a scoped subscriber included).
+        let dispatch = tracing::dispatcher::get_default(|d| d.clone());
         let started = std::thread::Builder::new()
             .name("distlock-watchdog".into())
             .spawn(move || {
-                let mut tracked = Tracking(Vec::new());
-                match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt.block_on(run(client, rx, &mut tracked)),
-                    Err(e) => {
-                        tracing::error!(target: "distlock", error = %e, "lock renewal cannot start its runtime");
-                        adopt(&mut tracked, rx);
+                tracing::dispatcher::with_default(&dispatch, || {
+                    let mut tracking = Tracking {
+                        leases: Vec::new(),
+                        incoming: rx,
+                    };
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt.block_on(run(client, &mut tracking)),
+                        Err(e) => {
+                            tracing::error!(target: "distlock", error = %e, "lock renewal cannot start its runtime")
+                        }
                     }
-                }
+                })
             });
         if let Err(e) = started {
             // Nothing renews it: the one lease sent is lost; the next registration tries
@@ -126,26 +133,27 @@ impl Watchdog {
     }
 }
 
-/// The leases a watchdog task renews. Whatever it still holds when it ends (the client
-/// is gone, or the task failed) can no longer be renewed: reported lost.
-struct Tracking(Vec<Tracked>);
+/// The leases a watchdog task renews, and those sent to it. Whatever it still holds when
+/// it ends (the client is gone, or the task failed, a panic included) can no longer be
+/// renewed: reported lost, and the channel is closed so the next registration starts
+/// another task.
+struct Tracking {
+    leases: Vec<Tracked>,
+    incoming: mpsc::UnboundedReceiver<Lease>,
+}
 
 impl Drop for Tracking {
     fn drop(&mut self) {
-        for t in self.0.drain(..) {
+        self.incoming.close();
+        while let Ok(lease) = self.incoming.try_recv() {
+            self.leases.push(Tracked::new(lease));
+        }
+        for t in self.leases.drain(..) {
             if !t.lease.state.is_released() {
                 t.lease.state.mark_lost();
                 tracing::warn!(target: "distlock", key = &*t.lease.key, "lock lease can no longer be renewed: reported lost");
             }
         }
-    }
-}
-
-/// Moves every lease waiting in `incoming` into `tracked`.
-fn adopt(tracked: &mut Tracking, mut incoming: mpsc::UnboundedReceiver<Lease>) {
-    incoming.close();
-    while let Ok(lease) = incoming.try_recv() {
-        tracked.0.push(Tracked::new(lease));
     }
 }
 
@@ -160,26 +168,22 @@ impl Tracked {
     }
 }
 
-async fn run(
-    client: std::sync::Weak<Inner>,
-    mut incoming: mpsc::UnboundedReceiver<Lease>,
-    tracked: &mut Tracking,
-) {
+async fn run(client: std::sync::Weak<Inner>, tracking: &mut Tracking) {
     loop {
-        let next = tracked.0.iter().map(|t| t.due.min(t.lease_end)).min();
+        let next = tracking.leases.iter().map(|t| t.due.min(t.lease_end)).min();
         let woke = match next {
             Some(at) => tokio::select! {
-                lease = incoming.recv() => lease.map(Some),
+                lease = tracking.incoming.recv() => lease.map(Some),
                 _ = tokio::time::sleep_until(at) => Some(None),
             },
-            None => incoming.recv().await.map(Some),
+            None => tracking.incoming.recv().await.map(Some),
         };
         match woke {
             None => return, // the client is gone
             Some(Some(lease)) => {
-                tracked.0.push(Tracked::new(lease));
-                while let Ok(lease) = incoming.try_recv() {
-                    tracked.0.push(Tracked::new(lease));
+                tracking.leases.push(Tracked::new(lease));
+                while let Ok(lease) = tracking.incoming.try_recv() {
+                    tracking.leases.push(Tracked::new(lease));
                 }
                 continue;
             }
@@ -188,7 +192,7 @@ async fn run(
         let Some(inner) = client.upgrade() else {
             return;
         };
-        tick(&inner, &mut tracked.0).await;
+        tick(&inner, &mut tracking.leases).await;
     }
 }
 
@@ -245,7 +249,20 @@ async fn tick(inner: &Inner, tracked: &mut Vec<Tracked>) {
         })
         .collect();
     let sent = Instant::now();
-    match inner.backend.extend_many(&batch).await {
+    // A renewal still under way when a lease ends does not keep that lock "held": the
+    // key may have expired meanwhile. Not waited for past the first lease end, it counts
+    // as failed, and the next tick finds that lease over (lost).
+    let first_end = due
+        .iter()
+        .map(|&i| tracked[i].lease_end)
+        .min()
+        .unwrap_or(sent);
+    let renewed = match tokio::time::timeout_at(first_end, inner.backend.extend_many(&batch)).await
+    {
+        Ok(renewed) => renewed,
+        Err(_) => Err(BackendError::timeout(first_end - sent)),
+    };
+    match renewed {
         Ok(results) => {
             let mut lost = Vec::new();
             for (&i, extended) in due.iter().zip(results) {

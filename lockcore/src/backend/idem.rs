@@ -173,6 +173,8 @@ struct Seen {
     owner: String,
     fp: String,
     lease_until_ms: u64,
+    /// Claimed by taking over an earlier claim (see `idem_release.lua`).
+    took_over: bool,
 }
 
 fn seen(raw: &str) -> Option<Seen> {
@@ -186,18 +188,22 @@ fn seen(raw: &str) -> Option<Seen> {
             .get("lease_until_ms")
             .and_then(|x| x.as_f64())
             .map_or(0, |f| f as u64),
+        took_over: v.get("took_over").and_then(|x| x.as_bool()) == Some(true),
     })
 }
 
-fn in_progress(owner: &str, fp: &str, now: u64, lease: Duration) -> String {
-    serde_json::json!({
+fn in_progress(owner: &str, fp: &str, now: u64, lease: Duration, took_over: bool) -> String {
+    let mut rec = serde_json::json!({
         "status": "in_progress",
         "owner": owner,
         "fp": fp,
         "lease_until_ms": now + millis(lease),
         "claimed_at_ms": now,
-    })
-    .to_string()
+    });
+    if took_over {
+        rec["took_over"] = true.into();
+    }
+    rec.to_string()
 }
 
 impl MemoryBackend {
@@ -213,12 +219,14 @@ impl MemoryBackend {
     fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         let now = now_ms();
         let mut map = self.records();
-        let fresh = (
-            in_progress(a.owner, a.fp, now, a.lease),
-            Instant::now() + a.lifetime,
-        );
+        let fresh = |took_over| {
+            (
+                in_progress(a.owner, a.fp, now, a.lease, took_over),
+                Instant::now() + a.lifetime,
+            )
+        };
         let Some((raw, _)) = map.get(a.key) else {
-            map.insert(a.key.to_owned(), fresh);
+            map.insert(a.key.to_owned(), fresh(false));
             return Ok(Claimed::New);
         };
         let rec = seen(raw).ok_or_else(|| bad_reply("record is not JSON".into()))?;
@@ -226,7 +234,7 @@ impl MemoryBackend {
             "completed" if rec.fp == a.fp => Ok(Claimed::Completed(raw.clone())),
             "completed" => Ok(Claimed::Mismatch),
             "in_progress" if rec.owner == a.owner => {
-                map.insert(a.key.to_owned(), fresh);
+                map.insert(a.key.to_owned(), fresh(rec.took_over));
                 Ok(Claimed::New)
             }
             // Also past the lease: the claimer that stopped may have acted on its payload.
@@ -235,7 +243,7 @@ impl MemoryBackend {
                 Duration::from_millis(rec.lease_until_ms - now),
             )),
             "in_progress" => {
-                map.insert(a.key.to_owned(), fresh);
+                map.insert(a.key.to_owned(), fresh(true));
                 Ok(Claimed::TookOver {
                     previous: rec.owner,
                 })
@@ -272,11 +280,19 @@ impl MemoryBackend {
         }
     }
 
+    /// As `idem_release.lua`: a claim that took over is kept, ownerless, its lease ended.
     fn idem_release(&self, key: &str, owner: &str, channel: &str) -> bool {
         let mut map = self.records();
-        match map.get(key) {
-            Some((raw, _)) if Self::owned_in_progress(raw, owner) => {
-                map.remove(key);
+        let Some((raw, _)) = map.get_mut(key) else {
+            return false;
+        };
+        match seen(raw) {
+            Some(r) if r.status == "in_progress" && r.owner == owner => {
+                if r.took_over {
+                    *raw = in_progress("", &r.fp, 0, Duration::ZERO, true);
+                } else {
+                    map.remove(key);
+                }
                 drop(map);
                 self.waiters.publish(channel);
                 true

@@ -171,10 +171,20 @@ impl RedisBackend {
             generation,
         });
         tracing::debug!(target: "distlock", generation, "connected to redis");
-        if !self.policy_checked.swap(true, Ordering::Relaxed) {
-            tokio::spawn(warn_if_evicting(conn.clone(), self.timeout));
-        }
         Ok((conn, generation))
+    }
+
+    /// On this client's first call only: reads the eviction policy over the multiplexed
+    /// connection (opened now), in a task of its own.
+    async fn check_policy_once(&self) {
+        if self.policy_checked.load(Ordering::Relaxed)
+            || self.policy_checked.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        if let Ok((conn, _)) = self.connection().await {
+            tokio::spawn(warn_if_evicting(conn, self.timeout));
+        }
     }
 
     /// Drops the connection of `generation` so the next call reconnects.
@@ -192,11 +202,7 @@ impl RedisBackend {
         let mut used = None;
         let call = async {
             let runtime = current_runtime()?;
-            if !self.policy_checked.load(Ordering::Relaxed) {
-                // The first call of this client: connect the multiplexed connection,
-                // which reads the eviction policy once.
-                let _ = self.connection().await;
-            }
+            self.check_policy_once().await;
             let _in_flight = InFlight::enter(&self.in_flight);
             if _in_flight.before < DIRECT_BELOW
                 && let Some(mut direct) = self.take_direct(runtime).await?
@@ -332,6 +338,7 @@ impl RedisBackend {
 
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
         let call = async {
+            self.check_policy_once().await;
             let (mut conn, generation) = self.connection().await?;
             redis::cmd("PING")
                 .query_async::<()>(&mut conn)

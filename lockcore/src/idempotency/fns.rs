@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{Begin, Fingerprint, begin, record, record_key};
+use super::{Begin, Completed, Fingerprint, begin, record, record_key};
 use crate::client::Locks;
 use crate::error::{BackendErrorKind, Error};
 
@@ -148,14 +148,21 @@ where
     let out = match claim.keep(body, spec.cancel_on_lost).await {
         Ok(out) => out,
         Err(lost) => {
-            claim.abandon();
+            // Still ours if no renewal got through: given up, so a retry runs now (the
+            // release checks the owner: a claim taken over is left alone).
+            claim.release().await;
             return R::from_idem_error(lost);
         }
     };
     match out.to_stored() {
         Some(Ok(value)) => {
             let record = record::completed_value(&fp.digest(), &value);
-            claim.complete(&record, spec.retention()).await;
+            let key = claim.key().to_owned();
+            if claim.complete(&record, spec.retention()).await == Completed::Lost {
+                // Another call took the claim over and runs the body: this result is not
+                // the one repeats get.
+                return R::from_idem_error(Error::Lost { key });
+            }
         }
         Some(Err(e)) => {
             tracing::warn!(target: "distlock", key = claim.key(), error = %e, "the result cannot be stored as JSON; the claim is released");

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::record::{self, Captured, REPLAYED_HEADER};
-use super::{Begin, Claim, Fingerprint, IdemSpec, begin, record_key};
+use super::{Begin, Claim, Completed, Fingerprint, IdemSpec, begin, record_key};
 use crate::client::Locks;
 use crate::error::Error;
 use crate::key;
@@ -282,7 +282,9 @@ pub(crate) fn problem(e: &Error) -> Captured {
         Error::Lost { .. } => (
             "lock-lost",
             "Lock lost",
-            "The lock protecting this operation expired while it ran.".to_owned(),
+            "The lock or idempotency claim protecting this operation was lost while it ran \
+             (its lease ended and another request may have taken it over)."
+                .to_owned(),
         ),
     };
     let body = serde_json::json!({
@@ -375,7 +377,8 @@ impl HandlerRun {
             Ok(out) => Ok(out),
             Err(lost) => {
                 if let Some(claim) = self.claim.take() {
-                    claim.abandon();
+                    // Still ours if no renewal got through: given up, so a retry runs now.
+                    claim.release().await;
                 }
                 Err(lost.into())
             }
@@ -405,9 +408,13 @@ impl HandlerRun {
             claim.release().await;
         } else {
             let record = record::completed_response(&self.digest, &cap);
-            claim
-                .complete(&record, Duration::from_millis(self.spec.ttl_ms.max(1)))
-                .await;
+            let key = claim.key().to_owned();
+            let retention = Duration::from_millis(self.spec.ttl_ms.max(1));
+            if claim.complete(&record, retention).await == Completed::Lost {
+                // Another call took the claim over and runs the body: this response is
+                // not the one repeats get.
+                return Error::Lost { key }.into();
+            }
         }
         IdemResponse(Outcome::Fresh(cap))
     }

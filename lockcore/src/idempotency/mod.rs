@@ -104,12 +104,14 @@ pub(crate) async fn begin(
             lease,
             lifetime,
         };
+        let sent = Instant::now();
         let found = match inner.backend.idem_claim(&args).await {
             Ok(found) => found,
             Err(source) => {
                 if source.is_transient() {
                     // The claim may have landed with its reply lost: give it back.
-                    Claim::new(locks, key.clone(), owner, channel, lease, lifetime).spawn_release();
+                    Claim::new(locks, key.clone(), owner, channel, lease, lifetime, sent)
+                        .spawn_release();
                 }
                 tracing::warn!(target: "distlock", key, error = %source, "idempotency claim failed");
                 return Err(Error::backend(&key, source));
@@ -126,7 +128,7 @@ pub(crate) async fn begin(
                     "idempotency key claimed"
                 );
                 return Ok(Begin::Run(Claim::new(
-                    locks, key, owner, channel, lease, lifetime,
+                    locks, key, owner, channel, lease, lifetime, sent,
                 )));
             }
             Claimed::TookOver { previous } => {
@@ -137,7 +139,7 @@ pub(crate) async fn begin(
                     "idempotency key claimed by taking over an expired claim (its claimer stopped renewing the lease); the body runs again"
                 );
                 return Ok(Begin::Run(Claim::new(
-                    locks, key, owner, channel, lease, lifetime,
+                    locks, key, owner, channel, lease, lifetime, sent,
                 )));
             }
             Claimed::Completed(raw) => {
@@ -193,7 +195,23 @@ pub(crate) struct Claim {
     channel: String,
     lease: Duration,
     lifetime: Duration,
+    /// When the claim, or its last successful renewal, was sent: its lease runs from no
+    /// earlier, by this client's clock.
+    claimed: Instant,
+    renewed: std::sync::Mutex<Instant>,
     done: bool,
+}
+
+/// What storing a result came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Completed {
+    /// Stored: every repeat replays it.
+    Stored,
+    /// The claim was lost (taken over after its lease ended): nothing stored, another
+    /// call runs the body.
+    Lost,
+    /// Redis failed: nothing stored, the claim ends with its lease.
+    Failed,
 }
 
 impl Claim {
@@ -204,6 +222,7 @@ impl Claim {
         channel: String,
         lease: Duration,
         lifetime: Duration,
+        claimed: Instant,
     ) -> Claim {
         Claim {
             locks: locks.clone(),
@@ -212,8 +231,15 @@ impl Claim {
             channel,
             lease,
             lifetime,
+            claimed,
+            renewed: std::sync::Mutex::new(claimed),
             done: false,
         }
+    }
+
+    /// When the lease ends by this client's clock, unless renewed.
+    fn lease_end(&self) -> Instant {
+        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) + self.lease
     }
 
     pub(crate) fn key(&self) -> &str {
@@ -226,7 +252,8 @@ impl Claim {
     /// `Err(Lost)` when a renewal found the claim taken over (its lease had ended), or no
     /// renewal succeeded for a whole lease (another call may have taken it over): with
     /// `cancel_on_lost` the body is dropped at once, else it runs to its end first.
-    /// Nothing may be stored then: the caller abandons the claim.
+    /// Nothing may be stored then: the caller releases the claim (a no-op when another
+    /// call owns it).
     pub(crate) async fn keep<F: Future>(
         &self,
         body: F,
@@ -234,7 +261,7 @@ impl Claim {
     ) -> Result<F::Output, Error> {
         let beat = async {
             let every = (self.lease / 3).max(Duration::from_millis(1));
-            let mut renewed = Instant::now();
+
             loop {
                 tokio::time::sleep(every).await;
                 let sent = Instant::now();
@@ -245,12 +272,12 @@ impl Claim {
                     .idem_renew(&self.key, &self.owner, self.lease, self.lifetime)
                     .await
                 {
-                    Ok(true) => renewed = sent,
+                    Ok(true) => *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = sent,
                     Ok(false) => {
                         tracing::warn!(target: "distlock", key = self.key, cancel = cancel_on_lost, "idempotency claim lost while the body ran (its lease ended and another call took it over)");
                         return;
                     }
-                    Err(e) if renewed.elapsed() >= self.lease => {
+                    Err(e) if Instant::now() >= self.lease_end() => {
                         tracing::warn!(target: "distlock", key = self.key, error = %e, cancel = cancel_on_lost, "idempotency claim lost: no renewal succeeded for a whole lease");
                         return;
                     }
@@ -274,18 +301,16 @@ impl Claim {
         })
     }
 
-    /// Ends a lost claim: nothing to store or release (another call owns the record).
-    pub(crate) fn abandon(mut self) {
-        self.done = true;
-    }
-
-    /// Stores `record` (retained `ttl`) and wakes waiters. A failure is logged: the body
-    /// has run, and the caller still gets its result.
-    pub(crate) async fn complete(mut self, record: &str, retention: Duration) {
+    /// Stores `record` (retained `ttl`) and wakes waiters. Transient Redis failures are
+    /// retried while the claim's lease lasts; past it, or on another failure, it is
+    /// logged: the body has run, and the caller still gets its result (the claim ends
+    /// with its lease). A lost claim is the caller's to report.
+    pub(crate) async fn complete(mut self, record: &str, retention: Duration) -> Completed {
         self.done = true;
         let inner = &self.locks.inner;
         let mut retried = false;
         loop {
+            let lease_end = self.lease_end();
             match inner
                 .backend
                 .idem_complete(&self.key, &self.owner, record, retention, &self.channel)
@@ -293,18 +318,22 @@ impl Claim {
             {
                 Ok(true) => {
                     tracing::debug!(target: "distlock", key = self.key, bytes = record.len(), "idempotent result stored");
-                    return;
+                    return Completed::Stored;
                 }
                 Ok(false) => {
                     tracing::warn!(target: "distlock", key = self.key, "idempotent result not stored: the claim was lost (its lease ended and another call took it over)");
-                    return;
+                    return Completed::Lost;
                 }
-                Err(e) if !retried && e.is_transient() => {
+                Err(e) if e.is_transient() && (!retried || Instant::now() < lease_end) => {
+                    if retried {
+                        let pause = (self.lease / 10).max(Duration::from_millis(10));
+                        tokio::time::sleep_until((Instant::now() + pause).min(lease_end)).await;
+                    }
                     retried = true;
                 }
                 Err(e) => {
                     tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotent result not stored; the claim ends with its lease");
-                    return;
+                    return Completed::Failed;
                 }
             }
         }
@@ -363,6 +392,8 @@ impl Drop for Claim {
             channel: std::mem::take(&mut self.channel),
             lease: self.lease,
             lifetime: self.lifetime,
+            claimed: self.claimed,
+            renewed: std::sync::Mutex::new(self.claimed),
             done: false,
         };
         claim.spawn_release();

@@ -11,15 +11,20 @@
 -- The lease end is Redis's own clock (TIME), never the caller's.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function claim()
-  local rec = cjson.encode({
+-- `took_over`: a claim that ran before this one may have run its body, so the record
+-- must not go away when this claim is released (see idem_release.lua).
+local function claim(took_over)
+  local rec = {
     status = 'in_progress',
     owner = ARGV[1],
     fp = ARGV[2],
     lease_until_ms = now + tonumber(ARGV[3]),
     claimed_at_ms = now,
-  })
-  redis.call('SET', KEYS[1], rec, 'PX', ARGV[4])
+  }
+  if took_over then
+    rec.took_over = true
+  end
+  redis.call('SET', KEYS[1], cjson.encode(rec), 'PX', ARGV[4])
 end
 local raw = redis.call('GET', KEYS[1])
 if not raw then
@@ -50,7 +55,7 @@ if status ~= 'in_progress' then
 end
 if rec.owner == ARGV[1] then
   -- A retry of this same claim whose first reply was lost.
-  claim()
+  claim(rec.took_over)
   return {1, ''}
 end
 -- Another payload never runs under this key, not even once the lease has ended: the
@@ -62,6 +67,7 @@ local lease = tonumber(rec.lease_until_ms) or 0
 if lease > now then
   return {4, tostring(lease - now)}
 end
--- The claimer stopped renewing (crashed, or paused past its lease): take it over.
-claim()
+-- The claimer stopped renewing (crashed, or paused past its lease), or gave up a claim
+-- that had itself taken over: take it over.
+claim(true)
 return {2, tostring(rec.owner)}

@@ -1,6 +1,10 @@
 -- Give up a claim so a retry runs the body. KEYS[1] record key.
 -- ARGV[1] owner token, ARGV[2] channel that wakes waiters.
 -- Returns 1 released, 0 when the record is gone or no longer this owner's claim.
+-- A claim that took over an earlier one is not deleted: the earlier claimer may have run
+-- its body with this fingerprint. The record stays in progress with its fingerprint and
+-- no owner, its lease ended (and its lifetime kept): the same payload takes it over at
+-- once, another payload is still a mismatch.
 local raw = redis.call('GET', KEYS[1])
 if not raw or string.sub(raw, 1, 22) == '{"status":"completed",' then
   return 0
@@ -9,6 +13,12 @@ local ok, rec = pcall(cjson.decode, raw)
 if not ok or type(rec) ~= 'table' or rec.status ~= 'in_progress' or rec.owner ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1])
+if rec.took_over then
+  rec.owner = ''
+  rec.lease_until_ms = 0
+  redis.call('SET', KEYS[1], cjson.encode(rec), 'KEEPTTL')
+else
+  redis.call('DEL', KEYS[1])
+end
 redis.call('PUBLISH', ARGV[2], '1')
 return 1
