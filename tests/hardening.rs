@@ -256,19 +256,6 @@ both!(
     a_takeover_given_up_keeps_the_payload_it_took_over,
 );
 
-#[derive(Default)]
-struct Runs(AtomicU32);
-
-impl Runs {
-    fn bump(&self) -> u32 {
-        self.0.fetch_add(1, Ordering::SeqCst) + 1
-    }
-
-    fn get(&self) -> u32 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
 #[idempotent(key = "charge:<id>", client = locks, lease = "300ms", fingerprint = [id, amount])]
 async fn charge(
     locks: &Locks,

@@ -6,7 +6,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -31,20 +30,6 @@ both!(
     scope_and_function_separate_records,
     lock_inside_idempotency_either_order,
 );
-
-/// A call counter. Not `Serialize`, so never part of a fingerprint (an `AtomicU32` is).
-#[derive(Default)]
-struct Runs(AtomicU32);
-
-impl Runs {
-    fn bump(&self) -> u32 {
-        self.0.fetch_add(1, Ordering::SeqCst) + 1
-    }
-
-    fn get(&self) -> u32 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 fn idem_err<T: std::fmt::Debug>(r: Result<T, AppError>) -> Error {
     match r {

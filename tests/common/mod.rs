@@ -256,6 +256,23 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A call counter for idempotent bodies. Not `Serialize`, so never part of a
+/// fingerprint (an `AtomicU32` is).
+#[derive(Default)]
+pub struct Runs(pub std::sync::atomic::AtomicU32);
+
+impl Runs {
+    /// Counts one more run; returns the count.
+    pub fn bump(&self) -> u32 {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+    }
+
+    /// Runs so far.
+    pub fn get(&self) -> u32 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// An error type as users write them.
 #[derive(Debug)]
 pub enum AppError {
