@@ -1,0 +1,132 @@
+//! Chaos run: a seeded, bounded stress test of locks and idempotency under faults.
+//!
+//! The test binary re-runs itself as three child processes (`chaos_child`, as
+//! `tests/processes.rs` does). Each child shares ONE `Locks` client between four tokio
+//! runtimes on threads of their own (one multi-thread runtime with one worker, three
+//! current-thread ones). On the first three, tasks take and release a few lock keys
+//! (short ttls, `renew`, bodies longer than the ttl, `wait`, reentrant nested
+//! acquisitions in `guard.scope`, several locks at once) and call an `#[idempotent]` fn
+//! (the same key with another payload now and then); the fourth only calls the
+//! idempotent fn, whose body there sometimes blocks its thread past the claim's lease (a
+//! claimer stalled like a GC pause). Calls are cut short at random: by timeouts, often
+//! of 0-2 ms, and by dropping the future right after its first, second or third
+//! suspension (tokio timers tick in milliseconds, longer than a round trip to a local
+//! redis, so only counting polls lands a cancellation at every await). Meanwhile the
+//! parent injects faults at random points: `DEBUG SLEEP` and SIGSTOP of the
+//! redis-server, `CLIENT KILL` of normal and Pub/Sub connections, redis-server restarts
+//! (kill -9 and start on the same port) and SIGSTOP of whole child processes.
+//!
+//! Nothing the detectors use goes through the lock:
+//! - every event (body entered / left, what the holder was told, release outcomes,
+//!   restarts) is appended to one file with `O_APPEND` (one `write` per line, so the file
+//!   order is the real order of those writes across processes);
+//! - a monitor thread in the parent samples every lock key (token and PTTL, atomically in
+//!   one Lua call) every few milliseconds on its own connection.
+//!
+//! After the run (faults stopped, calls drained, a settle period longer than every ttl)
+//! the parent checks the end state and analyses the log; see `chaos/analysis.rs` for the
+//! exact rules (mutual exclusion, loss reporting, liveness of released and handed-over
+//! keys, idempotency, call duration bounds).
+//!
+//! `DISTLOCK_CHAOS_SEED` reruns a seed; `DISTLOCK_CHAOS_SECS` sets the duration of the
+//! whole test (default 60 s). `scripts/chaos.sh [SECONDS] [SEED]` runs it in release mode.
+//! `DISTLOCK_CHAOS_KEEP=1` keeps the event log (and the monitor's samples) of a passing
+//! run; `DISTLOCK_CHAOS_REPLAY=<events log>` analyses a kept run again.
+mod common;
+
+#[path = "chaos/analysis.rs"]
+mod analysis;
+#[path = "chaos/child.rs"]
+mod child;
+#[path = "chaos/events.rs"]
+mod events;
+#[path = "chaos/parent.rs"]
+mod parent;
+
+use std::time::Duration;
+
+/// Environment variable naming a child's role (unset in a normal test run).
+const ROLE_VAR: &str = "DISTLOCK_CHAOS_ROLE";
+
+/// Settings shared by parent and children.
+mod cfg {
+    use super::Duration;
+
+    /// Child processes.
+    pub(crate) const CHILDREN: usize = 3;
+    /// Tokio runtimes per child, all sharing the child's one `Locks` client: the first
+    /// multi-thread (one worker), the others current-thread; the last one only makes
+    /// idempotent calls, whose bodies sometimes block its thread past their lease (a
+    /// claimer stalled like a GC pause; no lock is ever held on that runtime).
+    pub(crate) const RUNTIMES: usize = 4;
+    /// Worker tasks per runtime (the idempotency-only runtime has one).
+    pub(crate) const WORKERS: usize = 3;
+    /// Command timeout of every child's client.
+    pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_millis(150);
+    /// The lock names (keys `lock:<name>`).
+    pub(crate) const LOCK_KEYS: [&str; 5] = ["k0", "k1", "k2", "k3", "k4"];
+    /// Key prefix of the clients (the default).
+    pub(crate) const PREFIX: &str = "lock:";
+    /// ttl range of renewed locks, in ms.
+    pub(crate) const RENEW_TTL_MS: (u64, u64) = (300, 600);
+    /// ttl range of locks that are not renewed, in ms.
+    pub(crate) const PLAIN_TTL_MS: (u64, u64) = (800, 1400);
+    /// The longest ttl any lock is taken with.
+    pub(crate) const MAX_TTL: Duration = Duration::from_millis(1400);
+    /// Longest `wait` of a lock call, in ms.
+    pub(crate) const MAX_WAIT_MS: u64 = 2000;
+    /// Lease and wait of the idempotent fn (must match its attribute).
+    pub(crate) const IDEM_LEASE_MS: u64 = 450;
+    pub(crate) const IDEM_WAIT_MS: u64 = 800;
+    /// How long one generation of idempotency keys is in use (fresh keys keep bodies
+    /// running instead of replaying forever).
+    pub(crate) const IDEM_GENERATION_MS: u64 = 1500;
+    /// Idempotency keys per generation.
+    pub(crate) const IDEM_KEYS: u64 = 3;
+}
+
+/// The chaos run (the parent).
+#[test]
+fn chaos_run() {
+    if std::env::var(ROLE_VAR).is_ok() {
+        return; // a child runs only `chaos_child`
+    }
+    if let Some(kept) = std::env::var_os("DISTLOCK_CHAOS_REPLAY") {
+        parent::replay(kept.as_ref());
+        return;
+    }
+    let seed = std::env::var("DISTLOCK_CHAOS_SEED")
+        .ok()
+        .map(|s| {
+            s.trim()
+                .parse::<u64>()
+                .expect("DISTLOCK_CHAOS_SEED must be a number")
+        })
+        .unwrap_or_else(|| {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            (t.as_nanos() as u64 ^ (u64::from(std::process::id()) << 32)) % 1_000_000_000
+        });
+    let secs = std::env::var("DISTLOCK_CHAOS_SECS")
+        .ok()
+        .map(|s| {
+            s.trim()
+                .parse::<u64>()
+                .expect("DISTLOCK_CHAOS_SECS must be a number of seconds")
+        })
+        .unwrap_or(60);
+    println!("chaos seed = {seed}");
+    eprintln!("chaos seed = {seed} ({secs} s; rerun with DISTLOCK_CHAOS_SEED={seed})");
+    parent::run(seed, secs);
+}
+
+/// Entry point of the child processes; does nothing in a normal test run.
+#[test]
+fn chaos_child() {
+    let Ok(role) = std::env::var(ROLE_VAR) else {
+        return;
+    };
+    assert_eq!(role, "child", "unknown chaos role `{role}`");
+    child::main();
+}
