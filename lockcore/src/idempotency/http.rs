@@ -26,7 +26,6 @@ pub struct IdemRequest {
     pub(crate) method: String,
     pub(crate) route: String,
     pub(crate) query: String,
-    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
     pub(crate) origin: Origin,
 }
 
@@ -89,6 +88,7 @@ impl std::fmt::Debug for IdemRequest {
             .field("method", &self.method)
             .field("route", &self.route)
             .field("query", &self.query)
+            .field("origin", &self.origin)
             .finish_non_exhaustive()
     }
 }
