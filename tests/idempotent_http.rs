@@ -30,6 +30,7 @@ struct App {
 
 const COUNTERS: &[&str] = &[
     "orders", "slow", "wait", "flaky", "conflict", "big", "binary", "optional", "stock", "busy",
+    "steady",
 ];
 
 impl App {
@@ -122,6 +123,13 @@ mod axum_app {
         format!("slow run {n}")
     }
 
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn steady(State(app): State<App>) -> String {
+        let n = app.bump("steady");
+        tokio::time::sleep(STEADY).await;
+        format!("steady run {n}")
+    }
+
     #[idempotent(header = "Idempotency-Key", client = app.locks, wait = "5s")]
     async fn wait(State(app): State<App>) -> String {
         let n = app.bump("wait");
@@ -206,6 +214,7 @@ mod axum_app {
         let router = axum::Router::new()
             .route("/orders/{user}", post(orders))
             .route("/slow", post(slow))
+            .route("/steady", post(steady))
             .route("/wait", post(wait))
             .route("/flaky", post(flaky))
             .route("/conflict", post(conflict))
@@ -246,6 +255,13 @@ mod actix_app {
         let n = app.bump("slow");
         tokio::time::sleep(Duration::from_millis(300)).await;
         format!("slow run {n}")
+    }
+
+    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    async fn steady(app: web::Data<App>) -> String {
+        let n = app.bump("steady");
+        tokio::time::sleep(STEADY).await;
+        format!("steady run {n}")
     }
 
     #[idempotent(header = "Idempotency-Key", client = app.locks, wait = "5s")]
@@ -339,6 +355,7 @@ mod actix_app {
                         .app_data(web::Data::new(app.clone()))
                         .route("/orders/{user}", web::post().to(orders))
                         .route("/slow", web::post().to(slow))
+                        .route("/steady", web::post().to(steady))
                         .route("/wait", web::post().to(wait))
                         .route("/flaky", web::post().to(flaky))
                         .route("/conflict", web::post().to(conflict))
@@ -419,10 +436,14 @@ both_frameworks!(
     missing_header_with_required_false_runs_without_idempotency,
     lock_and_idempotency_work_in_either_order,
     distlock_errors_are_problem_responses_and_not_stored,
+    retry_after_is_how_long_such_a_body_takes,
 );
 
 /// Raw request headers.
 type Headers<'a> = Vec<(&'a str, &'a [u8])>;
+
+/// How long the `/steady` handler takes.
+const STEADY: Duration = Duration::from_millis(1300);
 
 const ORDER: &str = r#"{"sku":"a-1","qty":2,"ship":{"city":"Oslo","zip":"0150"}}"#;
 
@@ -730,4 +751,32 @@ async fn distlock_errors_are_problem_responses_and_not_stored(h: Harness) {
     let r = post(h.addr, "/busy", Some("z"), "").await;
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
     assert_eq!(h.app.runs("busy"), 2);
+}
+
+/// A repeat that arrives while the first call runs gets `Retry-After` of about how long
+/// such a body takes, not the 30 s lease left: 1 s before any body of the fn completed,
+/// then the 1.3 s the handler takes, rounded up.
+async fn retry_after_is_how_long_such_a_body_takes(h: Harness) {
+    async fn conflict_after(h: &Harness, key: &str) -> (Option<String>, Resp) {
+        let first = tokio::spawn({
+            let (addr, key) = (h.addr, key.to_owned());
+            async move { post(addr, "/steady", Some(&key), "").await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let repeat = post(h.addr, "/steady", Some(key), "").await;
+        assert_eq!(repeat.status, 409, "{}", repeat.text());
+        let after = repeat.header("retry-after").map(str::to_owned);
+        let first = first.await.unwrap();
+        assert_eq!(first.status, 200);
+        (after, first)
+    }
+    let (after, _) = conflict_after(&h, "steady-1").await;
+    assert_eq!(
+        after.as_deref(),
+        Some("1"),
+        "nothing known yet: 1 s, not the lease"
+    );
+    let (after, _) = conflict_after(&h, "steady-2").await;
+    assert_eq!(after.as_deref(), Some("2"), "a body takes 1.3 s");
+    assert_eq!(h.app.runs("steady"), 2);
 }

@@ -72,7 +72,9 @@ pub enum Error {
     InProgress {
         /// The full Redis key of the record.
         key: String,
-        /// Time left on the running call's lease.
+        /// How long to wait before retrying: about how long a body of this fn took
+        /// lately in this process (1 s before one has completed), never more than the
+        /// running call's lease left.
         retry_after: Duration,
     },
     /// `#[idempotent]`: the key was used before with a different payload. The body did

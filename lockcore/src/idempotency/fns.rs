@@ -125,7 +125,7 @@ where
         target.scope.as_deref(),
         &target.key,
     );
-    let claim = match begin(&locks, key.clone(), &fp, &spec).await {
+    let claim = match begin(&locks, target.function, key.clone(), &fp, &spec).await {
         Ok(Begin::Run(claim)) => claim,
         Ok(Begin::Replay(raw)) => {
             return match record::stored_value(&key, &raw).and_then(|v| {

@@ -354,7 +354,7 @@ impl HandlerRun {
         let locks = client?;
         fp.http(&req.method, &req.route, &req.query);
         let record = record_key(locks.prefix(), function, scope.as_deref(), &key);
-        match begin(&locks, record.clone(), &fp, &spec).await? {
+        match begin(&locks, function, record.clone(), &fp, &spec).await? {
             Begin::Run(claim) => Ok(HandlerRun {
                 claim: Some(claim),
                 digest: fp.digest(),

@@ -23,7 +23,9 @@
 //! `wait` the caller waits (woken by the complete or release script's `PUBLISH` on
 //! `<record>:done`, with a capped fallback retry) until the first call finishes.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -73,9 +75,38 @@ pub(crate) enum Begin {
     Replay(String),
 }
 
-/// Claims `key`, replays it, or waits up to `spec.wait_ms` for a running call to end.
+/// What a repeat that finds the key in progress is told to wait (`Retry-After`) when
+/// nothing is known yet of how long a body of its fn takes.
+pub(crate) const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a completed body of each idempotent fn took lately, in this process: a
+/// moving average (each new run counts for a quarter).
+static TYPICAL: std::sync::LazyLock<Mutex<HashMap<&'static str, Duration>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+fn typical(function: &'static str) -> Option<Duration> {
+    let map = TYPICAL.lock().unwrap_or_else(|e| e.into_inner());
+    map.get(function).copied()
+}
+
+fn observe(function: &'static str, took: Duration) {
+    let mut map = TYPICAL.lock().unwrap_or_else(|e| e.into_inner());
+    map.entry(function)
+        .and_modify(|avg| *avg = (*avg * 3 + took) / 4)
+        .or_insert(took);
+}
+
+/// How long a repeat should wait before retrying: how long a body of `function` takes
+/// (else [`DEFAULT_RETRY_AFTER`]), never more than the running claim's lease `left`.
+fn retry_after(function: &'static str, left: Duration) -> Duration {
+    typical(function).unwrap_or(DEFAULT_RETRY_AFTER).min(left)
+}
+
+/// Claims `key` for `function` (its namespace, `module::fn`), replays it, or waits up to
+/// `spec.wait_ms` for a running call to end.
 pub(crate) async fn begin(
     locks: &Locks,
+    function: &'static str,
     key: String,
     fp: &Fingerprint,
     spec: &IdemSpec,
@@ -96,6 +127,18 @@ pub(crate) async fn begin(
     let deadline = started + Duration::from_millis(spec.wait_ms);
     let mut wake: Option<Subscription> = None;
     let mut subscribed = false;
+    let claim = |sent| Claim {
+        locks: locks.clone(),
+        function,
+        key: key.clone(),
+        owner: owner.clone(),
+        channel: channel.clone(),
+        lease,
+        lifetime,
+        claimed: sent,
+        renewed: Mutex::new(sent),
+        done: false,
+    };
     loop {
         let args = ClaimArgs {
             key: &key,
@@ -110,8 +153,7 @@ pub(crate) async fn begin(
             Err(source) => {
                 if source.is_transient() {
                     // The claim may have landed with its reply lost: give it back.
-                    Claim::new(locks, key.clone(), owner, channel, lease, lifetime, sent)
-                        .spawn_release();
+                    claim(sent).spawn_release();
                 }
                 tracing::warn!(target: "distlock", key, error = %source, "idempotency claim failed");
                 return Err(Error::backend(&key, source));
@@ -127,9 +169,7 @@ pub(crate) async fn begin(
                     waited_ms = started.elapsed().as_secs_f64() * 1e3,
                     "idempotency key claimed"
                 );
-                return Ok(Begin::Run(Claim::new(
-                    locks, key, owner, channel, lease, lifetime, sent,
-                )));
+                return Ok(Begin::Run(claim(sent)));
             }
             Claimed::TookOver { previous } => {
                 tracing::warn!(
@@ -138,9 +178,7 @@ pub(crate) async fn begin(
                     previous_owner = previous,
                     "idempotency key claimed by taking over an expired claim (its claimer stopped renewing the lease); the body runs again"
                 );
-                return Ok(Begin::Run(Claim::new(
-                    locks, key, owner, channel, lease, lifetime, sent,
-                )));
+                return Ok(Begin::Run(claim(sent)));
             }
             Claimed::Completed(raw) => {
                 tracing::debug!(target: "distlock", key, "idempotent replay of the stored result");
@@ -163,7 +201,7 @@ pub(crate) async fn begin(
             );
             return Err(Error::InProgress {
                 key,
-                retry_after: left,
+                retry_after: retry_after(function, left),
             });
         }
         if !subscribed {
@@ -190,6 +228,8 @@ pub(crate) async fn begin(
 /// schedules the release at once on the current tokio runtime.
 pub(crate) struct Claim {
     locks: Locks,
+    /// The fn whose body runs (how long it takes is remembered, see [`retry_after`]).
+    function: &'static str,
     key: String,
     owner: String,
     channel: String,
@@ -198,7 +238,7 @@ pub(crate) struct Claim {
     /// When the claim, or its last successful renewal, was sent: its lease runs from no
     /// earlier, by this client's clock.
     claimed: Instant,
-    renewed: std::sync::Mutex<Instant>,
+    renewed: Mutex<Instant>,
     done: bool,
 }
 
@@ -215,28 +255,6 @@ pub(crate) enum Completed {
 }
 
 impl Claim {
-    fn new(
-        locks: &Locks,
-        key: String,
-        owner: String,
-        channel: String,
-        lease: Duration,
-        lifetime: Duration,
-        claimed: Instant,
-    ) -> Claim {
-        Claim {
-            locks: locks.clone(),
-            key,
-            owner,
-            channel,
-            lease,
-            lifetime,
-            claimed,
-            renewed: std::sync::Mutex::new(claimed),
-            done: false,
-        }
-    }
-
     /// When the lease ends by this client's clock, unless renewed.
     fn lease_end(&self) -> Instant {
         *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) + self.lease
@@ -318,6 +336,7 @@ impl Claim {
             {
                 Ok(true) => {
                     tracing::debug!(target: "distlock", key = self.key, bytes = record.len(), "idempotent result stored");
+                    observe(self.function, self.claimed.elapsed());
                     return Completed::Stored;
                 }
                 Ok(false) => {
@@ -387,13 +406,14 @@ impl Drop for Claim {
         self.done = true;
         let claim = Claim {
             locks: self.locks.clone(),
+            function: self.function,
             key: std::mem::take(&mut self.key),
             owner: std::mem::take(&mut self.owner),
             channel: std::mem::take(&mut self.channel),
             lease: self.lease,
             lifetime: self.lifetime,
             claimed: self.claimed,
-            renewed: std::sync::Mutex::new(self.claimed),
+            renewed: Mutex::new(self.claimed),
             done: false,
         };
         claim.spawn_release();
