@@ -43,7 +43,8 @@ struct Buy {
 
 /// The provider retries this callback until it sees a 2xx, with the same
 /// `Idempotency-Key`: the card is charged once, and every retry gets the first answer.
-#[idempotent(header = "Idempotency-Key", ttl = "24h")]
+/// One provider calls this endpoint, so its records are shared by a literal scope.
+#[idempotent(header = "Idempotency-Key", scope = "payment-provider", ttl = "24h")]
 async fn payment_callback(
     shop: web::Data<Shop>,
     web::Json(notice): web::Json<PaymentNotice>,
@@ -59,8 +60,9 @@ async fn payment_callback(
 
 /// Double-clicked "buy" buttons send the same key: the claim answers the repeats; the
 /// lock serializes different buyers on the same sku. `#[idempotent]` goes on top, so
-/// a repeat never waits for the lock.
-#[idempotent(header = "Idempotency-Key")]
+/// a repeat never waits for the lock. Each buyer's keys are its own (`scope`; in a real
+/// service, the authenticated user rather than a field of the body).
+#[idempotent(header = "Idempotency-Key", scope = "<req.buyer>")]
 #[distributed_lock(key = "stock:<sku.0>", ttl = "10s", wait = "5s")]
 async fn buy(
     shop: web::Data<Shop>,

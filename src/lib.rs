@@ -160,8 +160,9 @@ pub use lockmacro::distributed_lock;
 /// the same payload gets the first caller's stored response, and a key claimed first by
 /// someone else answers for it. Write `scope = "<user_id>"` (or the account, the tenant:
 /// whatever identifies the caller, taken from an authenticated binding), as payment APIs
-/// scope idempotency keys per account. Leave it out only where callers are meant to share
-/// records, such as one provider's webhook.
+/// scope idempotency keys per account. Handlers (`header = ...`) must have a `scope`; where
+/// callers are meant to share records, such as one provider's webhook, say so with a
+/// literal: `scope = "provider-webhooks"`.
 ///
 /// # Arguments
 ///
@@ -169,7 +170,7 @@ pub use lockmacro::distributed_lock;
 /// |---|---|---|
 /// | `key = "pay:<id>"` | | async fns: the key, a template like `#[distributed_lock]`'s (same escaping and checks) |
 /// | `header = "Idempotency-Key"` | | handlers: the key is this request header's value |
-/// | `scope = "<user_id>"` | none | a template added to the key: who the record belongs to (the caller, account or tenant); belongs on every public endpoint, see above |
+/// | `scope = "<user_id>"` | none; required with `header` | a template added to the key: who the record belongs to (the caller, account or tenant); belongs on every public endpoint, see above |
 /// | `ttl = "24h"` | `24h` | how long a completed record is kept and replayed |
 /// | `lease = "30s"` | `30s` | how long a claim survives without renewal (a crashed caller blocks the key this long); renewed every `lease / 3` while the body runs |
 /// | `wait = "5s"` | none | a repeat that arrives while the first call runs waits this long for its result instead of getting `InProgress` |

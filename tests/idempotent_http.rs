@@ -116,28 +116,28 @@ mod axum_app {
         )
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn slow(State(app): State<App>) -> String {
         let n = app.bump("slow");
         tokio::time::sleep(Duration::from_millis(300)).await;
         format!("slow run {n}")
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn steady(State(app): State<App>) -> String {
         let n = app.bump("steady");
         tokio::time::sleep(STEADY).await;
         format!("steady run {n}")
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks, wait = "5s")]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks, wait = "5s")]
     async fn wait(State(app): State<App>) -> String {
         let n = app.bump("wait");
         tokio::time::sleep(Duration::from_millis(300)).await;
         format!("wait run {n}")
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn flaky(State(app): State<App>) -> (StatusCode, String) {
         match app.bump("flaky") {
             1 => (StatusCode::SERVICE_UNAVAILABLE, "try again".into()),
@@ -145,7 +145,7 @@ mod axum_app {
         }
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn conflict(State(app): State<App>) -> (StatusCode, String) {
         match app.bump("conflict") {
             1 => (StatusCode::CONFLICT, "busy".into()),
@@ -153,19 +153,19 @@ mod axum_app {
         }
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks, max_body = "1KiB")]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks, max_body = "1KiB")]
     async fn big(State(app): State<App>) -> String {
         let n = app.bump("big");
         format!("{n}").repeat(4096)
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn binary(State(app): State<App>) -> Vec<u8> {
         let n = app.bump("binary") as u8;
         vec![0xff, 0x00, n, 0x80]
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn busy(State(app): State<App>) -> Result<String, distlock::Error> {
         match app.bump("busy") {
             1 => Err(busy_error()),
@@ -173,7 +173,7 @@ mod axum_app {
         }
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks, required = false)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks, required = false)]
     async fn optional(State(app): State<App>) -> String {
         format!("optional run {}", app.bump("optional"))
     }
@@ -190,7 +190,7 @@ mod axum_app {
         }
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     #[distributed_lock(key = "stock:<sku>", client = app.locks, wait = "5s")]
     async fn stock_idem_outer(
         State(app): State<App>,
@@ -201,7 +201,7 @@ mod axum_app {
     }
 
     #[distributed_lock(key = "stock:<sku>", client = app.locks, wait = "5s")]
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn stock_lock_outer(
         State(app): State<App>,
         Path(sku): Path<u32>,
@@ -250,28 +250,28 @@ mod actix_app {
             .json(serde_json::json!({ "user": *user, "sku": order.sku, "qty": order.qty, "n": n }))
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn slow(app: web::Data<App>) -> String {
         let n = app.bump("slow");
         tokio::time::sleep(Duration::from_millis(300)).await;
         format!("slow run {n}")
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn steady(app: web::Data<App>) -> String {
         let n = app.bump("steady");
         tokio::time::sleep(STEADY).await;
         format!("steady run {n}")
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks, wait = "5s")]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks, wait = "5s")]
     async fn wait(app: web::Data<App>) -> String {
         let n = app.bump("wait");
         tokio::time::sleep(Duration::from_millis(300)).await;
         format!("wait run {n}")
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn flaky(app: web::Data<App>) -> HttpResponse {
         match app.bump("flaky") {
             1 => HttpResponse::ServiceUnavailable().body("try again"),
@@ -279,7 +279,7 @@ mod actix_app {
         }
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn conflict(app: web::Data<App>) -> HttpResponse {
         match app.bump("conflict") {
             1 => HttpResponse::Conflict().body("busy"),
@@ -287,13 +287,13 @@ mod actix_app {
         }
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks, max_body = "1KiB")]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks, max_body = "1KiB")]
     async fn big(app: web::Data<App>) -> HttpResponse {
         let n = app.bump("big");
         HttpResponse::Ok().body(format!("{n}").repeat(4096))
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn binary(app: web::Data<App>) -> HttpResponse {
         let n = app.bump("binary") as u8;
         HttpResponse::Ok()
@@ -301,7 +301,7 @@ mod actix_app {
             .body(vec![0xff, 0x00, n, 0x80])
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn busy(app: web::Data<App>) -> Result<String, distlock::Error> {
         match app.bump("busy") {
             1 => Err(busy_error()),
@@ -309,7 +309,7 @@ mod actix_app {
         }
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks, required = false)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks, required = false)]
     async fn optional(app: web::Data<App>) -> String {
         format!("optional run {}", app.bump("optional"))
     }
@@ -325,7 +325,7 @@ mod actix_app {
         }
     }
 
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     #[distributed_lock(key = "stock:<sku.0>", client = app.locks, wait = "5s")]
     async fn stock_idem_outer(
         app: web::Data<App>,
@@ -336,7 +336,7 @@ mod actix_app {
     }
 
     #[distributed_lock(key = "stock:<sku.0>", client = app.locks, wait = "5s")]
-    #[idempotent(header = "Idempotency-Key", client = app.locks)]
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn stock_lock_outer(
         app: web::Data<App>,
         sku: web::Path<(u32,)>,

@@ -195,7 +195,7 @@ fn idem_config(
         (None, None) => {
             errors.push(syn::Error::new(
                 Span::call_site(),
-                "missing `key` or `header`: write `#[idempotent(key = \"pay:<id>\")]` on an async fn, or `#[idempotent(header = \"Idempotency-Key\")]` on an axum or actix-web handler",
+                "missing `key` or `header`: write `#[idempotent(key = \"pay:<id>\")]` on an async fn, or `#[idempotent(header = \"Idempotency-Key\", scope = \"<user>\")]` on an axum or actix-web handler",
             ));
             None
         }
@@ -214,7 +214,15 @@ fn idem_config(
     };
     let scope = match slots.take("scope") {
         Some(arg) => Some(template_arg(&arg, "the scope template", bindings, errors)),
-        None => Some(None),
+        None => {
+            if let Some(Source::Header(lit)) = &source {
+                errors.push(syn::Error::new(
+                    lit.span(),
+                    "`header = ...` needs a `scope`: who may replay this endpoint's stored responses. Write `scope = \"<user>\"` with a binding that identifies the caller (each caller's keys are then its own), or a literal such as `scope = \"provider-webhooks\"` for an endpoint whose callers may share records; without a scope, anyone who knows a key gets the response stored under it and can claim keys before their owner",
+                ));
+            }
+            Some(None)
+        }
     };
     let ttl = duration_arg(slots.take("ttl"), errors, "").unwrap_or(Some(24 * 3_600_000));
     let lease = duration_arg(slots.take("lease"), errors, "").unwrap_or(Some(30_000));

@@ -3,7 +3,7 @@ use distlock::idempotent;
 
 struct Created(u64);
 
-#[idempotent(header = "Idempotency-Key")]
+#[idempotent(header = "Idempotency-Key", scope = "shop")]
 async fn create() -> Created {
     Created(1)
 }

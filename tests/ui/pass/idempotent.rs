@@ -30,25 +30,25 @@ async fn create(
     (StatusCode::CREATED, Json(serde_json::json!({ "user": user, "qty": order.qty })))
 }
 
-#[idempotent(header = "Idempotency-Key")]
+#[idempotent(header = "Idempotency-Key", scope = "shop")]
 #[distributed_lock(key = "stock:<sku>", wait = "1s")]
 async fn buy(Path(sku): Path<u64>) -> Result<String, distlock::Error> {
     Ok(format!("{sku}"))
 }
 
 #[distributed_lock(key = "stock:<sku>", wait = "1s")]
-#[idempotent(header = "Idempotency-Key", required = false, fingerprint = [sku])]
+#[idempotent(header = "Idempotency-Key", scope = "shop", required = false, fingerprint = [sku])]
 async fn buy_lock_outer(Path(sku): Path<u64>) -> Result<String, distlock::Error> {
     Ok(format!("{sku}"))
 }
 
 #[actix_web::post("/a/{id}")]
-#[idempotent(header = "Idempotency-Key")]
+#[idempotent(header = "Idempotency-Key", scope = "shop")]
 async fn actix_create(id: actix_web::web::Path<u64>) -> actix_web::HttpResponse {
     actix_web::HttpResponse::Created().body(format!("{}", id.into_inner()))
 }
 
-#[idempotent(header = "X-Request-Id")]
+#[idempotent(header = "X-Request-Id", scope = "shop")]
 #[actix_web::post("/b")]
 async fn actix_string() -> Result<String, distlock::Error> {
     Ok("ok".into())
