@@ -87,6 +87,7 @@ pub use lockcore::{
 /// | `wait = "3s"` | none | how long to keep trying while someone else holds it |
 /// | `renew = true` | `false` | keep the lease while the body runs (renewed every `ttl / 3`) |
 /// | `max_hold = "5m"` | none | with `renew`: stop renewing after this long |
+/// | `name = "email-notify"` | `module::path::fn` | the records' namespace: required on methods (the methods named alike of two types in one module would share one), and how any fn keeps its records across a rename or a move; two fns found sharing a namespace at run time get a `Backend` error naming both |
 /// | `on_lost = "continue"` | `"cancel"` | with `renew`: when a renewal finds the lock lost, cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way the call returns `Lost` |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` to use instead |
 /// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |
@@ -177,6 +178,7 @@ pub use lockmacro::distributed_lock;
 /// | `required = false` | `true` | handlers: run without idempotency when the header is missing, instead of `MissingKey` |
 /// | `fingerprint = [a, b]` | all `Serialize` bindings | the bindings whose values make up the payload fingerprint |
 /// | `max_body = "1MiB"` | `1MiB` | handlers: larger responses are returned but not stored |
+/// | `name = "email-notify"` | `module::path::fn` | the records' namespace: required on methods (the methods named alike of two types in one module would share one), and how any fn keeps its records across a rename or a move; two fns found sharing a namespace at run time get a `Backend` error naming both |
 /// | `on_lost = "continue"` | `"cancel"` | when a renewal finds the claim lost (its lease ended and another call took it over, or no renewal succeeded for a whole lease), cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way nothing is stored and the call returns `Lost` (HTTP 500) |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` |
 /// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |

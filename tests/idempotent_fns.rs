@@ -29,6 +29,8 @@ both!(
     lease_is_renewed_while_the_body_runs,
     scope_and_function_separate_records,
     lock_inside_idempotency_either_order,
+    methods_of_two_types_keep_their_own_records,
+    two_fns_in_one_namespace_are_reported,
 );
 
 fn idem_err<T: std::fmt::Debug>(r: Result<T, AppError>) -> Error {
@@ -487,4 +489,64 @@ async fn lock_inside_idempotency_either_order(locks: Locks) {
         );
         guard.release().await.unwrap();
     }
+}
+
+struct Email;
+struct Sms;
+
+impl Email {
+    #[idempotent(key = "notify:<id>", client = locks, name = "email-notify")]
+    async fn notify(&self, locks: &Locks, id: u32, runs: &Runs) -> Result<String, AppError> {
+        runs.bump();
+        Ok(format!("email {id}"))
+    }
+}
+
+impl Sms {
+    #[idempotent(key = "notify:<id>", client = locks, name = "sms-notify")]
+    async fn notify(&self, locks: &Locks, id: u32, runs: &Runs) -> Result<String, AppError> {
+        runs.bump();
+        Ok(format!("sms {id}"))
+    }
+}
+
+/// `impl Email { fn notify }` and `impl Sms { fn notify }` in one module: each names its
+/// namespace, and each body runs (before `name`, the second replayed the first's result).
+async fn methods_of_two_types_keep_their_own_records(locks: Locks) {
+    let (email_runs, sms_runs) = (Runs::default(), Runs::default());
+    assert_eq!(
+        Email.notify(&locks, 1, &email_runs).await.unwrap(),
+        "email 1"
+    );
+    assert_eq!(Sms.notify(&locks, 1, &sms_runs).await.unwrap(), "sms 1");
+    assert_eq!(
+        Email.notify(&locks, 1, &email_runs).await.unwrap(),
+        "email 1"
+    );
+    assert_eq!((email_runs.get(), sms_runs.get()), (1, 1));
+}
+
+#[idempotent(key = "k:<id>", client = locks, name = "shared-namespace")]
+async fn first_in_namespace(locks: &Locks, id: u32) -> Result<u32, AppError> {
+    Ok(id)
+}
+
+#[idempotent(key = "k:<id>", client = locks, name = "shared-namespace")]
+async fn second_in_namespace(locks: &Locks, id: u32) -> Result<u32, AppError> {
+    Ok(id + 1000)
+}
+
+/// Two fns that end up in one namespace are reported on first use, naming both; the
+/// second never runs its body or replays the first's record.
+async fn two_fns_in_one_namespace_are_reported(locks: Locks) {
+    assert_eq!(first_in_namespace(&locks, 1).await.unwrap(), 1);
+    let second = second_in_namespace(&locks, 2).await;
+    let message = match second {
+        Err(AppError::Lock(e @ Error::Backend { .. })) => e.to_string(),
+        other => panic!("expected the namespace to be reported: {other:?}"),
+    };
+    assert!(
+        message.contains("shared-namespace") && message.matches("idempotent_fns.rs:").count() == 2,
+        "{message}"
+    );
 }

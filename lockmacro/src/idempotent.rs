@@ -36,6 +36,7 @@ const IDEM_ARGS: &[&str] = &[
     "fingerprint",
     "max_body",
     "on_lost",
+    "name",
     "client",
     "crate",
 ];
@@ -62,6 +63,8 @@ struct IdemConfig {
     max_body: u64,
     /// `on_lost = "cancel"` (default): cancel the body when the claim is found lost.
     cancel_on_lost: bool,
+    /// `name = "..."`: the records' namespace instead of `module::path::fn`.
+    name: Option<LitStr>,
     client: Option<Expr>,
 }
 
@@ -95,6 +98,18 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         }
     }
     let (shape, config, mut errors) = shape_and_config(&mut func, args, "idempotent", idem_config);
+    if let Some(config) = &config
+        && config.name.is_none()
+        && func.sig.receiver().is_some()
+    {
+        errors.push(syn::Error::new(
+            func.sig.ident.span(),
+            format!(
+                "`#[idempotent]` on a method needs `name = \"...\"`: records are namespaced by module path and fn name, which the methods named `{}` of every type in this module share (`impl Email {{ fn notify }}` and `impl Sms {{ fn notify }}` would answer each other's calls); name the namespace, e.g. `name = \"<type>-{}\"`",
+                func.sig.ident, func.sig.ident
+            ),
+        ));
+    }
     if let Some(config) = &config {
         match (&config.source, &shape) {
             (Source::Key(_), _) if matches!(func.sig.output, ReturnType::Default) => {
@@ -272,6 +287,22 @@ fn idem_config(
         Some(arg) => expand::on_lost_arg(&arg, errors),
         None => Some(true),
     };
+    let name = match slots.take("name") {
+        Some(arg) => match lit_str(&arg) {
+            Ok(lit) => match name_error(&lit.value()) {
+                Some(msg) => {
+                    errors.push(syn::Error::new(lit.span(), msg));
+                    None
+                }
+                None => Some(Some(lit)),
+            },
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        None => Some(None),
+    };
     let client = slots.take("client").map(|a| a.value);
     Some(IdemConfig {
         krate: krate?,
@@ -284,8 +315,23 @@ fn idem_config(
         fingerprint: fingerprint?,
         max_body: max_body?,
         cancel_on_lost: cancel_on_lost?,
+        name: name?,
         client,
     })
+}
+
+/// Why `name` cannot name a record namespace, if it cannot.
+fn name_error(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("the `name` is empty; write e.g. `name = \"email-notify\"`".into());
+    }
+    name.chars()
+        .find(|c| c.is_whitespace() || c.is_control() || matches!(c, '{' | '}'))
+        .map(|c| {
+            format!(
+                "`name = {name:?}`: {c:?} is not allowed in a record namespace (no whitespace, control characters or braces)"
+            )
+        })
 }
 
 /// Why `name` is not a valid HTTP header name, if it is not.
@@ -511,6 +557,22 @@ fn spec(config: &IdemConfig, header: &str) -> TokenStream {
     }
 }
 
+/// The fn's record namespace (`name`, else `module::path::fn`) and where it is defined
+/// (two fns found sharing a namespace at run time are named by it).
+fn idem_fn(config: &IdemConfig, name: &str) -> TokenStream {
+    let krate = &config.krate;
+    let namespace = match &config.name {
+        Some(lit) => quote!(#lit),
+        None => quote!(::core::concat!(::core::module_path!(), "::", #name)),
+    };
+    quote! {
+        #krate::__private::IdemFn {
+            namespace: #namespace,
+            site: ::core::concat!(::core::file!(), ":", ::core::line!(), ":", ::core::column!()),
+        }
+    }
+}
+
 /// `run_idempotent(client, target, fingerprint, spec, async move { body }).await`.
 fn key_call(
     config: &IdemConfig,
@@ -530,6 +592,7 @@ fn key_call(
     let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
     let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
     let spec = spec(config, "");
+    let idem_fn = idem_fn(config, name);
     // The call and its `.await` both require `R: IdemOutput`. Both on one token of the
     // return type (the `Ok` type, which must be storable), a return type that does not
     // fit is reported there, once.
@@ -540,7 +603,7 @@ fn key_call(
         quote! {
             #client_var,
             #krate::__private::IdemTarget {
-                function: ::core::concat!(::core::module_path!(), "::", #name),
+                function: #idem_fn,
                 scope: #scope_var,
                 key: #key_var,
             },
@@ -591,6 +654,7 @@ fn header_call(
     let cap_var = Ident::new("__distlock_idem_cap", Span::mixed_site());
     let done = format_ident!("__distlock_idem_done", span = Span::mixed_site());
     let spec = spec(config, &header.value());
+    let idem_fn = idem_fn(config, name);
     // Over the return type: a type that is no framework's response is reported there.
     let (first, last) = span_range(ret.to_token_stream());
     let capture = respan_range(
@@ -621,7 +685,7 @@ fn header_call(
         let mut #run_var = match #krate::__private::HandlerRun::begin(
             &#req,
             #client_var,
-            ::core::concat!(::core::module_path!(), "::", #name),
+            #idem_fn,
             #scope_var,
             #fp_var,
             #spec,

@@ -91,11 +91,21 @@ impl<T: IdemValue, E: IdemError> IdemOutput for Result<T, E> {
     }
 }
 
+/// An idempotent fn as its records know it.
+#[derive(Debug, Clone, Copy)]
+pub struct IdemFn {
+    /// The records' namespace: `name = "..."`, else `module::path::fn_name`.
+    pub namespace: &'static str,
+    /// Where the fn is defined (`file:line:column`), to name two fns that share one
+    /// namespace.
+    pub site: &'static str,
+}
+
 /// Where a plain fn's record lives: the function's path, the rendered scope, the key.
 #[derive(Debug)]
 pub struct IdemTarget {
-    /// `module::path::fn_name`.
-    pub function: &'static str,
+    /// The fn: its record namespace and where it is defined.
+    pub function: IdemFn,
     /// The rendered `scope` template, if any.
     pub scope: Option<String>,
     /// The rendered `key` template.
@@ -121,7 +131,7 @@ where
     };
     let key = record_key(
         locks.prefix(),
-        target.function,
+        target.function.namespace,
         target.scope.as_deref(),
         &target.key,
     );

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::record::{self, Captured, REPLAYED_HEADER};
-use super::{Begin, Claim, Completed, Fingerprint, IdemSpec, begin, record_key};
+use super::{Begin, Claim, Completed, Fingerprint, IdemFn, IdemSpec, begin, record_key};
 use crate::client::Locks;
 use crate::error::Error;
 use crate::key;
@@ -331,7 +331,7 @@ impl HandlerRun {
     pub async fn begin(
         req: &IdemRequest,
         client: Result<Locks, Error>,
-        function: &'static str,
+        function: IdemFn,
         scope: Option<String>,
         mut fp: Fingerprint,
         spec: IdemSpec,
@@ -339,7 +339,7 @@ impl HandlerRun {
         let key = match header_key(req, &spec) {
             Ok(Some(key)) => key,
             Ok(None) => {
-                tracing::debug!(target: "distlock", header = spec.header, function, "no idempotency key: running without idempotency (`required = false`)");
+                tracing::debug!(target: "distlock", header = spec.header, function = function.namespace, "no idempotency key: running without idempotency (`required = false`)");
                 return Ok(HandlerRun {
                     claim: None,
                     digest: String::new(),
@@ -347,13 +347,13 @@ impl HandlerRun {
                 });
             }
             Err(e) => {
-                tracing::debug!(target: "distlock", error = %e, function, "idempotency key rejected");
+                tracing::debug!(target: "distlock", error = %e, function = function.namespace, "idempotency key rejected");
                 return Err(e.into());
             }
         };
         let locks = client?;
         fp.http(&req.method, &req.route, &req.query);
-        let record = record_key(locks.prefix(), function, scope.as_deref(), &key);
+        let record = record_key(locks.prefix(), function.namespace, scope.as_deref(), &key);
         match begin(&locks, function, record.clone(), &fp, &spec).await? {
             Begin::Run(claim) => Ok(HandlerRun {
                 claim: Some(claim),

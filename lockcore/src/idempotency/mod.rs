@@ -42,7 +42,7 @@ pub(crate) mod http;
 pub(crate) mod record;
 
 pub use fingerprint::Fingerprint;
-pub(crate) use fns::IdemSpec;
+pub(crate) use fns::{IdemFn, IdemSpec};
 
 /// Default lease of a claim: how long a crashed claimer blocks its key.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -102,15 +102,41 @@ fn retry_after(function: &'static str, left: Duration) -> Duration {
     typical(function).unwrap_or(DEFAULT_RETRY_AFTER).min(left)
 }
 
-/// Claims `key` for `function` (its namespace, `module::fn`), replays it, or waits up to
+/// Which fn first used each record namespace in this process.
+static NAMESPACES: std::sync::LazyLock<Mutex<HashMap<&'static str, &'static str>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// `Err` when another fn already uses `f`'s namespace: their records would answer each
+/// other's calls (say, methods named alike of two types in one module).
+fn check_namespace(f: IdemFn, key: &str) -> Result<(), Error> {
+    let mut map = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
+    let first = *map.entry(f.namespace).or_insert(f.site);
+    if first == f.site {
+        return Ok(());
+    }
+    let detail = format!(
+        "the idempotent fns at {first} and {} share the record namespace `{}`: their records \
+         would answer each other's calls; give one of them `name = \"...\"`",
+        f.site, f.namespace
+    );
+    tracing::error!(target: "distlock", namespace = f.namespace, first, second = f.site, "{detail}");
+    Err(Error::backend(
+        key,
+        crate::error::BackendError::new(crate::error::BackendErrorKind::Config, detail),
+    ))
+}
+
+/// Claims `key` for fn `f` (records in its namespace), replays it, or waits up to
 /// `spec.wait_ms` for a running call to end.
 pub(crate) async fn begin(
     locks: &Locks,
-    function: &'static str,
+    f: IdemFn,
     key: String,
     fp: &Fingerprint,
     spec: &IdemSpec,
 ) -> Result<Begin, Error> {
+    check_namespace(f, &key)?;
+    let function = f.namespace;
     let inner = &locks.inner;
     if let Err(reason) = key::check_key(&key) {
         return Err(Error::InvalidKey {
@@ -424,7 +450,9 @@ impl Drop for Claim {
 pub(crate) mod private {
     pub use super::Fingerprint;
     pub use super::fingerprint::{FpArg, FpSerialize, FpSkip};
-    pub use super::fns::{IdemError, IdemOutput, IdemSpec, IdemTarget, IdemValue, run_idempotent};
+    pub use super::fns::{
+        IdemError, IdemFn, IdemOutput, IdemSpec, IdemTarget, IdemValue, run_idempotent,
+    };
     pub use super::http::{
         CaptureActix, CaptureAxum, CaptureBoth, CaptureNone, HandlerReturn, HandlerRun,
         IdemRequest, IdemResponse, LocalCapture, Reply, SendCapture,

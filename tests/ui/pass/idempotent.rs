@@ -70,7 +70,7 @@ async fn generic<T: std::fmt::Display + Send>(id: T) -> Result<Vec<String>, dist
 struct Service;
 
 impl Service {
-    #[idempotent(key = "svc:<id>")]
+    #[idempotent(key = "svc:<id>", name = "service-method")]
     async fn method(&self, id: u64) -> Result<u64, distlock::Error> {
         Ok(id)
     }
@@ -83,7 +83,7 @@ trait Payments {
 
 #[async_trait::async_trait]
 impl Payments for Service {
-    #[idempotent(key = "pay:<id>", scope = "svc")]
+    #[idempotent(key = "pay:<id>", scope = "svc", name = "service-pay")]
     async fn pay(&self, id: u64) -> Result<u64, distlock::Error> {
         Ok(id)
     }
@@ -97,14 +97,14 @@ trait Stock {
 
 #[async_trait::async_trait]
 impl Stock for Service {
-    #[idempotent(key = "take:<sku>")]
+    #[idempotent(key = "take:<sku>", name = "stock-take")]
     #[distributed_lock(key = "stock:<sku>")]
     async fn take(&self, sku: u64) -> Result<u64, distlock::Error> {
         Ok(sku)
     }
 
     #[distributed_lock(key = "stock:<sku>")]
-    #[idempotent(key = "take2:<sku>")]
+    #[idempotent(key = "take2:<sku>", name = "stock-take-lock-outer")]
     async fn take_lock_outer(&self, sku: u64) -> Result<u64, distlock::Error> {
         Ok(sku)
     }
