@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -105,19 +105,7 @@ impl ChildTest {
         }
         let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                // The harness's `test child_entry ... ` has no newline: a message may start
-                // mid-line.
-                if let Some(at) = line.find("@@")
-                    && tx.send(line[at..].to_owned()).is_err()
-                {
-                    break;
-                }
-            }
-        });
+        let lines = child_messages(stdout);
         let mut t = ChildTest {
             child,
             lines,

@@ -2,7 +2,7 @@
 //! samples the lock keys, checks the end state and hands everything to the analysis.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -294,18 +294,7 @@ impl ChildProc {
         let mut child = cmd.spawn().expect("spawn a chaos child");
         let stdout = child.stdout.take().expect("piped stdout");
         let stdin = child.stdin.take();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                // The harness writes `test chaos_child ... ` without a newline first.
-                if let Some(at) = line.find("@@")
-                    && tx.send(line[at..].to_owned()).is_err()
-                {
-                    break;
-                }
-            }
-        });
+        let rx = crate::common::child_messages(stdout);
         ChildProc {
             idx,
             child,

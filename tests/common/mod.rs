@@ -256,6 +256,26 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The `@@<event> ...` messages a child test process prints on `stdout`, from `@@` on,
+/// as they arrive (read on a thread of their own; other lines are dropped). The test
+/// harness writes `test <name> ... ` without a newline first, so a message may start
+/// mid-line.
+pub fn child_messages(stdout: std::process::ChildStdout) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find("@@")
+                && tx.send(line[at..].to_owned()).is_err()
+            {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// A call counter for idempotent bodies. Not `Serialize`, so never part of a
 /// fingerprint (an `AtomicU32` is).
 #[derive(Default)]
