@@ -1,7 +1,10 @@
 //! Cross-checks between the arguments and the function: placeholders against the
 //! bindings the parameter patterns introduce.
 
-use syn::{FnArg, Pat, Signature};
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::{Attribute, FnArg, Ident, Pat, Signature};
 
 use crate::template::Template;
 
@@ -21,7 +24,8 @@ pub(crate) fn param_bindings(sig: &Signature) -> Vec<String> {
 pub(crate) fn pat_bindings(pat: &Pat, out: &mut Vec<String>) {
     match pat {
         Pat::Ident(p) => {
-            out.push(p.ident.to_string());
+            // `r#type` binds `type`: placeholders write `<type>` (or `<r#type>`).
+            out.push(p.ident.unraw().to_string());
             if let Some((_, sub)) = &p.subpat {
                 pat_bindings(sub, out);
             }
@@ -39,6 +43,45 @@ pub(crate) fn pat_bindings(pat: &Pat, out: &mut Vec<String>) {
             }
         }
         _ => {}
+    }
+}
+
+/// The `#[cfg(...)]` attributes of each parameter, with the names its pattern binds: a
+/// statement about such a binding carries them too, so it goes where the parameter goes.
+pub(crate) fn binding_cfgs(sig: &Signature) -> Vec<(String, Vec<Attribute>)> {
+    let mut out = Vec::new();
+    for input in &sig.inputs {
+        let FnArg::Typed(pat) = input else { continue };
+        let cfgs: Vec<Attribute> = pat
+            .attrs
+            .iter()
+            .filter(|a| a.path().is_ident("cfg"))
+            .cloned()
+            .collect();
+        if cfgs.is_empty() {
+            continue;
+        }
+        let mut names = Vec::new();
+        pat_bindings(&pat.pat, &mut names);
+        out.extend(names.into_iter().map(|n| (n, cfgs.clone())));
+    }
+    out
+}
+
+/// The expression naming binding or field `name` (as [`param_bindings`] gives it):
+/// `self` (`__self` in an `#[async_trait]` body), or a raw identifier for a keyword
+/// (`type` is `r#type`).
+pub(crate) fn binding_tokens(name: &str, span: Span, async_trait: bool) -> TokenStream {
+    if name == "self" {
+        return if async_trait {
+            Ident::new("__self", span).into_token_stream()
+        } else {
+            syn::token::SelfValue(span).into_token_stream()
+        };
+    }
+    match syn::parse_str::<Ident>(name) {
+        Ok(_) => Ident::new(name, span).into_token_stream(),
+        Err(_) => Ident::new_raw(name, span).into_token_stream(),
     }
 }
 

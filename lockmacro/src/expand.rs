@@ -6,11 +6,11 @@ use syn::spanned::Spanned;
 use syn::{Block, Expr, Ident, ItemFn, LitStr, Pat, ReturnType, Stmt, Type};
 
 use crate::args::{ArgSlots, Errors, RawArgs, crate_arg, lit_str, template_arg};
-use crate::check::{param_bindings, pat_bindings};
+use crate::check::{binding_tokens, param_bindings, pat_bindings};
 use crate::duration;
 use crate::template::{Part, Template};
 
-const LOCK_ARGS: &[&str] = &[
+pub(crate) const LOCK_ARGS: &[&str] = &[
     "key", "ttl", "wait", "renew", "max_hold", "on_lost", "client", "crate",
 ];
 
@@ -475,18 +475,10 @@ pub(crate) fn key_expr(
     let pushes = template.parts.iter().map(|part| match part {
         Part::Lit(s) => quote!(#buf.push_lit(#s);),
         Part::Arg { root, fields } => {
-            let root = if root == "self" {
-                if async_trait {
-                    Ident::new("__self", span).into_token_stream()
-                } else {
-                    syn::token::SelfValue(span).into_token_stream()
-                }
-            } else {
-                Ident::new(root, span).into_token_stream()
-            };
+            let root = binding_tokens(root, span, async_trait);
             let fields = fields.iter().map(|f| match f.parse::<u32>() {
                 Ok(i) => syn::Index { index: i, span }.into_token_stream(),
-                Err(_) => Ident::new(f, span).into_token_stream(),
+                Err(_) => binding_tokens(f, span, false),
             });
             quote_spanned! {span=>
                 #push_arg(&mut #buf, &(#root #(.#fields)*));

@@ -14,11 +14,12 @@
 
 use proc_macro2::{Delimiter, Span, TokenStream};
 use quote::{ToTokens, format_ident, quote};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, Ident, ItemFn, LitStr, ReturnType, Type};
 
 use crate::args::{ArgSlots, Errors, RawArg, RawArgs, crate_arg, lit_str, template_arg};
-use crate::check::closest;
+use crate::check::{self, binding_tokens, closest};
 use crate::expand::{
     self, Shape, bool_lit, duration_arg, group, key_expr, parse_fn, respan, respan_range,
     shape_and_config, span_range, with_error,
@@ -145,12 +146,31 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 /// handler, around a signature it does not expect). Applying it here instead gives the
 /// same nesting as the other order: claim first, then lock, then the body; repeats are
 /// answered from the record without touching the lock.
+///
+/// Found by its name, or, imported under another name (`use distlock::distributed_lock
+/// as lock`), by its arguments: a list of `name = value` pairs, all of them the lock's,
+/// `key` among them. (A macro cannot see what an import names.)
 fn take_sibling_lock(func: &mut ItemFn) -> Option<(syn::Path, TokenStream)> {
+    let looks_like_lock = |a: &syn::Attribute| {
+        let syn::Meta::List(list) = &a.meta else {
+            return false;
+        };
+        match syn::parse2::<RawArgs>(list.tokens.clone()) {
+            Ok(RawArgs(args)) => {
+                args.iter().any(|arg| arg.name == "key")
+                    && args
+                        .iter()
+                        .all(|arg| expand::LOCK_ARGS.iter().any(|n| arg.name == n))
+            }
+            Err(_) => false,
+        }
+    };
     let at = func.attrs.iter().position(|a| {
         a.path()
             .segments
             .last()
             .is_some_and(|s| s.ident == "distributed_lock")
+            || (!a.path().is_ident("doc") && looks_like_lock(a))
     })?;
     let attr = func.attrs.remove(at);
     let path = attr.path().clone();
@@ -401,7 +421,7 @@ fn fingerprint_arg(arg: &RawArg, bindings: Option<&[String]>) -> syn::Result<Vec
             continue;
         };
         if let Some(bindings) = bindings {
-            let name = ident.to_string();
+            let name = ident.unraw().to_string();
             if !bindings.contains(&name) {
                 let hint = match closest(&name, bindings.iter().map(String::as_str)) {
                     Some(best) => format!("; did you mean `{best}`?"),
@@ -428,7 +448,22 @@ fn fingerprint_arg(arg: &RawArg, bindings: Option<&[String]>) -> syn::Result<Vec
 }
 
 fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream {
-    let bindings = shape.bindings(&func).unwrap_or_default();
+    // Each binding with the `#[cfg]`s of its parameter: its fingerprint statement carries
+    // them, so a parameter compiled out takes its statement along.
+    let cfgs = check::binding_cfgs(&func.sig);
+    let bindings: Vec<Binding> = shape
+        .bindings(&func)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|name| {
+            let cfg = cfgs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, attrs)| attrs.clone())
+                .unwrap_or_default();
+            (name, cfg)
+        })
+        .collect();
     let name = func.sig.ident.to_string();
     match shape {
         Shape::Async => {
@@ -469,7 +504,10 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
 
 /// Statements computing the scope, the fingerprint and the client, all before the body
 /// takes ownership of the arguments.
-fn prelude(config: &IdemConfig, bindings: &[String], async_trait: bool) -> TokenStream {
+/// A binding's name and the `#[cfg]` attributes of its parameter.
+type Binding = (String, Vec<syn::Attribute>);
+
+fn prelude(config: &IdemConfig, bindings: &[Binding], async_trait: bool) -> TokenStream {
     let krate = &config.krate;
     let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
     let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
@@ -482,23 +520,13 @@ fn prelude(config: &IdemConfig, bindings: &[String], async_trait: bool) -> Token
         }
         None => quote!(::core::option::Option::None),
     };
-    let binding_ident = |name: &str, span: Span| -> TokenStream {
-        if name == "self" {
-            if async_trait {
-                Ident::new("__self", span).into_token_stream()
-            } else {
-                syn::token::SelfValue(span).into_token_stream()
-            }
-        } else {
-            Ident::new(name, span).into_token_stream()
-        }
-    };
+    let binding_ident = |name: &str, span: Span| binding_tokens(name, span, async_trait);
     let adds: Vec<TokenStream> = match &config.fingerprint {
         // Named: each must be `Serialize`; an error lands on the name.
         Some(names) => names
             .iter()
             .map(|ident| {
-                let name = ident.to_string();
+                let name = ident.unraw().to_string();
                 let b = binding_ident(&name, ident.span());
                 // All on the name: a binding that is not `Serialize` is reported there.
                 respan(
@@ -510,10 +538,13 @@ fn prelude(config: &IdemConfig, bindings: &[String], async_trait: bool) -> Token
         // Every binding but `self`: `Serialize` ones added, others skipped.
         None => bindings
             .iter()
-            .filter(|b| *b != "self")
-            .map(|name| {
+            .filter(|(b, _)| b != "self")
+            .map(|(name, cfgs)| {
                 let b = binding_ident(name, Span::call_site());
-                quote!((&&#krate::__private::FpArg(#name, &#b)).__distlock_fp(&mut #fp_var);)
+                quote! {
+                    #(#cfgs)*
+                    (&&#krate::__private::FpArg(#name, &#b)).__distlock_fp(&mut #fp_var);
+                }
             })
             .collect(),
     };
@@ -578,7 +609,7 @@ fn key_call(
     config: &IdemConfig,
     key: &Template,
     ret: &Type,
-    bindings: &[String],
+    bindings: &[Binding],
     name: &str,
     async_trait: bool,
     body: TokenStream,
@@ -640,7 +671,7 @@ fn header_call(
     header: &LitStr,
     req: &Ident,
     ret: &Type,
-    bindings: &[String],
+    bindings: &[Binding],
     name: &str,
     body: TokenStream,
 ) -> TokenStream {

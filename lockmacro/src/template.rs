@@ -76,9 +76,11 @@ fn parse_parts(text: &str, name: &str) -> Result<Vec<Part>, String> {
                 "empty placeholder `<>` in {name} template `{text}`: name a parameter, e.g. `<id>`"
             ));
         }
+        // A raw identifier names what it binds: `<r#type>` is `<type>`.
+        let unraw = |s: &str| s.strip_prefix("r#").unwrap_or(s).to_owned();
         let mut segments = inner.split('.');
-        let root = segments.next().unwrap_or_default().to_owned();
-        let fields: Vec<String> = segments.map(str::to_owned).collect();
+        let root = unraw(segments.next().unwrap_or_default());
+        let fields: Vec<String> = segments.map(unraw).collect();
         let ident_ok = |s: &str| {
             let mut chars = s.chars();
             chars.next().is_some_and(|c| c.is_alphabetic() || c == '_')
@@ -195,6 +197,11 @@ mod tests {
             ]
         );
         assert_eq!(parse_parts_key("<p.0>").unwrap(), vec![arg("p", &["0"])]);
+        // A raw identifier names what it binds.
+        assert_eq!(
+            parse_parts_key("<r#type>:<o.r#match>").unwrap(),
+            vec![arg("type", &[]), Part::Lit(":".into()), arg("o", &["match"])]
+        );
     }
 
     #[test]
