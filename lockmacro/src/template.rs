@@ -200,7 +200,11 @@ mod tests {
         // A raw identifier names what it binds.
         assert_eq!(
             parse_parts_key("<r#type>:<o.r#match>").unwrap(),
-            vec![arg("type", &[]), Part::Lit(":".into()), arg("o", &["match"])]
+            vec![
+                arg("type", &[]),
+                Part::Lit(":".into()),
+                arg("o", &["match"])
+            ]
         );
     }
 
