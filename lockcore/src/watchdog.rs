@@ -1,9 +1,10 @@
 //! Lease keeping: renewing held locks before their ttl runs out.
 //!
 //! Every renewable lock held through one client is registered with that client's single
-//! watchdog task, which runs on a thread of its own (not on a caller's runtime). Each lock is due for renewal a third of its ttl after its last one; the
-//! task wakes at the earliest due time and renews, in ONE pipeline, every lock due within
-//! the next sixth of its ttl. So ten thousand held locks cost one timer and a handful of
+//! watchdog task, which runs on a thread of its own (not on a caller's runtime). Each
+//! lock is due for renewal a third of its ttl after its last one; the task wakes at the
+//! earliest due time and renews, in ONE pipeline, every lock due within the next sixth of
+//! its ttl. So ten thousand held locks cost one timer and a handful of
 //! round trips per ttl, not ten thousand timers.
 //!
 //! A renewal is a compare-and-extend: it finds the key gone or holding another token when

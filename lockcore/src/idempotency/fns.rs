@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{Begin, Completed, Fingerprint, begin, record, record_key};
+use super::{Begin, Fingerprint, begin, record, record_key};
 use crate::client::Locks;
 use crate::error::{BackendErrorKind, Error};
 
@@ -167,11 +167,8 @@ where
     match out.to_stored() {
         Some(Ok(value)) => {
             let record = record::completed_value(&fp.digest(), &value);
-            let key = claim.key().to_owned();
-            if claim.complete(&record, spec.retention()).await == Completed::Lost {
-                // Another call took the claim over and runs the body: this result is not
-                // the one repeats get.
-                return R::from_idem_error(Error::Lost { key });
+            if let Err(lost) = claim.complete(&record, spec.retention()).await {
+                return R::from_idem_error(lost);
             }
         }
         Some(Err(e)) => {

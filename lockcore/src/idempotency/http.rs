@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use super::record::{self, Captured, REPLAYED_HEADER};
-use super::{Begin, Claim, Completed, Fingerprint, IdemFn, IdemSpec, begin, record_key};
+use super::{Begin, Claim, Fingerprint, IdemFn, IdemSpec, begin, record_key};
 use crate::client::Locks;
 use crate::error::Error;
 use crate::key;
@@ -408,12 +408,9 @@ impl HandlerRun {
             claim.release().await;
         } else {
             let record = record::completed_response(&self.digest, &cap);
-            let key = claim.key().to_owned();
             let retention = Duration::from_millis(self.spec.ttl_ms.max(1));
-            if claim.complete(&record, retention).await == Completed::Lost {
-                // Another call took the claim over and runs the body: this response is
-                // not the one repeats get.
-                return Error::Lost { key }.into();
+            if let Err(lost) = claim.complete(&record, retention).await {
+                return lost.into();
             }
         }
         IdemResponse(Outcome::Fresh(cap))

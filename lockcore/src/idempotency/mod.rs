@@ -79,38 +79,31 @@ pub(crate) enum Begin {
 /// nothing is known yet of how long a body of its fn takes.
 pub(crate) const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// How long a completed body of each idempotent fn took lately, in this process: a
-/// moving average (each new run counts for a quarter).
-static TYPICAL: std::sync::LazyLock<Mutex<HashMap<&'static str, Duration>>> =
+/// What this process knows of each record namespace: which fn uses it (where it is
+/// defined), and about how long its completed bodies took lately (a moving average, each
+/// new run counting for a quarter).
+static NAMESPACES: std::sync::LazyLock<Mutex<HashMap<&'static str, Namespace>>> =
     std::sync::LazyLock::new(Mutex::default);
 
-fn typical(function: &'static str) -> Option<Duration> {
-    let map = TYPICAL.lock().unwrap_or_else(|e| e.into_inner());
-    map.get(function).copied()
+struct Namespace {
+    site: &'static str,
+    typical: Option<Duration>,
 }
 
-fn observe(function: &'static str, took: Duration) {
-    let mut map = TYPICAL.lock().unwrap_or_else(|e| e.into_inner());
-    map.entry(function)
-        .and_modify(|avg| *avg = (*avg * 3 + took) / 4)
-        .or_insert(took);
+fn namespaces() -> std::sync::MutexGuard<'static, HashMap<&'static str, Namespace>> {
+    NAMESPACES.lock().unwrap_or_else(|e| e.into_inner())
 }
-
-/// How long a repeat should wait before retrying: how long a body of `function` takes
-/// (else [`DEFAULT_RETRY_AFTER`]), never more than the running claim's lease `left`.
-fn retry_after(function: &'static str, left: Duration) -> Duration {
-    typical(function).unwrap_or(DEFAULT_RETRY_AFTER).min(left)
-}
-
-/// Which fn first used each record namespace in this process.
-static NAMESPACES: std::sync::LazyLock<Mutex<HashMap<&'static str, &'static str>>> =
-    std::sync::LazyLock::new(Mutex::default);
 
 /// `Err` when another fn already uses `f`'s namespace: their records would answer each
 /// other's calls (say, methods named alike of two types in one module).
 fn check_namespace(f: IdemFn, key: &str) -> Result<(), Error> {
-    let mut map = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
-    let first = *map.entry(f.namespace).or_insert(f.site);
+    let first = namespaces()
+        .entry(f.namespace)
+        .or_insert(Namespace {
+            site: f.site,
+            typical: None,
+        })
+        .site;
     if first == f.site {
         return Ok(());
     }
@@ -124,6 +117,20 @@ fn check_namespace(f: IdemFn, key: &str) -> Result<(), Error> {
         key,
         crate::error::BackendError::new(crate::error::BackendErrorKind::Config, detail),
     ))
+}
+
+/// Records that a body in `namespace` completed after `took`.
+fn observe(namespace: &'static str, took: Duration) {
+    if let Some(ns) = namespaces().get_mut(namespace) {
+        ns.typical = Some(ns.typical.map_or(took, |avg| (avg * 3 + took) / 4));
+    }
+}
+
+/// How long a repeat should wait before retrying: how long a body in `namespace` takes
+/// (else [`DEFAULT_RETRY_AFTER`]), never more than the running claim's lease `left`.
+fn retry_after(namespace: &'static str, left: Duration) -> Duration {
+    let typical = namespaces().get(namespace).and_then(|ns| ns.typical);
+    typical.unwrap_or(DEFAULT_RETRY_AFTER).min(left)
 }
 
 /// Claims `key` for fn `f` (records in its namespace), replays it, or waits up to
@@ -261,23 +268,12 @@ pub(crate) struct Claim {
     channel: String,
     lease: Duration,
     lifetime: Duration,
+    /// When the claim was sent (how long the body took is counted from it).
+    claimed: Instant,
     /// When the claim, or its last successful renewal, was sent: its lease runs from no
     /// earlier, by this client's clock.
-    claimed: Instant,
     renewed: Mutex<Instant>,
     done: bool,
-}
-
-/// What storing a result came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Completed {
-    /// Stored: every repeat replays it.
-    Stored,
-    /// The claim was lost (taken over after its lease ended): nothing stored, another
-    /// call runs the body.
-    Lost,
-    /// Redis failed: nothing stored, the claim ends with its lease.
-    Failed,
 }
 
 impl Claim {
@@ -305,7 +301,6 @@ impl Claim {
     ) -> Result<F::Output, Error> {
         let beat = async {
             let every = (self.lease / 3).max(Duration::from_millis(1));
-
             loop {
                 tokio::time::sleep(every).await;
                 let sent = Instant::now();
@@ -348,8 +343,9 @@ impl Claim {
     /// Stores `record` (retained `ttl`) and wakes waiters. Transient Redis failures are
     /// retried while the claim's lease lasts; past it, or on another failure, it is
     /// logged: the body has run, and the caller still gets its result (the claim ends
-    /// with its lease). A lost claim is the caller's to report.
-    pub(crate) async fn complete(mut self, record: &str, retention: Duration) -> Completed {
+    /// with its lease). `Err(Lost)` when the claim was taken over: another call runs the
+    /// body, and this result is not the one repeats get.
+    pub(crate) async fn complete(mut self, record: &str, retention: Duration) -> Result<(), Error> {
         self.done = true;
         let inner = &self.locks.inner;
         let mut retried = false;
@@ -363,11 +359,13 @@ impl Claim {
                 Ok(true) => {
                     tracing::debug!(target: "distlock", key = self.key, bytes = record.len(), "idempotent result stored");
                     observe(self.function, self.claimed.elapsed());
-                    return Completed::Stored;
+                    return Ok(());
                 }
                 Ok(false) => {
                     tracing::warn!(target: "distlock", key = self.key, "idempotent result not stored: the claim was lost (its lease ended and another call took it over)");
-                    return Completed::Lost;
+                    return Err(Error::Lost {
+                        key: std::mem::take(&mut self.key),
+                    });
                 }
                 Err(e) if e.is_transient() && (!retried || Instant::now() < lease_end) => {
                     if retried {
@@ -378,7 +376,7 @@ impl Claim {
                 }
                 Err(e) => {
                     tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotent result not stored; the claim ends with its lease");
-                    return Completed::Failed;
+                    return Ok(());
                 }
             }
         }
