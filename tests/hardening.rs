@@ -256,52 +256,6 @@ both!(
     a_takeover_given_up_keeps_the_payload_it_took_over,
 );
 
-#[idempotent(key = "charge:<id>", client = locks, lease = "300ms", fingerprint = [id, amount])]
-async fn charge(
-    locks: &Locks,
-    id: u32,
-    amount: u64,
-    hang: bool,
-    runs: &Runs,
-) -> Result<u64, AppError> {
-    runs.bump();
-    if hang {
-        std::future::pending::<()>().await;
-    }
-    Ok(amount)
-}
-
-/// A call with payload 100 claims and starts its body, then its process stops (the
-/// future is never polled or dropped again: no renewal, no release). After its lease,
-/// payload 200 under the same key is `PayloadMismatch` and does not run; payload 100
-/// takes the claim over and runs.
-async fn an_expired_claim_is_taken_over_only_with_the_same_payload(locks: Locks) {
-    let runs = Arc::new(Runs::default());
-    let mut first = Box::pin(charge(&locks, 1, 100, true, &runs));
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while runs.get() == 0 {
-        assert!(Instant::now() < deadline, "the first body started");
-        assert!(poll_once(first.as_mut()).is_pending());
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    std::mem::forget(first); // the claimer stops: no renewal, no release
-    let live = charge(&locks, 1, 200, false, &runs).await;
-    assert!(
-        matches!(live, Err(AppError::Lock(Error::PayloadMismatch { .. }))),
-        "{live:?}"
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await; // past the 300 ms lease
-    let other = charge(&locks, 1, 200, false, &runs).await;
-    assert!(
-        matches!(other, Err(AppError::Lock(Error::PayloadMismatch { .. }))),
-        "another payload after the lease: {other:?}"
-    );
-    assert_eq!(runs.get(), 1, "the other payload never ran");
-    // Control: the same payload takes the expired claim over and runs.
-    assert_eq!(charge(&locks, 1, 100, false, &runs).await.unwrap(), 100);
-    assert_eq!(runs.get(), 2);
-}
-
 #[idempotent(key = "refund:<id>", client = locks, lease = "300ms", fingerprint = [id, amount])]
 async fn refund(
     locks: &Locks,
@@ -321,20 +275,54 @@ async fn refund(
     Ok(amount)
 }
 
+/// Polls `call` until its body has started (`runs` counts it), then leaves it: never
+/// polled or dropped again, like a claimer whose process stopped (no renewal, no
+/// release).
+async fn stop_mid_body<F: Future>(call: F, runs: &Runs) {
+    let mut call = Box::pin(call);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while runs.get() == 0 {
+        assert!(Instant::now() < deadline, "the first body started");
+        assert!(poll_once(call.as_mut()).is_pending());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    std::mem::forget(call);
+}
+
+/// A call with payload 100 claims and starts its body, then its process stops (the
+/// future is never polled or dropped again: no renewal, no release). After its lease,
+/// payload 200 under the same key is `PayloadMismatch` and does not run; payload 100
+/// takes the claim over and runs.
+async fn an_expired_claim_is_taken_over_only_with_the_same_payload(locks: Locks) {
+    let runs = Arc::new(Runs::default());
+    stop_mid_body(refund(&locks, 1, 100, true, false, &runs), &runs).await;
+    let live = refund(&locks, 1, 200, false, false, &runs).await;
+    assert!(
+        matches!(live, Err(AppError::Lock(Error::PayloadMismatch { .. }))),
+        "{live:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await; // past the 300 ms lease
+    let other = refund(&locks, 1, 200, false, false, &runs).await;
+    assert!(
+        matches!(other, Err(AppError::Lock(Error::PayloadMismatch { .. }))),
+        "another payload after the lease: {other:?}"
+    );
+    assert_eq!(runs.get(), 1, "the other payload never ran");
+    // Control: the same payload takes the expired claim over and runs.
+    assert_eq!(
+        refund(&locks, 1, 100, false, false, &runs).await.unwrap(),
+        100
+    );
+    assert_eq!(runs.get(), 2);
+}
+
 /// The first claimer (payload 100) stops mid-body; after its lease a retry with the same
 /// payload takes the claim over and fails (`Err`: the claim is given up). The record
 /// keeps payload 100: the first body may have run with it. Another payload is still
 /// `PayloadMismatch` and does not run; payload 100 runs at once (no lease to wait for).
 async fn a_takeover_given_up_keeps_the_payload_it_took_over(locks: Locks) {
     let runs = Arc::new(Runs::default());
-    let mut first = Box::pin(refund(&locks, 1, 100, true, false, &runs));
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while runs.get() == 0 {
-        assert!(Instant::now() < deadline, "the first body started");
-        assert!(poll_once(first.as_mut()).is_pending());
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    std::mem::forget(first);
+    stop_mid_body(refund(&locks, 1, 100, true, false, &runs), &runs).await;
     tokio::time::sleep(Duration::from_millis(500)).await; // past the 300 ms lease
     let failed = refund(&locks, 1, 100, false, true, &runs).await;
     assert!(matches!(failed, Err(AppError::App(_))), "{failed:?}");
