@@ -88,6 +88,7 @@ pub use lockcore::{
 /// | `renew = true` | `false` | keep the lease while the body runs (renewed every `ttl / 3`) |
 /// | `max_hold = "5m"` | none | with `renew`: stop renewing after this long |
 /// | `name = "email-notify"` | `module::path::fn` | the records' namespace: required on methods (the methods named alike of two types in one module would share one), and how any fn keeps its records across a rename or a move; two fns found sharing a namespace at run time get a `Backend` error naming both |
+/// | `detach = false` | `true` | run the body in the caller's future even where it could run in a task of its own; see "When the caller goes away" |
 /// | `on_lost = "continue"` | `"cancel"` | with `renew`: when a renewal finds the lock lost, cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way the call returns `Lost` |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` to use instead |
 /// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |
@@ -179,6 +180,7 @@ pub use lockmacro::distributed_lock;
 /// | `fingerprint = [a, b]` | all `Serialize` bindings | the bindings whose values make up the payload fingerprint |
 /// | `max_body = "1MiB"` | `1MiB` | handlers: larger responses are returned but not stored |
 /// | `name = "email-notify"` | `module::path::fn` | the records' namespace: required on methods (the methods named alike of two types in one module would share one), and how any fn keeps its records across a rename or a move; two fns found sharing a namespace at run time get a `Backend` error naming both |
+/// | `detach = false` | `true` | run the body in the caller's future even where it could run in a task of its own; see "When the caller goes away" |
 /// | `on_lost = "continue"` | `"cancel"` | when a renewal finds the claim lost (its lease ended and another call took it over, or no renewal succeeded for a whole lease), cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way nothing is stored and the call returns `Lost` (HTTP 500) |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` |
 /// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |
@@ -204,8 +206,8 @@ pub use lockmacro::distributed_lock;
 /// | in progress | `Err(InProgress)` (HTTP 409 with `Retry-After`); with `wait`, waits (woken by a Pub/Sub message) and replays |
 ///
 /// - Async fns return `Result<T, E>` with `T: Serialize + DeserializeOwned` and
-///   `E: From<distlock::Error>`. `Ok` is stored (including `()`); `Err`, a panic and a
-///   cancelled future release the claim so a retry runs the body.
+///   `E: From<distlock::Error>`. `Ok` is stored (including `()`); `Err` and a panic
+///   release the claim so a retry runs the body.
 /// - Handlers: the status, headers and body (up to `max_body`) are stored when the
 ///   status is below 500 and not 408, 409, 425 or 429; otherwise the claim is released.
 ///   Replays carry `Idempotent-Replayed: true` and never `Set-Cookie`, `Date` or
@@ -217,6 +219,30 @@ pub use lockmacro::distributed_lock;
 /// The fingerprint hashes the bindings whose type is `Serialize` (others, such as
 /// `State` or a pool, are left out), and for handlers the method, matched route and
 /// query; see [`idempotency::fingerprint`] for exactly what is hashed.
+///
+/// # When the caller goes away
+///
+/// A client that disconnects, or a timeout around the call, drops the caller's future.
+/// That must not make the retry run the body a second time, so:
+///
+/// - **The body runs in a task of its own** where it can: an `async fn` (handler or not)
+///   whose parameters are owned (no `&`, no lifetime, no `impl Trait`, no generics, no
+///   `self`, no `Self`, no `#[cfg]` on a parameter). It runs to its end, its result is
+///   stored, and the retry gets it (or `InProgress` while it still runs). The task runs on
+///   the caller's runtime with the caller's `tracing` span, but not its task-locals; a
+///   `Send` body is spawned with `tokio::spawn`, any other on the actix-web worker's
+///   `LocalSet`. A panic in it is resumed in the caller. An fn called inside a held
+///   `#[distributed_lock]` keeps its body in the caller's task, under the lock.
+/// - **Otherwise** (the body borrows from its arguments, or `detach = false`) the body
+///   can only stop with its caller. It may have done part of its work, so the claim is not
+///   released: it stays in progress until its lease ends (repeats get `InProgress`), and
+///   a later call then takes it over and runs the body.
+/// - Once the body has run, capturing its response and storing the record go on in a task
+///   of their own too, whichever the case: a drop there never leaves the key in progress.
+///
+/// `detach = false` keeps the body in the caller's future; it is needed by an associated
+/// fn that uses its impl's type parameters, and by a parameter type with a lifetime it
+/// does not write out (`Cow<str>`: write `Cow<'_, str>` instead, or `detach = false`).
 ///
 /// # With `#[distributed_lock]`
 ///

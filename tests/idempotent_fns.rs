@@ -19,7 +19,8 @@ both!(
     unit_and_empty_values_are_stored,
     err_is_not_stored,
     panic_releases_the_claim,
-    cancelled_future_releases_the_claim,
+    cancelled_borrowing_fn_keeps_its_claim_until_its_lease_ends,
+    caller_that_goes_away_does_not_cause_a_second_run,
     different_payload_is_a_mismatch_and_does_not_run,
     reordered_json_fields_are_the_same_payload,
     non_serializable_arguments_are_left_out,
@@ -215,18 +216,67 @@ async fn panic_releases_the_claim(locks: Locks) {
     );
 }
 
-async fn cancelled_future_releases_the_claim(locks: Locks) {
+/// Borrows its arguments: its body cannot leave the caller's future.
+#[idempotent(key = "pay-brief:<notify_id>", client = locks, lease = "1s", fingerprint = [notify_id])]
+async fn pay_brief(
+    locks: &Locks,
+    notify_id: &str,
+    delay_ms: u64,
+    runs: &Runs,
+) -> Result<u32, AppError> {
+    let n = runs.bump();
+    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+    Ok(n)
+}
+
+/// Owns its parameters: its body runs in a task of its own.
+#[idempotent(key = "charge:<notify_id>", client = locks, fingerprint = [notify_id, amount])]
+async fn charge(
+    locks: Locks,
+    notify_id: String,
+    amount: u64,
+    delay_ms: u64,
+    runs: Arc<Runs>,
+) -> Result<String, AppError> {
+    let n = runs.bump();
+    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+    Ok(format!("c-{n}-{amount}"))
+}
+
+/// The caller of a borrowing fn gives up mid-body: the body may have done part of its
+/// work, so the claim is not released (a retry would run it again); it stays in
+/// progress until its lease ends, and then the retry takes it over.
+async fn cancelled_borrowing_fn_keeps_its_claim_until_its_lease_ends(locks: Locks) {
     let runs = Runs::default();
     let cancelled = tokio::time::timeout(
         Duration::from_millis(100),
-        pay(&locks, "cancel", 1, 10_000, &runs),
+        pay_brief(&locks, "cancel", 10_000, &runs),
     )
     .await;
     assert!(cancelled.is_err());
-    let started = Instant::now();
-    let r = eventually(async || pay(&locks, "cancel", 1, 0, &runs).await).await;
-    assert_eq!(r.id, "r-2");
-    assert!(started.elapsed() < Duration::from_secs(1));
+    let gave_up = Instant::now();
+    let e = idem_err(pay_brief(&locks, "cancel", 0, &runs).await);
+    assert!(matches!(e, Error::InProgress { .. }), "{e:?}");
+    let r = eventually(async || pay_brief(&locks, "cancel", 0, &runs).await).await;
+    assert_eq!(r, 2, "taken over once the lease ended");
+    assert!(
+        gave_up.elapsed() >= Duration::from_millis(700),
+        "in progress until the 1 s lease ended, not released: {:?}",
+        gave_up.elapsed()
+    );
+}
+
+/// A timeout around a call to an fn that owns its parameters: the body runs to its end
+/// in its own task and its result is stored, so the retry gets it and nothing runs twice.
+async fn caller_that_goes_away_does_not_cause_a_second_run(locks: Locks) {
+    let runs = Arc::new(Runs::default());
+    let call = |delay_ms| charge(locks.clone(), "away".into(), 5, delay_ms, runs.clone());
+    let gone = tokio::time::timeout(Duration::from_millis(100), call(400)).await;
+    assert!(gone.is_err());
+    assert!(matches!(idem_err(call(0).await), Error::InProgress { .. }));
+    let r = eventually(async || call(0).await).await;
+    assert_eq!(r, "c-1-5", "the first run's result");
+    assert_eq!(runs.get(), 1, "the body ran once");
 }
 
 async fn different_payload_is_a_mismatch_and_does_not_run(locks: Locks) {

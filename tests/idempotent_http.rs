@@ -210,8 +210,17 @@ mod axum_app {
         Ok(sell_one(&app, sku, &buy).await)
     }
 
+    /// `slow` under a 100 ms timeout, as a timeout layer would run it.
+    async fn slow_timed(req: distlock::IdemRequest, state: State<App>) -> axum::response::Response {
+        match tokio::time::timeout(Duration::from_millis(100), slow(req, state)).await {
+            Ok(res) => res.into_response(),
+            Err(_) => StatusCode::GATEWAY_TIMEOUT.into_response(),
+        }
+    }
+
     pub(super) async fn start(app: App) -> SocketAddr {
         let router = axum::Router::new()
+            .route("/slow-timed", post(slow_timed))
             .route("/orders/{user}", post(orders))
             .route("/slow", post(slow))
             .route("/steady", post(steady))
@@ -345,6 +354,18 @@ mod actix_app {
         Ok(sell_one(&app, sku.0, &buy).await)
     }
 
+    /// `slow` under a 100 ms timeout, as a timeout middleware would run it.
+    async fn slow_timed(req: distlock::IdemRequest, app: web::Data<App>) -> HttpResponse {
+        match tokio::time::timeout(Duration::from_millis(100), slow(req, app)).await {
+            Ok(res) => {
+                let cap = res.into_captured();
+                HttpResponse::build(actix_web::http::StatusCode::from_u16(cap.status).unwrap())
+                    .body(cap.body)
+            }
+            Err(_) => HttpResponse::GatewayTimeout().finish(),
+        }
+    }
+
     /// Runs the server on its own thread and actix system; it ends with the test process.
     pub(super) fn start(app: App) -> SocketAddr {
         let (tx, rx) = std::sync::mpsc::channel();
@@ -355,6 +376,7 @@ mod actix_app {
                         .app_data(web::Data::new(app.clone()))
                         .route("/orders/{user}", web::post().to(orders))
                         .route("/slow", web::post().to(slow))
+                        .route("/slow-timed", web::post().to(slow_timed))
                         .route("/steady", web::post().to(steady))
                         .route("/wait", web::post().to(wait))
                         .route("/flaky", web::post().to(flaky))
@@ -437,6 +459,7 @@ both_frameworks!(
     lock_and_idempotency_work_in_either_order,
     distlock_errors_are_problem_responses_and_not_stored,
     retry_after_is_how_long_such_a_body_takes,
+    caller_that_goes_away_does_not_cause_a_second_run,
 );
 
 /// Raw request headers.
@@ -779,4 +802,40 @@ async fn retry_after_is_how_long_such_a_body_takes(h: Harness) {
     let (after, _) = conflict_after(&h, "steady-2").await;
     assert_eq!(after.as_deref(), Some("2"), "a body takes 1.3 s");
     assert_eq!(h.app.runs("steady"), 2);
+}
+
+/// The caller goes away while the 300 ms body runs: the client closes its connection
+/// (axum then drops the handler's future; actix-web lets it run), or a 100 ms timeout
+/// around the handler fires. The body still runs to its end and its response is stored:
+/// the retry gets it, and the body ran once.
+async fn caller_that_goes_away_does_not_cause_a_second_run(h: Harness) {
+    let gone = tokio::time::timeout(
+        Duration::from_millis(100),
+        post(h.addr, "/slow", Some("gone-1"), "{}"),
+    )
+    .await;
+    assert!(gone.is_err(), "the client left before the response");
+    let timed_out = post(h.addr, "/slow-timed", Some("gone-2"), "{}").await;
+    assert_eq!(timed_out.status, 504, "{}", timed_out.text());
+    for (path, key, run) in [("/slow", "gone-1", 1), ("/slow-timed", "gone-2", 2)] {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let again = loop {
+            let r = post(h.addr, path, Some(key), "{}").await;
+            if r.status != 409 {
+                break r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key}: still in progress after 5 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(again.status, 200, "{key}: {}", again.text());
+        assert_eq!(
+            again.text(),
+            format!("slow run {run}"),
+            "{key}: the first run's response"
+        );
+    }
+    assert_eq!(h.app.runs("slow"), 2, "each body ran once");
 }

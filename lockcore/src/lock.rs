@@ -124,6 +124,11 @@ pub fn current_lock() -> Option<LockInfo> {
     CURRENT.try_with(|held| held.last().cloned()).ok().flatten()
 }
 
+/// Whether annotated code running in this task holds a lock.
+pub(crate) fn holds_lock() -> bool {
+    CURRENT.try_with(|held| !held.is_empty()).unwrap_or(false)
+}
+
 /// The lock on `key` this task already holds through client `client`, if any.
 fn held_in_task(key: &str, client: usize) -> Option<LockInfo> {
     CURRENT

@@ -38,6 +38,7 @@ const IDEM_ARGS: &[&str] = &[
     "max_body",
     "on_lost",
     "name",
+    "detach",
     "client",
     "crate",
 ];
@@ -66,6 +67,9 @@ struct IdemConfig {
     cancel_on_lost: bool,
     /// `name = "..."`: the records' namespace instead of `module::path::fn`.
     name: Option<LitStr>,
+    /// `detach = false`: keep the body in the caller's future even when it could run in
+    /// a task of its own.
+    detach: bool,
     client: Option<Expr>,
 }
 
@@ -323,6 +327,16 @@ fn idem_config(
         },
         None => Some(None),
     };
+    let detach = match slots.take("detach") {
+        Some(arg) => match bool_lit(&arg) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        None => Some(true),
+    };
     let client = slots.take("client").map(|a| a.value);
     Some(IdemConfig {
         krate: krate?,
@@ -336,6 +350,7 @@ fn idem_config(
         max_body: max_body?,
         cancel_on_lost: cancel_on_lost?,
         name: name?,
+        detach: detach?,
         client,
     })
 }
@@ -465,6 +480,9 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
         })
         .collect();
     let name = func.sig.ident.to_string();
+    if matches!(shape, Shape::Async) && config.detach && detachable(&func) {
+        return expand_detached(func, config, &bindings, &name);
+    }
     match shape {
         Shape::Async => {
             let (ret, body) = expand::typed_body(&func, "__distlock_idem_ret");
@@ -737,6 +755,269 @@ fn header_call(
             };
             #capture #capture_args
         };
-        #run_var.finish(#cap_var.await).await
+        #run_var.finish_with(#cap_var).await
     }
+}
+
+/// Whether the body can run in a task of its own: an `async fn` without `self`, `Self`,
+/// generics, `unsafe` or attributes on its parameters, whose parameter types hold no
+/// reference, lifetime or `impl Trait` (so the body owns everything it uses and its
+/// future is `'static`). Whether it is also `Send` is decided by the compiler (see
+/// `Detach`). A parameter type with a lifetime it does not write out (`Cow<str>`) is
+/// not seen here: such fns take `detach = false` (or write `Cow<'_, str>`).
+fn detachable(func: &ItemFn) -> bool {
+    let sig = &func.sig;
+    if sig.receiver().is_some()
+        || sig.unsafety.is_some()
+        || !sig.generics.params.is_empty()
+        || sig.generics.where_clause.is_some()
+        || sig.variadic.is_some()
+        || mentions(sig.output.to_token_stream(), &|t| is_ident(t, "Self"))
+        || mentions(func.block.to_token_stream(), &|t| is_ident(t, "Self"))
+    {
+        return false;
+    }
+    sig.inputs.iter().all(|input| match input {
+        FnArg::Typed(pt) => {
+            pt.attrs.is_empty()
+                && !mentions(pt.ty.to_token_stream(), &|t| {
+                    is_punct(t, '&')
+                        || is_punct(t, '\'')
+                        || is_ident(t, "impl")
+                        || is_ident(t, "Self")
+                })
+                && !mentions(pt.pat.to_token_stream(), &|t| is_punct(t, '&'))
+        }
+        FnArg::Receiver(_) => false,
+    })
+}
+
+fn is_ident(t: &proc_macro2::TokenTree, name: &str) -> bool {
+    matches!(t, proc_macro2::TokenTree::Ident(i) if i == name)
+}
+
+fn is_punct(t: &proc_macro2::TokenTree, c: char) -> bool {
+    matches!(t, proc_macro2::TokenTree::Punct(p) if p.as_char() == c)
+}
+
+/// Whether any token of `tokens`, at any depth, satisfies `hit`.
+fn mentions(tokens: TokenStream, hit: &dyn Fn(&proc_macro2::TokenTree) -> bool) -> bool {
+    tokens.into_iter().any(|t| match &t {
+        proc_macro2::TokenTree::Group(g) => mentions(g.stream(), hit),
+        _ => hit(&t),
+    })
+}
+
+/// `pat` with `mut` and `ref` taken off its bindings, to match it against a reference
+/// to the parameter (each binding then borrows its part).
+fn by_ref_pattern(pat: &syn::Pat) -> syn::Pat {
+    let mut pat = pat.clone();
+    strip_binding_modes(&mut pat);
+    pat
+}
+
+fn strip_binding_modes(pat: &mut syn::Pat) {
+    use syn::Pat;
+    match pat {
+        Pat::Ident(p) => {
+            p.by_ref = None;
+            p.mutability = None;
+            if let Some((_, sub)) = &mut p.subpat {
+                strip_binding_modes(sub);
+            }
+        }
+        Pat::Tuple(t) => t.elems.iter_mut().for_each(strip_binding_modes),
+        Pat::TupleStruct(t) => t.elems.iter_mut().for_each(strip_binding_modes),
+        Pat::Struct(s) => s
+            .fields
+            .iter_mut()
+            .for_each(|f| strip_binding_modes(&mut f.pat)),
+        Pat::Slice(s) => s.elems.iter_mut().for_each(strip_binding_modes),
+        Pat::Paren(p) => strip_binding_modes(&mut p.pat),
+        Pat::Type(t) => strip_binding_modes(&mut t.pat),
+        _ => {}
+    }
+}
+
+/// The expansion that runs the body in a task of its own (see [`detachable`]).
+///
+/// The parameters are renamed `__distlock_pN`; the scope, key and fingerprint are
+/// computed from the user's patterns matched against references to them; the body
+/// becomes a nested `async fn` with the original parameters and return type, whose
+/// future the runtime spawns when it is `Send`:
+///
+/// ```text
+/// async fn f(__p0: T0, __p1: T1) -> R {
+///     let (key, scope, fp, client) = { let pat0 = &__p0; let pat1 = &__p1; ... };
+///     async fn __distlock_idem_body(pat0: T0, pat1: T1) -> R { body }
+///     (&&DetachFn::new(__distlock_idem_body(__p0, __p1))).__distlock_run(..).await
+/// }
+/// ```
+/// Handlers add the request and the capture of the response to the spawned work.
+fn expand_detached(
+    mut func: ItemFn,
+    config: &IdemConfig,
+    bindings: &[Binding],
+    name: &str,
+) -> TokenStream {
+    let krate = &config.krate;
+    let params: Vec<(Ident, syn::PatType)> = func
+        .sig
+        .inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, input)| match input {
+            FnArg::Typed(pt) => Some((
+                Ident::new(&format!("__distlock_p{i}"), Span::mixed_site()),
+                pt.clone(),
+            )),
+            FnArg::Receiver(_) => None,
+        })
+        .collect();
+    let ids: Vec<&Ident> = params.iter().map(|(id, _)| id).collect();
+    let tys: Vec<&Type> = params.iter().map(|(_, pt)| &*pt.ty).collect();
+    let originals: Vec<&syn::PatType> = params.iter().map(|(_, pt)| pt).collect();
+    let borrows = params.iter().map(|(id, pt)| {
+        let pat = by_ref_pattern(&pt.pat);
+        quote! {
+            #[allow(unused_variables)]
+            let #pat = &#id;
+        }
+    });
+    let output = func.sig.output.clone();
+    // The outer fn takes the parameters under new names, with their types.
+    func.sig.inputs = ids
+        .iter()
+        .zip(&tys)
+        .map(|(id, ty)| -> FnArg { syn::parse_quote!(#id: #ty) })
+        .collect();
+    let ret: Type = match &output {
+        ReturnType::Type(_, ty) => (**ty).clone(),
+        ReturnType::Default => syn::parse_quote!(()),
+    };
+    let block = &func.block;
+    let body_fn = Ident::new("__distlock_idem_body", Span::call_site());
+    // A parameter the attribute uses (in `key`, `scope` or `client`) may be unused here.
+    let nested_body = quote! {
+        #[allow(clippy::too_many_arguments, unused_variables)]
+        async fn #body_fn(#(#originals),*) #output #block
+    };
+    let prelude = prelude(config, bindings, false);
+    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
+    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
+    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
+    let key_var = Ident::new("__distlock_idem_key", Span::mixed_site());
+    let buf = Ident::new("__distlock_idem_buf", Span::mixed_site());
+    let idem_fn = idem_fn(config, name);
+    let wrapped = match &config.source {
+        Source::Key(key) => {
+            let key = key_expr(krate, key, &buf, false);
+            let spec = spec(config, "");
+            // Both on the `Ok` type: a return type that does not fit is reported there.
+            let at = ok_span(&ret);
+            let call = respan(
+                quote!((&&#krate::__private::DetachFn::new(#body_fn(#(#ids),*))).__distlock_run),
+                at,
+            );
+            let args = group(
+                Delimiter::Parenthesis,
+                quote! {
+                    #client_var,
+                    #krate::__private::IdemTarget {
+                        function: #idem_fn,
+                        scope: #scope_var,
+                        key: #key_var,
+                    },
+                    #fp_var,
+                    #spec,
+                },
+                at,
+            );
+            let dot_await = respan(quote!(.await), at);
+            quote! {
+                let (#key_var, #scope_var, #fp_var, #client_var) = {
+                    #(#borrows)*
+                    let #key_var: ::std::string::String = #key;
+                    #prelude
+                    (#key_var, #scope_var, #fp_var, #client_var)
+                };
+                #nested_body
+                #[allow(unused_imports)]
+                use #krate::__private::{DetachFnInline as _, DetachFnSend as _};
+                // The call's temporaries end here: the future awaited below is `Send`
+                // whenever the body is.
+                let __distlock_idem_call = #call #args;
+                __distlock_idem_call #dot_await
+            }
+        }
+        Source::Header(header) => {
+            let req = Ident::new("__distlock_idem_req", Span::mixed_site());
+            let run_var = Ident::new("__distlock_idem_run", Span::mixed_site());
+            let out_var = Ident::new("__distlock_idem_out", Span::mixed_site());
+            let done = format_ident!("__distlock_idem_done", span = Span::mixed_site());
+            let spec = spec(config, &header.value());
+            let work_fn = Ident::new("__distlock_idem_work", Span::call_site());
+            let (first, last) = span_range(ret.to_token_stream());
+            let capture = respan_range(
+                quote!((&&&&#krate::__private::Reply::new(#out_var)).__distlock_capture),
+                first,
+                last,
+            );
+            let capture_args = group(Delimiter::Parenthesis, quote!(&#req), last);
+            func.sig
+                .inputs
+                .insert(0, syn::parse_quote!(#req: #krate::__private::IdemRequest));
+            let arrow = match &func.sig.output {
+                ReturnType::Type(arrow, _) => *arrow,
+                ReturnType::Default => Default::default(),
+            };
+            func.sig.output = ReturnType::Type(
+                arrow,
+                Box::new(syn::parse_quote!(#krate::__private::IdemResponse)),
+            );
+            quote! {
+                let (#scope_var, #fp_var, #client_var) = {
+                    #(#borrows)*
+                    #prelude
+                    (#scope_var, #fp_var, #client_var)
+                };
+                #nested_body
+                #[allow(clippy::too_many_arguments)]
+                async fn #work_fn(
+                    #req: #krate::__private::IdemRequest,
+                    #(#ids: #tys),*
+                ) -> #krate::__private::Captured {
+                    let #out_var = #body_fn(#(#ids),*).await;
+                    #[allow(clippy::needless_borrow)]
+                    let capture = {
+                        #[allow(unused_imports)]
+                        use #krate::__private::{
+                            CaptureActix as _, CaptureAxum as _, CaptureBoth as _, CaptureNone as _,
+                        };
+                        #capture #capture_args
+                    };
+                    capture.await
+                }
+                let #run_var = match #krate::__private::HandlerRun::begin(
+                    &#req,
+                    #client_var,
+                    #idem_fn,
+                    #scope_var,
+                    #fp_var,
+                    #spec,
+                ).await {
+                    ::core::result::Result::Ok(run) => run,
+                    ::core::result::Result::Err(#done) => return #done,
+                };
+                #[allow(unused_imports)]
+                use #krate::__private::{DetachLocal as _, DetachSend as _};
+                let __distlock_idem_call =
+                    (&&#krate::__private::Detach::new(#work_fn(#req, #(#ids),*), #run_var))
+                        .__distlock_run();
+                __distlock_idem_call.await
+            }
+        }
+    };
+    *func.block = syn::parse_quote!({ #wrapped });
+    func.into_token_stream()
 }

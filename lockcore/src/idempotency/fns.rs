@@ -1,7 +1,9 @@
 //! Plain async fns: settings, the return-type contract and the runner that
 //! `#[idempotent(key = ...)]` expands to. Reached only through `crate::__private`.
 
+use std::cell::Cell;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use super::{Begin, Fingerprint, begin, record, record_key};
@@ -167,7 +169,7 @@ where
     match out.to_stored() {
         Some(Ok(value)) => {
             let record = record::completed_value(&fp.digest(), &value);
-            if let Err(lost) = claim.complete(&record, spec.retention()).await {
+            if let Err(lost) = claim.complete(record, spec.retention()).await {
                 return R::from_idem_error(lost);
             }
         }
@@ -178,4 +180,120 @@ where
         None => claim.release().await,
     }
     out
+}
+
+/// An idempotent fn's body, offered to the detach traits by generated code:
+/// `(&&DetachFn::new(body)).__distlock_run(client, target, fp, spec)` runs it with
+/// [`run_idempotent`] in a task of its own when the body and its result are `Send`
+/// ([`DetachFnSend`], found first), else in the caller's future ([`DetachFnInline`]).
+/// The body must not borrow (the macro passes only bodies of fns that take owned
+/// parameters).
+#[doc(hidden)]
+pub struct DetachFn<F>(Cell<Option<F>>);
+
+impl<F> DetachFn<F> {
+    /// Wraps the body.
+    pub fn new(body: F) -> Self {
+        DetachFn(Cell::new(Some(body)))
+    }
+
+    fn take(&self) -> F {
+        self.0
+            .take()
+            .unwrap_or_else(|| unreachable!("an idempotent body runs once"))
+    }
+}
+
+/// Runs a `Send` body in a task of its own: the caller going away (a timeout around the
+/// call) does not stop it, and its result is stored for the retry. Not inside a held
+/// `#[distributed_lock]`: the body stays in the caller's task, under the lock.
+#[doc(hidden)]
+pub trait DetachFnSend {
+    /// The fn's return type.
+    type Output;
+    /// The call.
+    fn __distlock_run(
+        &self,
+        client: Result<Locks, Error>,
+        target: IdemTarget,
+        fp: Fingerprint,
+        spec: IdemSpec,
+    ) -> Pin<Box<dyn Future<Output = Self::Output> + Send>>
+    where
+        Self::Output: IdemOutput;
+}
+
+impl<F> DetachFnSend for &DetachFn<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn __distlock_run(
+        &self,
+        client: Result<Locks, Error>,
+        target: IdemTarget,
+        fp: Fingerprint,
+        spec: IdemSpec,
+    ) -> Pin<Box<dyn Future<Output = F::Output> + Send>>
+    where
+        F::Output: IdemOutput,
+    {
+        let run = run_idempotent(client, target, fp, spec, self.take());
+        if crate::lock::holds_lock() {
+            return Box::pin(run);
+        }
+        Box::pin(async move {
+            match super::detached(run).await {
+                Some(out) => out,
+                None => F::Output::from_idem_error(shut_down()),
+            }
+        })
+    }
+}
+
+/// Runs any other body in the caller's future; dropped mid-body, its claim stays in
+/// progress until its lease ends.
+#[doc(hidden)]
+pub trait DetachFnInline {
+    /// The fn's return type.
+    type Output;
+    /// The call.
+    fn __distlock_run(
+        &self,
+        client: Result<Locks, Error>,
+        target: IdemTarget,
+        fp: Fingerprint,
+        spec: IdemSpec,
+    ) -> Pin<Box<dyn Future<Output = Self::Output>>>
+    where
+        Self::Output: IdemOutput;
+}
+
+impl<F: Future + 'static> DetachFnInline for DetachFn<F> {
+    type Output = F::Output;
+
+    fn __distlock_run(
+        &self,
+        client: Result<Locks, Error>,
+        target: IdemTarget,
+        fp: Fingerprint,
+        spec: IdemSpec,
+    ) -> Pin<Box<dyn Future<Output = F::Output>>>
+    where
+        F::Output: IdemOutput,
+    {
+        Box::pin(run_idempotent(client, target, fp, spec, self.take()))
+    }
+}
+
+fn shut_down() -> Error {
+    Error::backend(
+        "",
+        crate::error::BackendError::new(
+            BackendErrorKind::Config,
+            "the runtime shut down while the idempotent call ran",
+        ),
+    )
 }

@@ -322,6 +322,7 @@ pub struct HandlerRun {
     claim: Option<Claim>,
     digest: String,
     spec: IdemSpec,
+    origin: Origin,
 }
 
 impl HandlerRun {
@@ -344,6 +345,7 @@ impl HandlerRun {
                     claim: None,
                     digest: String::new(),
                     spec,
+                    origin: req.origin,
                 });
             }
             Err(e) => {
@@ -359,6 +361,7 @@ impl HandlerRun {
                 claim: Some(claim),
                 digest: fp.digest(),
                 spec,
+                origin: req.origin,
             }),
             Begin::Replay(raw) => Err(match record::stored_response(&record, &raw) {
                 Ok(cap) => IdemResponse(Outcome::Replayed(cap)),
@@ -389,7 +392,7 @@ impl HandlerRun {
     ///
     /// Stored: status below 500 except 408, 409, 425 and 429, with a body of at most
     /// `max_body` bytes. Released (so a retry runs the body): every other response.
-    pub async fn finish(self, cap: Captured) -> IdemResponse {
+    async fn finish(self, cap: Captured) -> IdemResponse {
         let Some(claim) = self.claim else {
             return IdemResponse(Outcome::Fresh(cap));
         };
@@ -409,11 +412,156 @@ impl HandlerRun {
         } else {
             let record = record::completed_response(&self.digest, &cap);
             let retention = Duration::from_millis(self.spec.ttl_ms.max(1));
-            if let Err(lost) = claim.complete(&record, retention).await {
+            if let Err(lost) = claim.complete(record, retention).await {
                 return lost.into();
             }
         }
         IdemResponse(Outcome::Fresh(cap))
+    }
+
+    /// [`keep`](Self::keep) then [`finish`](Self::finish): `work` is the body followed
+    /// by the capture of its response.
+    async fn run<F: Future<Output = Captured>>(mut self, work: F) -> IdemResponse {
+        match self.keep(work).await {
+            Ok(cap) => self.finish(cap).await,
+            Err(done) => done,
+        }
+    }
+
+    /// Captures the response and stores it (or releases the claim) in a task of its own
+    /// where it can be: the body has run, so a caller that goes away now must not leave
+    /// the key in progress, nor make a retry run the body again.
+    pub fn finish_with<C: CaptureFuture>(self, capture: C) -> C::Finish {
+        capture.finish(self)
+    }
+}
+
+/// A response being captured, handed to [`HandlerRun::finish_with`].
+#[doc(hidden)]
+pub trait CaptureFuture {
+    /// The capture, then the store or release.
+    type Finish: Future<Output = IdemResponse>;
+    /// Runs the capture, then [`HandlerRun::finish`], detached from the caller.
+    fn finish(self, run: HandlerRun) -> Self::Finish;
+}
+
+impl CaptureFuture for SendCapture {
+    type Finish = Pin<Box<dyn Future<Output = IdemResponse> + Send>>;
+
+    fn finish(self, run: HandlerRun) -> Self::Finish {
+        Box::pin(detached_response(
+            async move { run.finish(self.await).await },
+        ))
+    }
+}
+
+impl CaptureFuture for std::future::Ready<Captured> {
+    type Finish = Pin<Box<dyn Future<Output = IdemResponse> + Send>>;
+
+    fn finish(self, run: HandlerRun) -> Self::Finish {
+        Box::pin(detached_response(
+            async move { run.finish(self.await).await },
+        ))
+    }
+}
+
+impl CaptureFuture for LocalCapture {
+    type Finish = Pin<Box<dyn Future<Output = IdemResponse>>>;
+
+    fn finish(self, run: HandlerRun) -> Self::Finish {
+        let local = matches!(run.origin, Origin::Actix(_));
+        Box::pin(detached_local_response(
+            async move { run.finish(self.await).await },
+            local,
+        ))
+    }
+}
+
+/// `fut` in a task of its own: it runs to its end even when the caller's future is
+/// dropped. A panic in it is resumed in the caller.
+async fn detached_response<F>(fut: F) -> IdemResponse
+where
+    F: Future<Output = IdemResponse> + Send + 'static,
+{
+    match super::detached(fut).await {
+        Some(res) => res,
+        None => shut_down(),
+    }
+}
+
+/// [`detached_response`] for a future that is not `Send`: on this thread's `LocalSet`
+/// when `local` says there is one (actix-web workers run every handler on one), else in
+/// the caller's future.
+async fn detached_local_response<F>(fut: F, local: bool) -> IdemResponse
+where
+    F: Future<Output = IdemResponse> + 'static,
+{
+    if !local {
+        return fut.await;
+    }
+    match super::detached_local(fut).await {
+        Some(res) => res,
+        None => shut_down(),
+    }
+}
+
+fn shut_down() -> IdemResponse {
+    Error::backend(
+        "",
+        crate::error::BackendError::new(
+            crate::error::BackendErrorKind::Config,
+            "the runtime shut down while the idempotent call ran",
+        ),
+    )
+    .into()
+}
+
+/// A handler's work (its body, then the capture of its response) with its claim, offered
+/// to the detach traits by generated code: `(&&Detach::new(work, run)).__distlock_run()`
+/// runs it in a task of its own when it is `Send` ([`DetachSend`], found first), else on
+/// the actix-web worker's `LocalSet`, or in the caller's future ([`DetachLocal`]).
+#[doc(hidden)]
+pub struct Detach<F>(Cell<Option<(F, HandlerRun)>>);
+
+impl<F> Detach<F> {
+    /// Wraps the work and the run that claimed its key.
+    pub fn new(work: F, run: HandlerRun) -> Self {
+        Detach(Cell::new(Some((work, run))))
+    }
+
+    fn take(&self) -> (F, HandlerRun) {
+        self.0
+            .take()
+            .unwrap_or_else(|| unreachable!("a handler's work runs once"))
+    }
+}
+
+/// Runs a `Send` handler's work in a task of its own.
+#[doc(hidden)]
+pub trait DetachSend {
+    /// The response.
+    fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse> + Send>>;
+}
+
+impl<F: Future<Output = Captured> + Send + 'static> DetachSend for &Detach<F> {
+    fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse> + Send>> {
+        let (work, run) = self.take();
+        Box::pin(detached_response(run.run(work)))
+    }
+}
+
+/// Runs any other handler's work on the actix-web worker's `LocalSet`, or in the caller.
+#[doc(hidden)]
+pub trait DetachLocal {
+    /// The response.
+    fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse>>>;
+}
+
+impl<F: Future<Output = Captured> + 'static> DetachLocal for Detach<F> {
+    fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse>>> {
+        let (work, run) = self.take();
+        let local = matches!(run.origin, Origin::Actix(_));
+        Box::pin(detached_local_response(run.run(work), local))
     }
 }
 

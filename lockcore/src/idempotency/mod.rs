@@ -29,6 +29,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument as _;
+use tracing::instrument::WithSubscriber as _;
 
 use crate::backend::idem::{ClaimArgs, Claimed};
 use crate::client::Locks;
@@ -65,6 +67,50 @@ pub(crate) fn record_key(prefix: &str, function: &str, scope: Option<&str>, key:
 /// The channel the complete and release scripts publish on (same hash slot as the record).
 pub(crate) fn done_channel(record: &str) -> String {
     key::companion(record, ":done")
+}
+
+/// Runs `fut` in a task of its own on the current tokio runtime, so it runs to its end
+/// even when the caller's future is dropped (a client that went away, a timeout around
+/// the call); the task keeps the caller's span and subscriber. A panic in it is resumed
+/// here. `None` when the runtime shut down before it ended. Without a runtime, `fut` runs
+/// here.
+pub(crate) async fn detached<F>(fut: F) -> Option<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return Some(fut.await);
+    };
+    let task = handle.spawn(
+        fut.instrument(tracing::Span::current())
+            .with_current_subscriber(),
+    );
+    joined(task.await)
+}
+
+/// [`detached`] for a future that is not `Send`: spawned on the current `LocalSet`,
+/// which the caller must be running on.
+pub(crate) async fn detached_local<F>(fut: F) -> Option<F::Output>
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    let task = tokio::task::spawn_local(
+        fut.instrument(tracing::Span::current())
+            .with_current_subscriber(),
+    );
+    joined(task.await)
+}
+
+fn joined<T>(out: Result<T, tokio::task::JoinError>) -> Option<T> {
+    match out {
+        Ok(v) => Some(v),
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => None,
+        },
+    }
 }
 
 /// How a call begins.
@@ -170,6 +216,8 @@ pub(crate) async fn begin(
         lifetime,
         claimed: sent,
         renewed: Mutex::new(sent),
+        pending: None,
+        resent: false,
         done: false,
     };
     loop {
@@ -257,8 +305,7 @@ pub(crate) async fn begin(
     }
 }
 
-/// A claimed record. Complete or release it; dropping it (a panic, a cancelled future)
-/// schedules the release at once on the current tokio runtime.
+/// A claimed record. Complete or release it; see its `Drop` for what a drop does.
 pub(crate) struct Claim {
     locks: Locks,
     /// The fn whose body runs (how long it takes is remembered, see [`retry_after`]).
@@ -273,6 +320,11 @@ pub(crate) struct Claim {
     /// When the claim, or its last successful renewal, was sent: its lease runs from no
     /// earlier, by this client's clock.
     renewed: Mutex<Instant>,
+    /// The record being stored and its retention, while `complete` runs.
+    pending: Option<(String, Duration)>,
+    /// A store try may have landed before (a lost reply, or a store dropped and
+    /// resumed): a store that then finds the claim gone is no loss.
+    resent: bool,
     done: bool,
 }
 
@@ -345,15 +397,34 @@ impl Claim {
     /// logged: the body has run, and the caller still gets its result (the claim ends
     /// with its lease). `Err(Lost)` when the claim was taken over: another call runs the
     /// body, and this result is not the one repeats get.
-    pub(crate) async fn complete(mut self, record: &str, retention: Duration) -> Result<(), Error> {
+    ///
+    /// Dropped before it finished (the caller went away), the store goes on in a task of
+    /// its own: the body has run, so its result is stored rather than the key left in
+    /// progress for the rest of the lease.
+    pub(crate) async fn complete(
+        mut self,
+        record: String,
+        retention: Duration,
+    ) -> Result<(), Error> {
+        self.pending = Some((record, retention));
+        let out = self.store().await;
+        self.pending = None;
         self.done = true;
+        out
+    }
+
+    /// The loop of [`complete`](Self::complete), over `self.pending`.
+    async fn store(&mut self) -> Result<(), Error> {
+        let Some((record, retention)) = &self.pending else {
+            return Ok(());
+        };
         let inner = &self.locks.inner;
         let mut retried = false;
         loop {
             let lease_end = self.lease_end();
             match inner
                 .backend
-                .idem_complete(&self.key, &self.owner, record, retention, &self.channel)
+                .idem_complete(&self.key, &self.owner, record, *retention, &self.channel)
                 .await
             {
                 Ok(true) => {
@@ -361,10 +432,14 @@ impl Claim {
                     observe(self.function, self.claimed.elapsed());
                     return Ok(());
                 }
+                Ok(false) if self.resent => {
+                    tracing::debug!(target: "distlock", key = self.key, "idempotent result already stored by the first try, or the claim was taken over");
+                    return Ok(());
+                }
                 Ok(false) => {
                     tracing::warn!(target: "distlock", key = self.key, "idempotent result not stored: the claim was lost (its lease ended and another call took it over)");
                     return Err(Error::Lost {
-                        key: std::mem::take(&mut self.key),
+                        key: self.key.clone(),
                     });
                 }
                 Err(e) if e.is_transient() && (!retried || Instant::now() < lease_end) => {
@@ -373,6 +448,8 @@ impl Claim {
                         tokio::time::sleep_until((Instant::now() + pause).min(lease_end)).await;
                     }
                     retried = true;
+                    // The failed try may have landed: a later `false` is then no loss.
+                    self.resent = true;
                 }
                 Err(e) => {
                     tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotent result not stored; the claim ends with its lease");
@@ -422,13 +499,20 @@ async fn release(locks: &Locks, key: &str, owner: &str, channel: &str) {
     }
 }
 
+/// A claim dropped before it was completed or released:
+/// - while its result was being stored (the caller went away during `complete`): the
+///   store goes on in a task of its own;
+/// - while unwinding from a panic in the body: released, so a retry runs the body;
+/// - otherwise (the caller's future was dropped mid-body, and the body with it): left in
+///   progress until its lease ends, since the body may have done part of its work; a
+///   repeat meanwhile gets `InProgress`, and after the lease takes the claim over.
 impl Drop for Claim {
     fn drop(&mut self) {
         if self.done {
             return;
         }
         self.done = true;
-        let claim = Claim {
+        let rest = Claim {
             locks: self.locks.clone(),
             function: self.function,
             key: std::mem::take(&mut self.key),
@@ -437,10 +521,34 @@ impl Drop for Claim {
             lease: self.lease,
             lifetime: self.lifetime,
             claimed: self.claimed,
-            renewed: Mutex::new(self.claimed),
+            renewed: Mutex::new(self.lease_end() - self.lease),
+            pending: self.pending.take(),
+            resent: true,
             done: false,
         };
-        claim.spawn_release();
+        if let Some((record, retention)) = rest.pending.clone() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn(
+                        async move {
+                            let _ = rest.complete(record, retention).await;
+                        }
+                        .with_current_subscriber(),
+                    );
+                }
+                Err(_) => {
+                    tracing::warn!(target: "distlock", key = rest.key, "idempotent result dropped outside a tokio runtime before it was stored; the claim ends with its lease");
+                    let mut rest = rest;
+                    rest.done = true;
+                }
+            }
+        } else if std::thread::panicking() {
+            rest.spawn_release();
+        } else {
+            tracing::debug!(target: "distlock", key = rest.key, "idempotent call dropped while its body ran: the claim stays in progress until its lease ends");
+            let mut rest = rest;
+            rest.done = true;
+        }
     }
 }
 
@@ -449,10 +557,13 @@ pub(crate) mod private {
     pub use super::Fingerprint;
     pub use super::fingerprint::{FpArg, FpSerialize, FpSkip};
     pub use super::fns::{
-        IdemError, IdemFn, IdemOutput, IdemSpec, IdemTarget, IdemValue, run_idempotent,
+        DetachFn, DetachFnInline, DetachFnSend, IdemError, IdemFn, IdemOutput, IdemSpec,
+        IdemTarget, IdemValue, run_idempotent,
     };
     pub use super::http::{
-        CaptureActix, CaptureAxum, CaptureBoth, CaptureNone, HandlerReturn, HandlerRun,
-        IdemRequest, IdemResponse, LocalCapture, Reply, SendCapture,
+        CaptureActix, CaptureAxum, CaptureBoth, CaptureFuture, CaptureNone, Detach, DetachLocal,
+        DetachSend, HandlerReturn, HandlerRun, IdemRequest, IdemResponse, LocalCapture, Reply,
+        SendCapture,
     };
+    pub use super::record::Captured;
 }
