@@ -40,7 +40,8 @@ pub use lockcore::{
     LockGuard, LockInfo, LockRequest, Locks, LocksBuilder, Result, current_lock, install, key,
 };
 pub use lockcore::{
-    Captured, IdemRequest, IdemResponse, MAX_KEY_LEN, REPLAYED_HEADER, idempotency,
+    Captured, IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS, REPLAYED_HEADER,
+    idempotency,
 };
 
 /// Runs an `async fn` alone across every process that shares one Redis.
@@ -177,7 +178,8 @@ pub use lockmacro::distributed_lock;
 /// | `lease = "30s"` | `30s` | how long a claim survives without renewal (a crashed caller blocks the key this long); renewed every `lease / 3` while the body runs |
 /// | `wait = "5s"` | none | a repeat that arrives while the first call runs waits this long for its result instead of getting `InProgress` |
 /// | `required = false` | `true` | handlers: run without idempotency when the header is missing, instead of `MissingKey` |
-/// | `fingerprint = [a, b]` | all `Serialize` bindings | the bindings whose values make up the payload fingerprint |
+/// | `fingerprint = [a, b]` | every binding | fns: the bindings whose values make up the payload fingerprint |
+/// | `skip = [pool]` | none | fns: bindings left out of the fingerprint (not part of the payload) |
 /// | `max_body = "1MiB"` | `1MiB` | handlers: larger responses are returned but not stored |
 /// | `name = "email-notify"` | `module::path::fn` | the records' namespace: required on methods (the methods named alike of two types in one module would share one), and how any fn keeps its records across a rename or a move; two fns found sharing a namespace at run time get a `Backend` error naming both |
 /// | `detach = false` | `true` | run the body in the caller's future even where it could run in a task of its own; see "When the caller goes away" |
@@ -216,9 +218,25 @@ pub use lockmacro::distributed_lock;
 ///   255 bytes or one with characters outside visible ASCII is `InvalidKey` (400) saying
 ///   what is wrong. Header values are escaped like placeholders.
 ///
-/// The fingerprint hashes the bindings whose type is `Serialize` (others, such as
-/// `State` or a pool, are left out), and for handlers the method, matched route and
-/// query; see [`idempotency::fingerprint`] for exactly what is hashed.
+/// # The payload fingerprint
+///
+/// A key reused with another payload is `PayloadMismatch` (422), never a replay of
+/// someone else's result. What the payload is:
+///
+/// - **Fns** (`key = ...`): every parameter binding. Each must be `Serialize`, or its
+///   parameter a known non-payload type (`State`, `Extension`, `web::Data`, a `Locks`),
+///   or be listed in `skip = [...]`; any other binding is a compile error naming it. A
+///   `HashSet` argument is hashed sorted.
+/// - **Handlers** (`header = ...`): the request as sent, whatever the handler's types
+///   for it: the method, matched route, path (its parameters), query (decoded pairs, in
+///   any order) and body (canonical JSON when it is JSON, else its bytes). The body is
+///   read by the handler's last parameter, which the attribute wraps; with axum it is
+///   read whole within `DefaultBodyLimit` before the handler's extractor gets it.
+///
+/// Numbers are compared as JSON numbers (`1`, `1.0` and `1e0` are one). Only `POST`,
+/// `PUT`, `PATCH` and `DELETE` ([`RECORDED_METHODS`]) are recorded: `GET`, `HEAD` and
+/// the other safe methods run the handler without a record. See
+/// [`idempotency::fingerprint`] for exactly what is hashed.
 ///
 /// # When the caller goes away
 ///

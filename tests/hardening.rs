@@ -345,7 +345,7 @@ async fn a_takeover_given_up_keeps_the_payload_it_took_over(locks: Locks) {
     assert_eq!(runs.get(), 3);
 }
 
-#[idempotent(key = "quick:<id>", client = locks, lease = "300ms")]
+#[idempotent(key = "quick:<id>", client = locks, lease = "300ms", skip = [runs])]
 async fn quick(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
     runs.bump();
     tokio::time::sleep(Duration::from_millis(60)).await; // shorter than a renewal period
@@ -385,7 +385,7 @@ async fn a_complete_that_finds_the_claim_lost_returns_lost() {
 // `on_lost` for `#[idempotent]`.
 // ---------------------------------------------------------------------------------------
 
-#[idempotent(key = "job:<id>", client = locks, lease = "300ms")]
+#[idempotent(key = "job:<id>", client = locks, lease = "300ms", skip = [runs, ends])]
 async fn job_cancelled(locks: &Locks, id: u32, runs: &Runs, ends: &Runs) -> Result<u32, AppError> {
     runs.bump();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -393,7 +393,7 @@ async fn job_cancelled(locks: &Locks, id: u32, runs: &Runs, ends: &Runs) -> Resu
     Ok(id)
 }
 
-#[idempotent(key = "job:<id>", client = locks, lease = "300ms", on_lost = "continue")]
+#[idempotent(key = "job:<id>", client = locks, lease = "300ms", on_lost = "continue", skip = [runs, ends])]
 async fn job_continued(locks: &Locks, id: u32, runs: &Runs, ends: &Runs) -> Result<u32, AppError> {
     runs.bump();
     tokio::time::sleep(Duration::from_millis(1500)).await;

@@ -23,7 +23,8 @@ both!(
     caller_that_goes_away_does_not_cause_a_second_run,
     different_payload_is_a_mismatch_and_does_not_run,
     reordered_json_fields_are_the_same_payload,
-    non_serializable_arguments_are_left_out,
+    skipped_arguments_are_left_out,
+    equal_sets_are_one_payload,
     fingerprint_list_narrows_the_payload,
     wait_returns_the_stored_result,
     wait_gives_up_at_its_deadline,
@@ -99,7 +100,7 @@ async fn fifty_concurrent_calls_run_the_body_once(locks: Locks) {
     );
 }
 
-#[idempotent(key = "pay-wait:<notify_id>", client = locks, wait = "10s")]
+#[idempotent(key = "pay-wait:<notify_id>", client = locks, wait = "10s", skip = [runs])]
 async fn pay_waiting(locks: &Locks, notify_id: &str, runs: &Runs) -> Result<u32, AppError> {
     let n = runs.bump();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -136,13 +137,13 @@ async fn replay_equals_the_first_result(locks: Locks) {
     assert_ne!(other, first);
 }
 
-#[idempotent(key = "unit:<id>", client = locks)]
+#[idempotent(key = "unit:<id>", client = locks, skip = [runs])]
 async fn unit(locks: &Locks, id: u32, runs: &Runs) -> Result<(), AppError> {
     runs.bump();
     Ok(())
 }
 
-#[idempotent(key = "none:<id>", client = locks)]
+#[idempotent(key = "none:<id>", client = locks, skip = [runs])]
 async fn nothing(locks: &Locks, id: u32, runs: &Runs) -> Result<Option<String>, AppError> {
     runs.bump();
     Ok(None)
@@ -158,7 +159,7 @@ async fn unit_and_empty_values_are_stored(locks: Locks) {
     assert_eq!(runs.get(), 2, "`None` is a result too");
 }
 
-#[idempotent(key = "flaky:<id>", client = locks)]
+#[idempotent(key = "flaky:<id>", client = locks, skip = [runs])]
 async fn flaky(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
     let n = runs.bump();
     if n == 1 {
@@ -179,7 +180,7 @@ async fn err_is_not_stored(locks: Locks) {
     assert_eq!(runs.get(), 2);
 }
 
-#[idempotent(key = "panics:<id>", client = locks)]
+#[idempotent(key = "panics:<id>", client = locks, skip = [runs])]
 async fn panics(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
     let n = runs.bump();
     if n == 1 {
@@ -300,7 +301,7 @@ async fn different_payload_is_a_mismatch_and_does_not_run(locks: Locks) {
     assert_eq!(runs.get(), 2);
 }
 
-#[idempotent(key = "order:<id>", client = locks)]
+#[idempotent(key = "order:<id>", client = locks, skip = [runs])]
 async fn order(
     locks: &Locks,
     id: u32,
@@ -333,12 +334,13 @@ async fn reordered_json_fields_are_the_same_payload(locks: Locks) {
 /// Not `Serialize`: left out of the fingerprint, no compile error.
 struct Pool(#[allow(dead_code)] u32);
 
-#[idempotent(key = "job:<id>", client = locks)]
+#[idempotent(key = "job:<id>", client = locks, skip = [pool, runs])]
 async fn with_pool(locks: &Locks, pool: Pool, id: u32, runs: &Runs) -> Result<u32, AppError> {
+    let _ = pool;
     Ok(runs.bump())
 }
 
-async fn non_serializable_arguments_are_left_out(locks: Locks) {
+async fn skipped_arguments_are_left_out(locks: Locks) {
     let runs = Runs::default();
     assert_eq!(with_pool(&locks, Pool(1), 7, &runs).await.unwrap(), 1);
     assert_eq!(with_pool(&locks, Pool(2), 7, &runs).await.unwrap(), 1);
@@ -419,7 +421,7 @@ async fn wait_gives_up_at_its_deadline(locks: Locks) {
     assert!(took < Duration::from_millis(700), "overshot: {took:?}");
 }
 
-#[idempotent(key = "renew:<id>", client = locks, lease = "300ms")]
+#[idempotent(key = "renew:<id>", client = locks, lease = "300ms", skip = [runs])]
 async fn long_body(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
     runs.bump();
     tokio::time::sleep(Duration::from_millis(1_200)).await;
@@ -440,12 +442,12 @@ async fn lease_is_renewed_while_the_body_runs(locks: Locks) {
     assert_eq!(runs.get(), 1);
 }
 
-#[idempotent(key = "k:<id>", scope = "tenant-<tenant>", client = locks)]
+#[idempotent(key = "k:<id>", scope = "tenant-<tenant>", client = locks, skip = [runs])]
 async fn scoped(locks: &Locks, tenant: &str, id: u32, runs: &Runs) -> Result<u32, AppError> {
     Ok(runs.bump())
 }
 
-#[idempotent(key = "k:<id>", client = locks)]
+#[idempotent(key = "k:<id>", client = locks, skip = [runs])]
 async fn same_template_other_fn(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
     Ok(runs.bump())
 }
@@ -471,7 +473,7 @@ async fn take_one(stock: &Stock, sku: u32) -> Result<u32, AppError> {
     Ok(left - 1)
 }
 
-#[idempotent(key = "buy:<order_id>", client = locks)]
+#[idempotent(key = "buy:<order_id>", client = locks, skip = [stock])]
 #[distributed_lock(key = "stock:<sku>", client = locks, wait = "5s")]
 async fn buy_idem_outer(
     locks: &Locks,
@@ -483,7 +485,7 @@ async fn buy_idem_outer(
 }
 
 #[distributed_lock(key = "stock:<sku>", client = locks, wait = "5s")]
-#[idempotent(key = "buy:<order_id>", client = locks)]
+#[idempotent(key = "buy:<order_id>", client = locks, skip = [stock])]
 async fn buy_lock_outer(
     locks: &Locks,
     order_id: u32,
@@ -545,7 +547,7 @@ struct Email;
 struct Sms;
 
 impl Email {
-    #[idempotent(key = "notify:<id>", client = locks, name = "email-notify")]
+    #[idempotent(key = "notify:<id>", client = locks, name = "email-notify", skip = [runs])]
     async fn notify(&self, locks: &Locks, id: u32, runs: &Runs) -> Result<String, AppError> {
         runs.bump();
         Ok(format!("email {id}"))
@@ -553,7 +555,7 @@ impl Email {
 }
 
 impl Sms {
-    #[idempotent(key = "notify:<id>", client = locks, name = "sms-notify")]
+    #[idempotent(key = "notify:<id>", client = locks, name = "sms-notify", skip = [runs])]
     async fn notify(&self, locks: &Locks, id: u32, runs: &Runs) -> Result<String, AppError> {
         runs.bump();
         Ok(format!("sms {id}"))
@@ -599,4 +601,35 @@ async fn two_fns_in_one_namespace_are_reported(locks: Locks) {
         message.contains("shared-namespace") && message.matches("idempotent_fns.rs:").count() == 2,
         "{message}"
     );
+}
+
+#[idempotent(key = "tagged:<id>", client = locks, skip = [runs])]
+async fn tagged(
+    locks: &Locks,
+    id: u32,
+    tags: std::collections::HashSet<String>,
+    runs: &Runs,
+) -> Result<u32, AppError> {
+    let _ = tags;
+    Ok(runs.bump())
+}
+
+/// A `HashSet` argument iterates in an order of its own; equal sets are one payload.
+async fn equal_sets_are_one_payload(locks: Locks) {
+    let runs = Runs::default();
+    let a: std::collections::HashSet<String> = (0..50).map(|i| format!("t{i}")).collect();
+    let b: std::collections::HashSet<String> = (0..50).rev().map(|i| format!("t{i}")).collect();
+    assert_ne!(
+        a.iter().collect::<Vec<_>>(),
+        b.iter().collect::<Vec<_>>(),
+        "the control: equal sets that iterate in different orders"
+    );
+    assert_eq!(tagged(&locks, 1, a, &runs).await.unwrap(), 1);
+    assert_eq!(tagged(&locks, 1, b, &runs).await.unwrap(), 1, "replayed");
+    let c: std::collections::HashSet<String> = (0..49).map(|i| format!("t{i}")).collect();
+    assert!(matches!(
+        idem_err(tagged(&locks, 1, c, &runs).await),
+        Error::PayloadMismatch { .. }
+    ));
+    assert_eq!(runs.get(), 1);
 }

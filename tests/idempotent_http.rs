@@ -30,7 +30,7 @@ struct App {
 
 const COUNTERS: &[&str] = &[
     "orders", "slow", "wait", "flaky", "conflict", "big", "binary", "optional", "stock", "busy",
-    "steady",
+    "steady", "transfer", "upload", "echo", "page",
 ];
 
 impl App {
@@ -88,6 +88,13 @@ struct Ship {
 #[derive(Debug, Serialize, Deserialize)]
 struct Buy {
     order: String,
+}
+
+/// Only `Deserialize`, as axum and actix request bodies usually are.
+#[derive(Debug, Deserialize)]
+struct Transfer {
+    to: String,
+    amount: u64,
 }
 
 mod axum_app {
@@ -178,6 +185,31 @@ mod axum_app {
         format!("optional run {}", app.bump("optional"))
     }
 
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn transfer(
+        State(app): State<App>,
+        Path(from): Path<String>,
+        Json(t): Json<Transfer>,
+    ) -> String {
+        let n = app.bump("transfer");
+        format!("transfer {n}: {} from {from} to {}", t.amount, t.to)
+    }
+
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn upload(State(app): State<App>, body: axum::body::Bytes) -> String {
+        format!("upload {}: {} bytes", app.bump("upload"), body.len())
+    }
+
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn echo(State(app): State<App>, Json(v): Json<serde_json::Value>) -> String {
+        format!("echo {}: {v}", app.bump("echo"))
+    }
+
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn page(State(app): State<App>) -> String {
+        format!("page {}", app.bump("page"))
+    }
+
     /// The body of both attribute orders below: one sale, counted.
     async fn sell_one(app: &App, sku: u32, buy: &Buy) -> (StatusCode, String) {
         app.bump("stock");
@@ -210,18 +242,28 @@ mod axum_app {
         Ok(sell_one(&app, sku, &buy).await)
     }
 
-    /// `slow` under a 100 ms timeout, as a timeout layer would run it.
-    async fn slow_timed(req: distlock::IdemRequest, state: State<App>) -> axum::response::Response {
-        match tokio::time::timeout(Duration::from_millis(100), slow(req, state)).await {
-            Ok(res) => res.into_response(),
+    /// A 100 ms timeout around the handler, as a timeout layer would put it.
+    async fn timeout_100ms(
+        req: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> axum::response::Response {
+        match tokio::time::timeout(Duration::from_millis(100), next.run(req)).await {
+            Ok(res) => res,
             Err(_) => StatusCode::GATEWAY_TIMEOUT.into_response(),
         }
     }
 
     pub(super) async fn start(app: App) -> SocketAddr {
         let router = axum::Router::new()
-            .route("/slow-timed", post(slow_timed))
+            .route(
+                "/slow-timed",
+                post(slow).layer(axum::middleware::from_fn(timeout_100ms)),
+            )
             .route("/orders/{user}", post(orders))
+            .route("/transfer/{from}", post(transfer))
+            .route("/upload", post(upload))
+            .route("/echo", post(echo))
+            .route("/page", axum::routing::get(page))
             .route("/slow", post(slow))
             .route("/steady", post(steady))
             .route("/wait", post(wait))
@@ -323,6 +365,31 @@ mod actix_app {
         format!("optional run {}", app.bump("optional"))
     }
 
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn transfer(
+        web::Json(t): web::Json<Transfer>,
+        from: web::Path<String>,
+        app: web::Data<App>,
+    ) -> String {
+        let n = app.bump("transfer");
+        format!("transfer {n}: {} from {from} to {}", t.amount, t.to)
+    }
+
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn upload(body: web::Bytes, app: web::Data<App>) -> String {
+        format!("upload {}: {} bytes", app.bump("upload"), body.len())
+    }
+
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn echo(app: web::Data<App>, web::Json(v): web::Json<serde_json::Value>) -> String {
+        format!("echo {}: {v}", app.bump("echo"))
+    }
+
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn page(app: web::Data<App>) -> String {
+        format!("page {}", app.bump("page"))
+    }
+
     /// The body of both attribute orders below: one sale, counted.
     async fn sell_one(app: &App, sku: u32, buy: &Buy) -> HttpResponse {
         app.bump("stock");
@@ -354,15 +421,18 @@ mod actix_app {
         Ok(sell_one(&app, sku.0, &buy).await)
     }
 
-    /// `slow` under a 100 ms timeout, as a timeout middleware would run it.
-    async fn slow_timed(req: distlock::IdemRequest, app: web::Data<App>) -> HttpResponse {
-        match tokio::time::timeout(Duration::from_millis(100), slow(req, app)).await {
-            Ok(res) => {
-                let cap = res.into_captured();
-                HttpResponse::build(actix_web::http::StatusCode::from_u16(cap.status).unwrap())
-                    .body(cap.body)
-            }
-            Err(_) => HttpResponse::GatewayTimeout().finish(),
+    /// A 100 ms timeout around the handler, as a timeout middleware would put it.
+    async fn timeout_100ms(
+        req: actix_web::dev::ServiceRequest,
+        next: actix_web::middleware::Next<actix_web::body::BoxBody>,
+    ) -> Result<actix_web::dev::ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+        let http = req.request().clone();
+        match tokio::time::timeout(Duration::from_millis(100), next.call(req)).await {
+            Ok(res) => res,
+            Err(_) => Ok(actix_web::dev::ServiceResponse::new(
+                http,
+                HttpResponse::GatewayTimeout().finish(),
+            )),
         }
     }
 
@@ -375,8 +445,24 @@ mod actix_app {
                     actix_web::App::new()
                         .app_data(web::Data::new(app.clone()))
                         .route("/orders/{user}", web::post().to(orders))
+                        .route("/transfer/{from}", web::post().to(transfer))
+                        .route("/upload", web::post().to(upload))
+                        .route("/echo", web::post().to(echo))
+                        .route(
+                            "/page",
+                            web::route()
+                                .guard(
+                                    actix_web::guard::Any(actix_web::guard::Get())
+                                        .or(actix_web::guard::Head()),
+                                )
+                                .to(page),
+                        )
                         .route("/slow", web::post().to(slow))
-                        .route("/slow-timed", web::post().to(slow_timed))
+                        .service(
+                            web::resource("/slow-timed")
+                                .wrap(actix_web::middleware::from_fn(timeout_100ms))
+                                .route(web::post().to(slow)),
+                        )
                         .route("/steady", web::post().to(steady))
                         .route("/wait", web::post().to(wait))
                         .route("/flaky", web::post().to(flaky))
@@ -460,6 +546,9 @@ both_frameworks!(
     distlock_errors_are_problem_responses_and_not_stored,
     retry_after_is_how_long_such_a_body_takes,
     caller_that_goes_away_does_not_cause_a_second_run,
+    the_request_body_is_the_payload_whatever_its_type,
+    equal_requests_have_one_fingerprint,
+    only_unsafe_methods_are_recorded,
 );
 
 /// Raw request headers.
@@ -838,4 +927,121 @@ async fn caller_that_goes_away_does_not_cause_a_second_run(h: Harness) {
         );
     }
     assert_eq!(h.app.runs("slow"), 2, "each body ran once");
+}
+
+/// The body is part of the payload even when the handler's type for it is not
+/// `Serialize` (`Json<T>` with a `Deserialize`-only `T`, raw `Bytes`): a different body
+/// under the same key is 422, and the body does not run again. So is another path.
+async fn the_request_body_is_the_payload_whatever_its_type(h: Harness) {
+    let to_bob = r#"{"to":"bob","amount":100}"#;
+    let first = post(h.addr, "/transfer/alice", Some("t-1"), to_bob).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.text(), "transfer 1: 100 from alice to bob");
+    let again = post(
+        h.addr,
+        "/transfer/alice",
+        Some("t-1"),
+        r#"{"amount":100, "to":"bob"}"#,
+    )
+    .await;
+    assert_eq!(
+        again.text(),
+        first.text(),
+        "the same body, reordered: replayed"
+    );
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    let to_eve = post(
+        h.addr,
+        "/transfer/alice",
+        Some("t-1"),
+        r#"{"to":"eve","amount":100}"#,
+    )
+    .await;
+    assert_eq!(to_eve.status, 422, "another recipient: {}", to_eve.text());
+    let from_carol = post(h.addr, "/transfer/carol", Some("t-1"), to_bob).await;
+    assert_eq!(
+        from_carol.status,
+        422,
+        "another path: {}",
+        from_carol.text()
+    );
+    assert_eq!(h.app.runs("transfer"), 1);
+
+    let up = |body: &'static [u8]| {
+        send(
+            h.addr,
+            "POST",
+            "/upload",
+            &[("Idempotency-Key", b"u-1")],
+            body,
+        )
+    };
+    assert_eq!(up(b"\x00\x01abc").await.text(), "upload 1: 5 bytes");
+    assert_eq!(
+        up(b"\x00\x01abc").await.header("idempotent-replayed"),
+        Some("true")
+    );
+    assert_eq!(up(b"\x00\x02abc").await.status, 422, "other bytes");
+    assert_eq!(h.app.runs("upload"), 1);
+}
+
+/// One value, one fingerprint: numbers equal as JSON numbers, and a percent-encoded query
+/// and its decoded form, replay instead of answering 422.
+async fn equal_requests_have_one_fingerprint(h: Harness) {
+    let first = post(
+        h.addr,
+        "/echo?a=%41&b=x+y",
+        Some("e-1"),
+        r#"{"n":100,"m":[1,0]}"#,
+    )
+    .await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    for (path, body) in [
+        ("/echo?a=%41&b=x+y", r#"{"m":[1.0,-0],"n":1e2}"#),
+        ("/echo?b=x%20y&a=A", r#"{"n":100,"m":[1,0]}"#),
+    ] {
+        let again = post(h.addr, path, Some("e-1"), body).await;
+        assert_eq!(again.status, 200, "{path} {body}: {}", again.text());
+        assert_eq!(
+            again.header("idempotent-replayed"),
+            Some("true"),
+            "{path} {body}"
+        );
+        assert_eq!(again.body, first.body);
+    }
+    let other = post(
+        h.addr,
+        "/echo?a=B&b=x+y",
+        Some("e-1"),
+        r#"{"n":100,"m":[1,0]}"#,
+    )
+    .await;
+    assert_eq!(other.status, 422, "another query value");
+    let other = post(
+        h.addr,
+        "/echo?a=%41&b=x+y",
+        Some("e-1"),
+        r#"{"n":100.5,"m":[1,0]}"#,
+    )
+    .await;
+    assert_eq!(other.status, 422, "another number");
+    assert_eq!(h.app.runs("echo"), 1);
+}
+
+/// `HEAD` and `GET` are not recorded: each runs the handler, and nothing is stored (a
+/// `HEAD` is never replayed as a `GET`, nor a `GET` as the next `GET`).
+async fn only_unsafe_methods_are_recorded(h: Harness) {
+    let key: &[u8] = b"p-1";
+    let head = send(h.addr, "HEAD", "/page", &[("Idempotency-Key", key)], b"").await;
+    assert_eq!(head.status, 200);
+    let get = send(h.addr, "GET", "/page", &[("Idempotency-Key", key)], b"").await;
+    assert_eq!(get.status, 200, "{}", get.text());
+    assert_eq!(get.text(), "page 2");
+    assert_eq!(get.header("idempotent-replayed"), None);
+    assert_eq!(h.app.runs("page"), 2);
+    assert!(
+        h.keys().await.is_empty(),
+        "nothing stored: {:?}",
+        h.keys().await
+    );
 }

@@ -36,7 +36,7 @@ pub use client::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_PREFIX, DEFAULT_YIELD_WINDOW, Locks, LocksBuilder,
 };
 pub use error::{BackendError, BackendErrorKind, Error, Result};
-pub use idempotency::http::{IdemRequest, IdemResponse, MAX_KEY_LEN};
+pub use idempotency::http::{IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS};
 pub use idempotency::record::{Captured, REPLAYED_HEADER};
 pub use lock::{DEFAULT_TTL, LockGuard, LockInfo, LockRequest, current_lock};
 

@@ -35,6 +35,7 @@ const IDEM_ARGS: &[&str] = &[
     "wait",
     "required",
     "fingerprint",
+    "skip",
     "max_body",
     "on_lost",
     "name",
@@ -62,6 +63,8 @@ struct IdemConfig {
     required: bool,
     /// `fingerprint = [a, b]`: only these bindings (each must be `Serialize`).
     fingerprint: Option<Vec<Ident>>,
+    /// `skip = [pool]`: bindings left out of the fingerprint.
+    skip: Vec<Ident>,
     max_body: u64,
     /// `on_lost = "cancel"` (default): cancel the body when the claim is found lost.
     cancel_on_lost: bool,
@@ -297,15 +300,42 @@ fn idem_config(
         }
         None => Some(1024 * 1024),
     };
+    let key_only = |arg: &RawArg, errors: &mut Errors| {
+        if matches!(source, Some(Source::Header(_))) {
+            errors.push(syn::Error::new(
+                arg.name.span(),
+                format!(
+                    "`{}` only applies to fns keyed by `key = \"...\"`: a handler's fingerprint is the request as sent (method, route, path, query and body), whatever its bindings",
+                    arg.name
+                ),
+            ));
+        }
+    };
     let fingerprint = match slots.take("fingerprint") {
-        Some(arg) => match fingerprint_arg(&arg, bindings) {
-            Ok(names) => Some(Some(names)),
-            Err(e) => {
-                errors.push(e);
-                None
+        Some(arg) => {
+            key_only(&arg, errors);
+            match binding_list(&arg, bindings) {
+                Ok(names) => Some(Some(names)),
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
             }
-        },
+        }
         None => Some(None),
+    };
+    let skip = match slots.take("skip") {
+        Some(arg) => {
+            key_only(&arg, errors);
+            match binding_list(&arg, bindings) {
+                Ok(names) => Some(names),
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            }
+        }
+        None => Some(Vec::new()),
     };
     let cancel_on_lost = match slots.take("on_lost") {
         Some(arg) => expand::on_lost_arg(&arg, errors),
@@ -347,6 +377,7 @@ fn idem_config(
         wait_ms: wait?,
         required: required?,
         fingerprint: fingerprint?,
+        skip: skip?,
         max_body: max_body?,
         cancel_on_lost: cancel_on_lost?,
         name: name?,
@@ -413,12 +444,16 @@ fn size_arg(arg: &RawArg) -> syn::Result<u64> {
     }
 }
 
-/// `fingerprint = [a, b]`: binding names, each checked against the parameters.
-fn fingerprint_arg(arg: &RawArg, bindings: Option<&[String]>) -> syn::Result<Vec<Ident>> {
+/// `fingerprint = [a, b]` or `skip = [a]`: binding names, each checked against the
+/// parameters.
+fn binding_list(arg: &RawArg, bindings: Option<&[String]>) -> syn::Result<Vec<Ident>> {
+    let what = arg.name.to_string();
     let Expr::Array(list) = &arg.value else {
         return Err(syn::Error::new(
             arg.value.span(),
-            "`fingerprint` expects a list of parameter bindings, e.g. `fingerprint = [order, amount]`",
+            format!(
+                "`{what}` expects a list of parameter bindings, e.g. `{what} = [order, amount]`"
+            ),
         ));
     };
     let mut names = Vec::new();
@@ -449,7 +484,7 @@ fn fingerprint_arg(arg: &RawArg, bindings: Option<&[String]>) -> syn::Result<Vec
                     .join(", ");
                 errors.push(syn::Error::new(
                     ident.span(),
-                    format!("unknown binding `{name}` in `fingerprint`: no parameter binds `{name}`{hint} (available bindings: {list})"),
+                    format!("unknown binding `{name}` in `{what}`: no parameter binds `{name}`{hint} (available bindings: {list})"),
                 ));
                 continue;
             }
@@ -466,6 +501,7 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
     // Each binding with the `#[cfg]`s of its parameter: its fingerprint statement carries
     // them, so a parameter compiled out takes its statement along.
     let cfgs = check::binding_cfgs(&func.sig);
+    let params = binding_params(&func.sig);
     let bindings: Vec<Binding> = shape
         .bindings(&func)
         .unwrap_or_default()
@@ -476,7 +512,17 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
                 .find(|(n, _)| *n == name)
                 .map(|(_, attrs)| attrs.clone())
                 .unwrap_or_default();
-            (name, cfg)
+            let (span, non_payload) = params
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .map(|(_, span, np)| (*span, *np))
+                .unwrap_or((Span::call_site(), false));
+            Binding {
+                name,
+                cfgs: cfg,
+                span,
+                non_payload,
+            }
         })
         .collect();
     let name = func.sig.ident.to_string();
@@ -491,6 +537,7 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
                 Source::Header(header) => {
                     let req = Ident::new("__distlock_idem_req", Span::mixed_site());
                     let krate = &config.krate;
+                    wrap_body_param(&mut func.sig, krate);
                     let hidden: FnArg = syn::parse_quote!(#req: #krate::__private::IdemRequest);
                     let at =
                         usize::from(matches!(func.sig.inputs.first(), Some(FnArg::Receiver(_))));
@@ -522,8 +569,69 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
 
 /// Statements computing the scope, the fingerprint and the client, all before the body
 /// takes ownership of the arguments.
-/// A binding's name and the `#[cfg]` attributes of its parameter.
-type Binding = (String, Vec<syn::Attribute>);
+/// A parameter binding, as the fingerprint sees it.
+struct Binding {
+    name: String,
+    /// The `#[cfg]` attributes of its parameter.
+    cfgs: Vec<syn::Attribute>,
+    /// Where the pattern binds it.
+    span: Span,
+    /// Its parameter's type is a known non-payload type (`State`, `Extension`,
+    /// `web::Data`, `Locks`): left out of the fingerprint whatever its own type.
+    non_payload: bool,
+}
+
+/// Each name the parameters bind, where, and whether its parameter is of a known
+/// non-payload type.
+fn binding_params(sig: &syn::Signature) -> Vec<(String, Span, bool)> {
+    let mut out = Vec::new();
+    for input in &sig.inputs {
+        let FnArg::Typed(pt) = input else { continue };
+        let non_payload = non_payload_type(&pt.ty);
+        let mut names = Vec::new();
+        check::pat_bindings(&pt.pat, &mut names);
+        for name in names {
+            let span = ident_span(pt.pat.to_token_stream(), &name).unwrap_or_else(|| pt.pat.span());
+            out.push((name, span, non_payload));
+        }
+    }
+    out
+}
+
+/// The span of identifier `name` (unraw) in `tokens`.
+fn ident_span(tokens: TokenStream, name: &str) -> Option<Span> {
+    tokens.into_iter().find_map(|t| match t {
+        proc_macro2::TokenTree::Ident(i) if i.unraw() == name => Some(i.span()),
+        proc_macro2::TokenTree::Group(g) => ident_span(g.stream(), name),
+        _ => None,
+    })
+}
+
+/// `State<T>`, `Extension<T>`, `Data<T>` (`web::Data`), `Locks` and `Arc<Locks>`, behind
+/// any references: application state and clients, never a call's payload.
+fn non_payload_type(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) => non_payload_type(&r.elem),
+        Type::Paren(p) => non_payload_type(&p.elem),
+        Type::Path(p) if p.qself.is_none() => {
+            let Some(last) = p.path.segments.last() else {
+                return false;
+            };
+            match last.ident.to_string().as_str() {
+                "State" | "Extension" | "Data" | "Locks" => true,
+                "Arc" => match &last.arguments {
+                    syn::PathArguments::AngleBracketed(args) => args
+                        .args
+                        .iter()
+                        .any(|a| matches!(a, syn::GenericArgument::Type(t) if non_payload_type(t))),
+                    _ => false,
+                },
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
 
 fn prelude(config: &IdemConfig, bindings: &[Binding], async_trait: bool) -> TokenStream {
     let krate = &config.krate;
@@ -539,9 +647,11 @@ fn prelude(config: &IdemConfig, bindings: &[Binding], async_trait: bool) -> Toke
         None => quote!(::core::option::Option::None),
     };
     let binding_ident = |name: &str, span: Span| binding_tokens(name, span, async_trait);
-    let adds: Vec<TokenStream> = match &config.fingerprint {
+    let adds: Vec<TokenStream> = match (&config.source, &config.fingerprint) {
+        // Handlers: the request as sent (see `HandlerRun::begin`), not the bindings.
+        (Source::Header(_), _) => Vec::new(),
         // Named: each must be `Serialize`; an error lands on the name.
-        Some(names) => names
+        (Source::Key(_), Some(names)) => names
             .iter()
             .map(|ident| {
                 let name = ident.unraw().to_string();
@@ -553,15 +663,27 @@ fn prelude(config: &IdemConfig, bindings: &[Binding], async_trait: bool) -> Toke
                 )
             })
             .collect(),
-        // Every binding but `self`: `Serialize` ones added, others skipped.
-        None => bindings
+        // Every binding but `self`, those of non-payload parameters and those skipped:
+        // each must be `Serialize` (a set is sorted), or of a non-payload type.
+        (Source::Key(_), None) => bindings
             .iter()
-            .filter(|(b, _)| b != "self")
-            .map(|(name, cfgs)| {
-                let b = binding_ident(name, Span::call_site());
+            .filter(|b| {
+                b.name != "self"
+                    && !b.non_payload
+                    && !config.skip.iter().any(|s| s.unraw() == b.name)
+            })
+            .map(|b| {
+                let name = &b.name;
+                let cfgs = &b.cfgs;
+                let ident = binding_ident(name, Span::call_site());
+                // On the binding: one that cannot be fingerprinted is reported there.
+                let add = respan(
+                    quote!((&&&&#krate::__private::FpArg(#name, &#ident)).__distlock_fp(&mut #fp_var);),
+                    b.span,
+                );
                 quote! {
                     #(#cfgs)*
-                    (&&#krate::__private::FpArg(#name, &#b)).__distlock_fp(&mut #fp_var);
+                    #add
                 }
             })
             .collect(),
@@ -572,7 +694,7 @@ fn prelude(config: &IdemConfig, bindings: &[Binding], async_trait: bool) -> Toke
         #[allow(clippy::needless_borrow, unused_mut)]
         let #fp_var = {
             #[allow(unused_imports)]
-            use #krate::__private::{FpSerialize as _, FpSkip as _};
+            use #krate::__private::{FpNonPayload as _, FpNone as _, FpSerialize as _, FpSet as _};
             let mut #fp_var = #krate::__private::Fingerprint::new();
             #(#adds)*
             #fp_var
@@ -702,6 +824,7 @@ fn header_call(
     let out_var = Ident::new("__distlock_idem_out", Span::mixed_site());
     let cap_var = Ident::new("__distlock_idem_cap", Span::mixed_site());
     let done = format_ident!("__distlock_idem_done", span = Span::mixed_site());
+    let seen = body_seen_ident();
     let spec = spec(config, &header.value());
     let idem_fn = idem_fn(config, name);
     // Over the return type: a type that is no framework's response is reported there.
@@ -733,6 +856,7 @@ fn header_call(
         #[allow(unused_mut)]
         let mut #run_var = match #krate::__private::HandlerRun::begin(
             &#req,
+            #seen,
             #client_var,
             #idem_fn,
             #scope_var,
@@ -964,6 +1088,25 @@ fn expand_detached(
                 last,
             );
             let capture_args = group(Delimiter::Parenthesis, quote!(&#req), last);
+            // The last parameter read through `BodyFp` (see `wrap_body_param`).
+            let seen = body_seen_ident();
+            let unwrap_body = match params.last() {
+                Some((id, _)) => {
+                    let last = func.sig.inputs.last_mut().expect("a parameter per id");
+                    if let FnArg::Typed(pt) = last {
+                        let ty = &pt.ty;
+                        let wrapped: Type = syn::parse_quote!(#krate::__private::BodyFp<#ty>);
+                        *pt.ty = wrapped;
+                    }
+                    quote!(let #krate::__private::BodyFp(#id, #seen) = #id;)
+                }
+                None => {
+                    func.sig.inputs.push(syn::parse_quote!(
+                        #krate::__private::BodyFp((), #seen): #krate::__private::BodyFp<()>
+                    ));
+                    TokenStream::new()
+                }
+            };
             func.sig
                 .inputs
                 .insert(0, syn::parse_quote!(#req: #krate::__private::IdemRequest));
@@ -976,6 +1119,7 @@ fn expand_detached(
                 Box::new(syn::parse_quote!(#krate::__private::IdemResponse)),
             );
             quote! {
+                #unwrap_body
                 let (#scope_var, #fp_var, #client_var) = {
                     #(#borrows)*
                     #prelude
@@ -1000,6 +1144,7 @@ fn expand_detached(
                 }
                 let #run_var = match #krate::__private::HandlerRun::begin(
                     &#req,
+                    #seen,
                     #client_var,
                     #idem_fn,
                     #scope_var,
@@ -1020,4 +1165,32 @@ fn expand_detached(
     };
     *func.block = syn::parse_quote!({ #wrapped });
     func.into_token_stream()
+}
+
+/// The binding of what [`wrap_body_param`]'s wrapper saw of the request body.
+fn body_seen_ident() -> Ident {
+    Ident::new("__distlock_idem_body_seen", Span::mixed_site())
+}
+
+/// Rewrites a handler's last parameter `pat: T` to `BodyFp(pat, seen): BodyFp<T>` (or
+/// adds `BodyFp((), seen): BodyFp<()>` to a handler without parameters): the wrapper
+/// reads the request body for the fingerprint, then extracts `T` as before.
+fn wrap_body_param(sig: &mut syn::Signature, krate: &syn::Path) {
+    let seen = body_seen_ident();
+    let last = sig.inputs.iter_mut().rev().find_map(|input| match input {
+        FnArg::Typed(pt) => Some(pt),
+        FnArg::Receiver(_) => None,
+    });
+    match last {
+        Some(pt) => {
+            let (pat, ty) = (&pt.pat, &pt.ty);
+            let wrapped_pat: syn::Pat = syn::parse_quote!(#krate::__private::BodyFp(#pat, #seen));
+            let wrapped_ty: Type = syn::parse_quote!(#krate::__private::BodyFp<#ty>);
+            *pt.pat = wrapped_pat;
+            *pt.ty = wrapped_ty;
+        }
+        None => sig.inputs.push(
+            syn::parse_quote!(#krate::__private::BodyFp((), #seen): #krate::__private::BodyFp<()>),
+        ),
+    }
 }

@@ -9,19 +9,26 @@
 //! {"args":{"amount":1250,"order":{"id":7,"sku":"a"}},"method":"POST","query":"a=1&b=2","route":"/orders/{id}"}
 //! ```
 //!
-//! - `args`: each parameter binding (the names the parameter patterns introduce, such as
-//!   `id` in `Path(id): Path<u64>` or `order` in `Json(order): Json<Order>`) whose type
-//!   implements `serde::Serialize`, under its name, as `serde_json` serializes it.
-//!   Bindings of other types (`State`, pools, clients) are left out; so is `self`.
-//!   With `fingerprint = [a, b]` only those bindings are hashed, and they must be
-//!   `Serialize`.
-//! - handlers only: `method`, `route` (the route template the framework matched, e.g.
-//!   `/orders/{id}`; empty when unknown) and `query` (the raw query string split on `&`,
-//!   empty parts dropped, sorted, joined with `&`).
+//! - `args` (fns, `key = ...`): each parameter binding (the names the parameter patterns
+//!   introduce, such as `id` in `Path(id): Path<u64>`) as `serde_json` serializes it,
+//!   under its name; `self` is left out. A binding whose type is not `Serialize` is a
+//!   compile error naming it, unless its parameter is a known non-payload type (`State`,
+//!   `Extension`, `web::Data`, a `Locks`) or it is listed in `skip = [...]`. With
+//!   `fingerprint = [a, b]` only those bindings are hashed. A `HashSet` or `HashMap`
+//!   binding hashes the same whatever its iteration order (sets are sorted); inside a
+//!   struct, write `BTreeSet` for a set (serde cannot tell a `HashSet` field from a list).
+//! - handlers (`header = ...`): what the request carries, not the bindings: `method`,
+//!   `route` (the route template the framework matched, e.g. `/orders/{id}`; empty when
+//!   unknown), `path` (the request path, percent-decoded: the path parameters), `query`
+//!   (the query string as decoded `[name, value]` pairs, `+` read as a space, sorted) and
+//!   `body`: `json:<sha256>` of the canonical JSON of a JSON body (`application/json` or
+//!   `*/*+json` that parses), else `bytes:<sha256>` of the raw bytes; empty without a body.
 //!
-//! Because arguments are hashed after deserialization, the order of fields and the
-//! whitespace in a JSON request body do not change the fingerprint; a changed value does.
-//! The digest is lower-case hex.
+//! Numbers are written canonically: a number with an integral value is written as an
+//! integer (`1`, `1.0` and `1e0` are one number; so are `100` and `1e2`; `-0` is `0`),
+//! any other as `serde_json` writes an `f64`. So the order of fields, the whitespace and
+//! the spelling of numbers in a JSON body do not change the fingerprint; a changed value
+//! does. The digest is lower-case hex.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -42,7 +49,9 @@ pub struct Fingerprint {
 struct Http {
     method: String,
     route: String,
-    query: String,
+    path: String,
+    query: Value,
+    body: String,
 }
 
 impl Fingerprint {
@@ -69,15 +78,51 @@ impl Fingerprint {
         self.skipped.push(name);
     }
 
-    /// Adds the request line of a handler call.
-    pub(crate) fn http(&mut self, method: &str, route: &str, query: &str) {
-        let mut parts: Vec<&str> = query.split('&').filter(|p| !p.is_empty()).collect();
-        parts.sort_unstable();
+    /// Adds what a handler's request carries: its request line and the label of its body
+    /// (see [`body_label`]).
+    pub(crate) fn http(
+        &mut self,
+        method: &str,
+        route: &str,
+        path: &str,
+        query: &str,
+        body: String,
+    ) {
         self.http = Some(Http {
             method: method.to_owned(),
             route: route.to_owned(),
-            query: parts.join("&"),
+            path: String::from_utf8_lossy(&percent_decode(path.as_bytes(), false)).into_owned(),
+            query: canonical_query(query),
+            body,
         });
+    }
+
+    /// Adds a set binding: its elements sorted by their canonical JSON.
+    pub fn add_set<'a, T: Serialize + 'a>(
+        &mut self,
+        name: &'static str,
+        items: impl IntoIterator<Item = &'a T>,
+    ) {
+        let mut elems: Vec<(String, Value)> = Vec::new();
+        for item in items {
+            match serde_json::to_value(item) {
+                Ok(v) => {
+                    let mut text = String::new();
+                    write_canonical(&v, &mut text);
+                    elems.push((text, v));
+                }
+                Err(e) => {
+                    tracing::warn!(target: "distlock", binding = name, error = %e, "argument left out of the idempotency fingerprint: it failed to serialize");
+                    self.skipped.push(name);
+                    return;
+                }
+            }
+        }
+        elems.sort_by(|a, b| a.0.cmp(&b.0));
+        self.args.insert(
+            name,
+            Value::Array(elems.into_iter().map(|(_, v)| v).collect()),
+        );
     }
 
     /// The bindings left out.
@@ -98,9 +143,12 @@ impl Fingerprint {
             ),
         );
         if let Some(h) = &self.http {
+            doc.remove("args");
             doc.insert("method".into(), Value::String(h.method.clone()));
             doc.insert("route".into(), Value::String(h.route.clone()));
-            doc.insert("query".into(), Value::String(h.query.clone()));
+            doc.insert("path".into(), Value::String(h.path.clone()));
+            doc.insert("query".into(), h.query.clone());
+            doc.insert("body".into(), Value::String(h.body.clone()));
         }
         let mut out = String::new();
         write_canonical(&Value::Object(doc), &mut out);
@@ -109,12 +157,7 @@ impl Fingerprint {
 
     /// SHA-256 of [`canonical`](Self::canonical), lower-case hex.
     pub(crate) fn digest(&self) -> String {
-        let hash = Sha256::digest(self.canonical().as_bytes());
-        let mut hex = String::with_capacity(64);
-        for b in hash.iter() {
-            let _ = write!(hex, "{b:02x}");
-        }
-        hex
+        hex(&Sha256::digest(self.canonical().as_bytes()))
     }
 }
 
@@ -146,47 +189,259 @@ fn write_canonical(v: &Value, out: &mut String) {
             }
             out.push(']');
         }
+        Value::Number(n) => write_number(n, out),
         other => out.push_str(&other.to_string()),
     }
 }
 
+/// An integral value as an integer (`1.0`, `1e0` and `1` are one number; `-0` is `0`),
+/// any other as `serde_json` writes it.
+fn write_number(n: &serde_json::Number, out: &mut String) {
+    if n.is_u64() || n.is_i64() {
+        out.push_str(&n.to_string());
+        return;
+    }
+    let Some(f) = n.as_f64() else {
+        out.push_str(&n.to_string());
+        return;
+    };
+    if f == 0.0 {
+        out.push('0');
+    } else if f.fract() == 0.0 && f.abs() < 1e19 {
+        // Exact: an integral f64 below 2^63 converts without loss.
+        if f.is_sign_negative() {
+            out.push_str(&(f as i64).to_string());
+        } else {
+            out.push_str(&(f as u64).to_string());
+        }
+    } else {
+        out.push_str(&n.to_string());
+    }
+}
+
+/// `%XX` decoded (a bad escape stays as it is); with `plus`, `+` is a space.
+fn percent_decode(raw: &[u8], plus: bool) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        match raw[i] {
+            b'%' if i + 2 < raw.len() => match (hex(raw[i + 1]), hex(raw[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' if plus => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// A query string as sorted `[name, value]` pairs, each percent-decoded with `+` as a
+/// space (as `application/x-www-form-urlencoded`, which axum's `Query` and actix's
+/// `web::Query` read): `a=%41&b` and `b=&a=A` are one query.
+fn canonical_query(query: &str) -> Value {
+    let mut pairs: Vec<(String, String)> = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (name, value) = p.split_once('=').unwrap_or((p, ""));
+            let text =
+                |s: &str| String::from_utf8_lossy(&percent_decode(s.as_bytes(), true)).into_owned();
+            (text(name), text(value))
+        })
+        .collect();
+    pairs.sort();
+    Value::Array(
+        pairs
+            .into_iter()
+            .map(|(n, v)| Value::Array(vec![Value::String(n), Value::String(v)]))
+            .collect(),
+    )
+}
+
+/// What the fingerprint records of a request body: `json:<sha256>` of its canonical JSON
+/// when `content_type` is JSON and the body parses, else `bytes:<sha256>` of the bytes;
+/// empty for no body.
+pub(crate) fn body_label(content_type: Option<&[u8]>, body: &[u8]) -> String {
+    if body.is_empty() {
+        return String::new();
+    }
+    let json = content_type.is_some_and(|ct| {
+        let ct = String::from_utf8_lossy(ct).to_ascii_lowercase();
+        let mime = ct.split(';').next().unwrap_or("").trim().to_owned();
+        mime == "application/json" || mime.ends_with("+json")
+    });
+    if json && let Ok(v) = serde_json::from_slice::<Value>(body) {
+        let mut text = String::new();
+        write_canonical(&v, &mut text);
+        return format!("json:{}", hex(&Sha256::digest(text.as_bytes())));
+    }
+    format!("bytes:{}", hex(&Sha256::digest(body)))
+}
+
+/// A request body as it streams past an extractor (actix-web): hashed whole, kept for
+/// the canonical JSON up to [`BodyRecorder::KEEP`] bytes.
+#[derive(Default)]
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+pub(crate) struct BodyRecorder {
+    hasher: Sha256,
+    kept: Vec<u8>,
+    len: usize,
+    ended: bool,
+}
+
+#[cfg_attr(not(feature = "actix"), allow(dead_code))]
+impl BodyRecorder {
+    /// Bytes kept to canonicalize a JSON body; a longer one is fingerprinted by its bytes.
+    pub(crate) const KEEP: usize = 2 * 1024 * 1024;
+
+    pub(crate) fn feed(&mut self, chunk: &[u8]) {
+        self.hasher.update(chunk);
+        self.len += chunk.len();
+        if self.len <= Self::KEEP {
+            self.kept.extend_from_slice(chunk);
+        } else {
+            self.kept = Vec::new();
+        }
+    }
+
+    pub(crate) fn end(&mut self) {
+        self.ended = true;
+    }
+
+    /// [`body_label`] of what was read; `partial:<sha256>` when the body was not read to
+    /// its end.
+    pub(crate) fn label(&self, content_type: Option<&[u8]>) -> String {
+        let digest = || hex(&self.hasher.clone().finalize());
+        if !self.ended {
+            return format!("partial:{}", digest());
+        }
+        if self.len <= Self::KEEP {
+            return body_label(content_type, &self.kept);
+        }
+        format!("bytes:{}", digest())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
 /// One argument offered to the fingerprint by generated code:
-/// `(&&FpArg(name, &binding)).__distlock_fp(&mut fp)` adds it when its type is
-/// `Serialize` ([`FpSerialize`], found first) and skips it otherwise ([`FpSkip`]).
+/// `(&&&&FpArg(name, &binding)).__distlock_fp(&mut fp)` adds a set sorted ([`FpSet`],
+/// found first), else adds a `Serialize` value ([`FpSerialize`]), else skips a known
+/// non-payload type ([`FpNonPayload`]), else is a compile error ([`FpNone`]).
 #[doc(hidden)]
 pub struct FpArg<'a, T: ?Sized>(pub &'static str, pub &'a T);
 
-/// Adds a `Serialize` argument (autoref specialization, preferred).
+/// Adds a set, its elements sorted (autoref specialization, first).
+#[doc(hidden)]
+pub trait FpSet {
+    /// Adds the argument.
+    fn __distlock_fp(&self, fp: &mut Fingerprint);
+}
+
+impl<T: Serialize, S> FpSet for &&&FpArg<'_, std::collections::HashSet<T, S>> {
+    fn __distlock_fp(&self, fp: &mut Fingerprint) {
+        fp.add_set(self.0, self.1.iter());
+    }
+}
+
+impl<T: Serialize, S> FpSet for &&&FpArg<'_, &std::collections::HashSet<T, S>> {
+    fn __distlock_fp(&self, fp: &mut Fingerprint) {
+        fp.add_set(self.0, self.1.iter());
+    }
+}
+
+/// Adds a `Serialize` argument (autoref specialization, second).
 #[doc(hidden)]
 pub trait FpSerialize {
     /// Adds the argument.
     fn __distlock_fp(&self, fp: &mut Fingerprint);
 }
 
-impl<T: Serialize + ?Sized> FpSerialize for &FpArg<'_, T> {
+impl<T: Serialize + ?Sized> FpSerialize for &&FpArg<'_, T> {
     fn __distlock_fp(&self, fp: &mut Fingerprint) {
         fp.add(self.0, self.1);
     }
 }
 
-/// Skips any other argument (autoref specialization, fallback).
+/// Skips a known non-payload argument (autoref specialization, third).
 #[doc(hidden)]
-pub trait FpSkip {
+pub trait FpNonPayload {
     /// Records the argument as left out.
     fn __distlock_fp(&self, fp: &mut Fingerprint);
 }
 
-impl<T: ?Sized> FpSkip for FpArg<'_, T> {
+impl<T: NonPayload + ?Sized> FpNonPayload for &FpArg<'_, T> {
     fn __distlock_fp(&self, fp: &mut Fingerprint) {
         fp.skip(self.0);
     }
 }
 
+/// Types that are never part of a call's payload: the client, and the frameworks'
+/// application state.
+#[doc(hidden)]
+pub trait NonPayload {}
+
+impl NonPayload for crate::Locks {}
+impl<T: NonPayload + ?Sized> NonPayload for &T {}
+impl<T: NonPayload + ?Sized> NonPayload for std::sync::Arc<T> {}
+#[cfg(feature = "axum")]
+impl<T> NonPayload for axum::extract::State<T> {}
+#[cfg(feature = "axum")]
+impl<T> NonPayload for axum::Extension<T> {}
+#[cfg(feature = "actix")]
+impl<T: ?Sized> NonPayload for actix_web::web::Data<T> {}
+
+/// Any other argument: a compile error (autoref specialization, last).
+#[doc(hidden)]
+pub trait FpNone {
+    /// Never callable: the binding's type is not `Serialize`.
+    fn __distlock_fp(&self, fp: &mut Fingerprint)
+    where
+        Self: FpChecked;
+}
+
+impl<T: ?Sized> FpNone for FpArg<'_, T> {
+    fn __distlock_fp(&self, _fp: &mut Fingerprint)
+    where
+        Self: FpChecked,
+    {
+        unreachable!("`Fingerprintable` is implemented by `Serialize` types only")
+    }
+}
+
+/// Holds for an argument whose type is [`Fingerprintable`].
+#[doc(hidden)]
+pub trait FpChecked {}
+
+impl<T: Fingerprintable + ?Sized> FpChecked for FpArg<'_, T> {}
+
+/// A type a binding may have to be part of the fingerprint.
+#[diagnostic::on_unimplemented(
+    message = "this parameter binding cannot be part of the idempotency fingerprint: `{Self}` is not `serde::Serialize`",
+    label = "not `Serialize`: a different value here would replay the first call's result",
+    note = "derive `serde::Serialize` for it; or, if it is not part of the payload (a pool, a client, a counter), list the binding in `skip = [...]`; or name the payload's bindings with `fingerprint = [...]`"
+)]
+pub trait Fingerprintable {}
+
+#[diagnostic::do_not_recommend]
+impl<T: Serialize + ?Sized> Fingerprintable for T {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Pool;
 
     #[test]
     fn order_and_whitespace_do_not_matter() {
@@ -211,18 +466,73 @@ mod tests {
 
     #[test]
     #[allow(clippy::needless_borrow)] // the borrows select the impl
-    fn autoref_skips_what_cannot_be_serialized() {
+    fn autoref_adds_sets_sorted_and_skips_non_payload() {
         let id = 7u64;
-        let pool = Pool;
+        let locks = crate::Locks::in_memory();
         let mut fp = Fingerprint::new();
-        (&&FpArg("id", &id)).__distlock_fp(&mut fp);
-        (&&FpArg("pool", &pool)).__distlock_fp(&mut fp);
-        assert_eq!(fp.skipped(), ["pool"]);
-        fp.http("POST", "/x/{id}", "b=2&&a=1");
+        (&&&&FpArg("id", &id)).__distlock_fp(&mut fp);
+        (&&&&FpArg("locks", &locks)).__distlock_fp(&mut fp);
+        assert_eq!(fp.skipped(), ["locks"]);
+        let digest = |set: &std::collections::HashSet<String>| {
+            let mut fp = Fingerprint::new();
+            (&&&&FpArg("tags", set)).__distlock_fp(&mut fp);
+            fp.canonical()
+        };
+        let mut a = std::collections::HashSet::new();
+        let mut b = std::collections::HashSet::new();
+        for i in 0..50 {
+            a.insert(format!("t{i}"));
+            b.insert(format!("t{}", 49 - i));
+        }
+        assert_ne!(
+            a.iter().collect::<Vec<_>>(),
+            b.iter().collect::<Vec<_>>(),
+            "the control: two equal sets iterate in different orders"
+        );
+        assert_eq!(digest(&a), digest(&b));
+    }
+
+    #[test]
+    fn request_fingerprint() {
+        let mut fp = Fingerprint::new();
+        fp.add("ignored", &1);
+        fp.http("POST", "/x/{id}", "/x/a%20b", "b=2&&a=%41+c", String::new());
         assert_eq!(
             fp.canonical(),
-            r#"{"args":{"id":7},"method":"POST","query":"a=1&b=2","route":"/x/{id}"}"#
+            r#"{"body":"","method":"POST","path":"/x/a b","query":[["a","A c"],["b","2"]],"route":"/x/{id}"}"#
         );
-        assert_eq!(fp.digest().len(), 64);
+        let same = |q: &str| {
+            let mut fp = Fingerprint::new();
+            fp.http("POST", "/x", "/x", q, String::new());
+            fp.digest()
+        };
+        assert_eq!(same("a=%41&b"), same("b=&a=A"));
+        assert_ne!(same("a=1"), same("a=2"));
+    }
+
+    #[test]
+    fn equal_json_numbers_are_one_number() {
+        let label = |body: &str| body_label(Some(b"application/json"), body.as_bytes());
+        assert_eq!(label(r#"{"n":1}"#), label(r#"{"n": 1.0}"#));
+        assert_eq!(label(r#"{"n":1}"#), label(r#"{"n":1e0}"#));
+        assert_eq!(label(r#"{"n":100}"#), label(r#"{"n":1e2}"#));
+        assert_eq!(label(r#"{"n":0}"#), label(r#"{"n":-0}"#));
+        assert_eq!(label(r#"{"n":0}"#), label(r#"{"n":-0.0}"#));
+        assert_eq!(label(r#"{"n":-3}"#), label(r#"{"n":-3.0}"#));
+        assert_ne!(label(r#"{"n":1}"#), label(r#"{"n":1.5}"#));
+        assert_ne!(label(r#"{"n":1}"#), label(r#"{"n":"1"}"#));
+        assert!(label("[1]").starts_with("json:"));
+        assert!(body_label(Some(b"text/plain"), b"[1]").starts_with("bytes:"));
+        assert!(
+            body_label(Some(b"application/problem+json; charset=utf-8"), b"[1]")
+                .starts_with("json:")
+        );
+        assert!(body_label(Some(b"application/json"), b"{not json").starts_with("bytes:"));
+        assert_eq!(body_label(None, b""), "");
+        let mut fp = Fingerprint::new();
+        fp.add("n", &1.0f64);
+        let mut fq = Fingerprint::new();
+        fq.add("n", &1u8);
+        assert_eq!(fp.digest(), fq.digest());
     }
 }

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use super::fingerprint::BodyRecorder;
 use super::record::{self, Captured, REPLAYED_HEADER};
 use super::{Begin, Claim, Fingerprint, IdemFn, IdemSpec, begin, record_key};
 use crate::client::Locks;
@@ -25,9 +26,32 @@ pub struct IdemRequest {
     pub(crate) headers: Vec<(String, Vec<u8>)>,
     pub(crate) method: String,
     pub(crate) route: String,
+    /// The request path as sent.
+    pub(crate) path: String,
     pub(crate) query: String,
     pub(crate) origin: Origin,
+    /// The body as extractors read it (actix-web, whose extractors read the payload
+    /// through it); axum's is read by [`BodyFp`].
+    pub(crate) body: Option<std::sync::Arc<std::sync::Mutex<BodyRecorder>>>,
 }
+
+/// The last parameter of an idempotent handler, as the attribute rewrites it: the
+/// extractor the handler wrote (`.0`), and what the fingerprint needs of the request
+/// body (`.1`). With axum it reads the body (within axum's `DefaultBodyLimit`), records
+/// it and hands it on to the extractor; with actix-web the hidden request extractor
+/// records the body as the handler's extractors read it, and this one reads whatever
+/// they left.
+#[doc(hidden)]
+pub struct BodyFp<T>(pub T, pub BodySeen);
+
+/// The request body's fingerprint label, when [`BodyFp`] read it.
+#[doc(hidden)]
+pub struct BodySeen(pub(crate) Option<String>);
+
+/// The methods whose calls are recorded: the unsafe ones. `GET`, `HEAD`, `OPTIONS` and
+/// the rest run the handler without a record (they must not change anything, and a
+/// stored `GET` response would hide later changes; `HEAD` is never stored as a `GET`).
+pub const RECORDED_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
 
 /// Which framework extracted the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +68,8 @@ pub(crate) enum Origin {
 }
 
 impl IdemRequest {
-    /// A request built by hand: `headers` as (name, value) pairs.
+    /// A request built by hand: `headers` as (name, value) pairs; its path is its
+    /// `route`, and it has no body.
     pub fn new(
         method: &str,
         route: &str,
@@ -58,8 +83,25 @@ impl IdemRequest {
                 .collect(),
             method: method.to_owned(),
             route: route.to_owned(),
+            path: route.to_owned(),
             query: query.to_owned(),
             origin: Origin::Manual,
+            body: None,
+        }
+    }
+
+    /// The fingerprint label of the body: `seen` when [`BodyFp`] read it, else what the
+    /// extractors read (actix-web), else none.
+    fn body_label(&self, seen: BodySeen) -> String {
+        if let Some(label) = seen.0 {
+            return label;
+        }
+        match &self.body {
+            Some(rec) => rec
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .label(self.header_values("content-type").next()),
+            None => String::new(),
         }
     }
 
@@ -87,6 +129,7 @@ impl std::fmt::Debug for IdemRequest {
         f.debug_struct("IdemRequest")
             .field("method", &self.method)
             .field("route", &self.route)
+            .field("path", &self.path)
             .field("query", &self.query)
             .field("origin", &self.origin)
             .finish_non_exhaustive()
@@ -331,12 +374,22 @@ impl HandlerRun {
     /// `Backend`).
     pub async fn begin(
         req: &IdemRequest,
+        body: BodySeen,
         client: Result<Locks, Error>,
         function: IdemFn,
         scope: Option<String>,
         mut fp: Fingerprint,
         spec: IdemSpec,
     ) -> Result<HandlerRun, IdemResponse> {
+        if !RECORDED_METHODS.contains(&req.method.as_str()) {
+            tracing::debug!(target: "distlock", method = req.method, function = function.namespace, "not a recorded method: running without idempotency");
+            return Ok(HandlerRun {
+                claim: None,
+                digest: String::new(),
+                spec,
+                origin: req.origin,
+            });
+        }
         let key = match header_key(req, &spec) {
             Ok(Some(key)) => key,
             Ok(None) => {
@@ -354,7 +407,13 @@ impl HandlerRun {
             }
         };
         let locks = client?;
-        fp.http(&req.method, &req.route, &req.query);
+        fp.http(
+            &req.method,
+            &req.route,
+            &req.path,
+            &req.query,
+            req.body_label(body),
+        );
         let record = record_key(locks.prefix(), function.namespace, scope.as_deref(), &key);
         match begin(&locks, function, record.clone(), &fp, &spec).await? {
             Begin::Run(claim) => Ok(HandlerRun {

@@ -555,15 +555,17 @@ impl Drop for Claim {
 /// What `#[idempotent]` expands to (re-exported by `crate::__private`).
 pub(crate) mod private {
     pub use super::Fingerprint;
-    pub use super::fingerprint::{FpArg, FpSerialize, FpSkip};
+    pub use super::fingerprint::{
+        Fingerprintable, FpArg, FpChecked, FpNonPayload, FpNone, FpSerialize, FpSet, NonPayload,
+    };
     pub use super::fns::{
         DetachFn, DetachFnInline, DetachFnSend, IdemError, IdemFn, IdemOutput, IdemSpec,
         IdemTarget, IdemValue, run_idempotent,
     };
     pub use super::http::{
-        CaptureActix, CaptureAxum, CaptureBoth, CaptureFuture, CaptureNone, Detach, DetachLocal,
-        DetachSend, HandlerReturn, HandlerRun, IdemRequest, IdemResponse, LocalCapture, Reply,
-        SendCapture,
+        BodyFp, BodySeen, CaptureActix, CaptureAxum, CaptureBoth, CaptureFuture, CaptureNone,
+        Detach, DetachLocal, DetachSend, HandlerReturn, HandlerRun, IdemRequest, IdemResponse,
+        LocalCapture, Reply, SendCapture,
     };
     pub use super::record::Captured;
 }

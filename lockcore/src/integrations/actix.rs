@@ -3,7 +3,15 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use actix_web::error::PayloadError;
+use actix_web::web::Bytes;
+use futures_util::{Stream, StreamExt as _};
 
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::Payload;
@@ -12,9 +20,10 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, Responder, ResponseError};
 
 use crate::error::Error;
+use crate::idempotency::fingerprint::BodyRecorder;
 use crate::idempotency::http::{
-    CaptureActix, IdemRequest, IdemResponse, LocalCapture, Origin, Reply, internal_error, problem,
-    status_of,
+    BodyFp, BodySeen, CaptureActix, IdemRequest, IdemResponse, LocalCapture, Origin, Reply,
+    internal_error, problem, status_of,
 };
 use crate::idempotency::record::{Captured, replayed_headers};
 
@@ -43,9 +52,20 @@ impl FromRequest for IdemRequest {
     type Error = actix_web::Error;
     type Future = std::future::Ready<Result<Self, Self::Error>>;
 
-    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+    /// Also puts a recorder in front of the payload: the handler's own extractors (and
+    /// [`BodyFp`], which reads what they leave) read the body through it, so the
+    /// fingerprint covers the body whichever parameter reads it.
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         REQUESTS.with(|r| r.borrow_mut().insert(id, req.clone()));
+        let recorder = Arc::new(Mutex::new(BodyRecorder::default()));
+        let inner = payload.take();
+        let recorded: Pin<Box<dyn Stream<Item = Result<Bytes, PayloadError>>>> =
+            Box::pin(Recorded {
+                inner,
+                recorder: recorder.clone(),
+            });
+        *payload = Payload::from(recorded);
         std::future::ready(Ok(IdemRequest {
             headers: req
                 .headers()
@@ -54,9 +74,62 @@ impl FromRequest for IdemRequest {
                 .collect(),
             method: req.method().as_str().to_owned(),
             route: req.match_pattern().unwrap_or_default(),
+            path: req.path().to_owned(),
             query: req.query_string().to_owned(),
             origin: Origin::Actix(id),
+            body: Some(recorder),
         }))
+    }
+}
+
+/// The payload, recorded as it is read.
+struct Recorded {
+    inner: Payload,
+    recorder: Arc<Mutex<BodyRecorder>>,
+}
+
+impl Stream for Recorded {
+    type Item = Result<Bytes, PayloadError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = Pin::new(&mut self.inner).poll_next(cx);
+        let mut rec = self.recorder.lock().unwrap_or_else(|e| e.into_inner());
+        match &next {
+            Poll::Ready(Some(Ok(chunk))) => rec.feed(chunk),
+            Poll::Ready(None) => rec.end(),
+            _ => {}
+        }
+        next
+    }
+}
+
+/// The most a [`BodyFp`] reads of a body the handler's extractors left unread.
+const DRAIN_LIMIT: usize = 16 * 1024 * 1024;
+
+impl<T> FromRequest for BodyFp<T>
+where
+    T: FromRequest + 'static,
+    T::Error: Into<actix_web::Error>,
+{
+    type Error = actix_web::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let inner = T::from_request(req, payload);
+        // Still here when no extractor took it: read it through the recorder.
+        let mut rest = payload.take();
+        Box::pin(async move {
+            let value = inner.await.map_err(Into::into)?;
+            let mut read = 0;
+            while read <= DRAIN_LIMIT {
+                match rest.next().await {
+                    Some(Ok(chunk)) => read += chunk.len(),
+                    Some(Err(e)) => return Err(e.into()),
+                    None => break,
+                }
+            }
+            Ok(BodyFp(value, BodySeen(None)))
+        })
     }
 }
 

@@ -2,15 +2,18 @@
 
 use std::convert::Infallible;
 
-use axum::body::Body;
-use axum::extract::{FromRequestParts, MatchedPath};
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Request};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::error::Error;
+use crate::idempotency::fingerprint::body_label;
 use crate::idempotency::http::{
-    CaptureAxum, IdemRequest, IdemResponse, Origin, Reply, SendCapture, internal_error, problem,
+    BodyFp, BodySeen, CaptureAxum, IdemRequest, IdemResponse, Origin, Reply, SendCapture,
+    internal_error, problem,
 };
 use crate::idempotency::record::{Captured, replayed_headers};
 
@@ -30,9 +33,40 @@ impl<S: Send + Sync> FromRequestParts<S> for IdemRequest {
                 .get::<MatchedPath>()
                 .map(|m| m.as_str().to_owned())
                 .unwrap_or_default(),
+            path: parts.uri.path().to_owned(),
             query: parts.uri.query().unwrap_or_default().to_owned(),
             origin: Origin::Axum,
+            body: None,
         })
+    }
+}
+
+/// How [`BodyFp`] extracts: through `T`'s own way `M`.
+#[doc(hidden)]
+pub struct ViaBodyFp<M>(std::marker::PhantomData<M>);
+
+/// Reads the body (within `DefaultBodyLimit`, as `Bytes` does), records its fingerprint
+/// label, and gives `T` the request with the same body.
+impl<S, M, T> FromRequest<S, ViaBodyFp<M>> for BodyFp<T>
+where
+    S: Send + Sync,
+    T: FromRequest<S, M>,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (parts, body) = req.into_parts();
+        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let label = body_label(
+            parts.headers.get(CONTENT_TYPE).map(|v| v.as_bytes()),
+            &bytes,
+        );
+        let inner = T::from_request(Request::from_parts(parts, Body::from(bytes)), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(BodyFp(inner, BodySeen(Some(label))))
     }
 }
 

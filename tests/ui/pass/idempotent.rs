@@ -37,7 +37,7 @@ async fn buy(Path(sku): Path<u64>) -> Result<String, distlock::Error> {
 }
 
 #[distributed_lock(key = "stock:<sku>", wait = "1s")]
-#[idempotent(header = "Idempotency-Key", scope = "shop", required = false, fingerprint = [sku])]
+#[idempotent(header = "Idempotency-Key", scope = "shop", required = false)]
 async fn buy_lock_outer(Path(sku): Path<u64>) -> Result<String, distlock::Error> {
     Ok(format!("{sku}"))
 }
@@ -54,6 +54,20 @@ async fn actix_string() -> Result<String, distlock::Error> {
     Ok("ok".into())
 }
 
+/// Keyed, with parameters that are not payload: state and the client are left out of
+/// the fingerprint; a counter is skipped by name; a set is fingerprinted sorted.
+#[idempotent(key = "keyed:<id>", client = locks, skip = [hits])]
+async fn keyed(
+    State(st): State<AppState>,
+    locks: &Locks,
+    id: u64,
+    tags: std::collections::HashSet<String>,
+    hits: &std::sync::atomic::AtomicBool,
+) -> Result<usize, distlock::Error> {
+    let _ = (st, hits);
+    Ok(tags.len() + id as usize)
+}
+
 type AppResult<T> = Result<T, distlock::Error>;
 
 #[idempotent(key = "unit:<id>", ttl = "1h", lease = "10s")]
@@ -63,7 +77,7 @@ async fn unit(id: u64) -> AppResult<()> {
 }
 
 #[idempotent(key = "gen:<id>", on_lost = "continue")]
-async fn generic<T: std::fmt::Display + Send>(id: T) -> Result<Vec<String>, distlock::Error> {
+async fn generic<T: std::fmt::Display + Serialize + Send>(id: T) -> Result<Vec<String>, distlock::Error> {
     Ok(vec![id.to_string()])
 }
 
@@ -132,6 +146,7 @@ fn main() {
         .with_state(st);
     let _actix = actix_web::App::new().service(actix_create).service(actix_string);
     assert_send(unit(1));
+    let _ = keyed;
     assert_send(generic(1));
     assert_send(Service.method(1));
     assert_send(renamed::renamed(1));

@@ -1,0 +1,32 @@
+//! Fns: a binding whose type cannot be fingerprinted is an error on it, unless skipped.
+//! Handlers: `fingerprint` and `skip` do not apply (the request is the payload).
+use axum::Json;
+use axum::extract::Path;
+use distlock::idempotent;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Transfer {
+    to: String,
+}
+
+struct Pool;
+
+#[idempotent(key = "transfer:<id>")]
+async fn transfer(id: u64, Json(t): Json<Transfer>, pool: &Pool) -> Result<String, distlock::Error> {
+    let _ = pool;
+    Ok(format!("{id} {}", t.to))
+}
+
+#[idempotent(key = "transfer:<id>", skip = [t, pool])]
+async fn transfer_skipped(id: u64, Json(t): Json<Transfer>, pool: &Pool) -> Result<String, distlock::Error> {
+    let _ = pool;
+    Ok(format!("{id} {}", t.to))
+}
+
+#[idempotent(header = "Idempotency-Key", scope = "shop", skip = [id], fingerprint = [id])]
+async fn handler(Path(id): Path<u64>) -> String {
+    id.to_string()
+}
+
+fn main() {}
