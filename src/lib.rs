@@ -180,7 +180,7 @@ pub use lockmacro::distributed_lock;
 /// | `required = false` | `true` | handlers: run without idempotency when the header is missing, instead of `MissingKey` |
 /// | `fingerprint = [a, b]` | every binding | fns: the bindings whose values make up the payload fingerprint |
 /// | `skip = [pool]` | none | fns: bindings left out of the fingerprint (not part of the payload) |
-/// | `max_body = "1MiB"` | `1MiB` | handlers: larger responses are returned but not stored |
+/// | `max_body = "1MiB"` | `1MiB` | handlers: larger responses, and streams, pass through unbuffered and are not stored |
 /// | `name = "email-notify"` | `module::path::fn` | the records' namespace: required on methods (the methods named alike of two types in one module would share one), and how any fn keeps its records across a rename or a move; two fns found sharing a namespace at run time get a `Backend` error naming both |
 /// | `detach = false` | `true` | run the body in the caller's future even where it could run in a task of its own; see "When the caller goes away" |
 /// | `on_lost = "continue"` | `"cancel"` | when a renewal finds the claim lost (its lease ended and another call took it over, or no renewal succeeded for a whole lease), cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way nothing is stored and the call returns `Lost` (HTTP 500) |
@@ -210,8 +210,11 @@ pub use lockmacro::distributed_lock;
 /// - Async fns return `Result<T, E>` with `T: Serialize + DeserializeOwned` and
 ///   `E: From<distlock::Error>`. `Ok` is stored (including `()`); `Err` and a panic
 ///   release the claim so a retry runs the body.
-/// - Handlers: the status, headers and body (up to `max_body`) are stored when the
-///   status is below 500 and not 408, 409, 425 or 429; otherwise the claim is released.
+/// - Handlers: the status, headers and body are stored when the status is below 500 and
+///   not 408, 409, 425 or 429, and the body is known to be at most `max_body` bytes long;
+///   otherwise the claim is released. A body of unknown length (a stream, server-sent
+///   events) or a longer one streams through to the client as it comes, unbuffered, and
+///   is not stored.
 ///   Replays carry `Idempotent-Replayed: true` and never `Set-Cookie`, `Date` or
 ///   hop-by-hop headers.
 /// - Bad keys never reach Redis: no header is `MissingKey` (400); an empty one, one over

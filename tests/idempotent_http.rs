@@ -30,8 +30,25 @@ struct App {
 
 const COUNTERS: &[&str] = &[
     "orders", "slow", "wait", "flaky", "conflict", "big", "binary", "optional", "stock", "busy",
-    "steady", "transfer", "upload", "echo", "page",
+    "steady", "transfer", "upload", "echo", "page", "events",
 ];
+
+/// Server-sent events: one at once, the second 2 s later.
+fn two_events(
+    n: u32,
+) -> impl futures_util::Stream<Item = Result<axum::body::Bytes, std::io::Error>> {
+    futures_util::stream::unfold(0, move |i| async move {
+        let event = match i {
+            0 => format!("data: one {n}\n\n"),
+            1 => {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                "data: two\n\n".to_owned()
+            }
+            _ => return None,
+        };
+        Some((Ok(axum::body::Bytes::from(event)), i + 1))
+    })
+}
 
 impl App {
     fn new(locks: Locks) -> App {
@@ -210,6 +227,16 @@ mod axum_app {
         format!("page {}", app.bump("page"))
     }
 
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn events(State(app): State<App>) -> axum::response::Response {
+        let n = app.bump("events");
+        (
+            [("content-type", "text/event-stream")],
+            axum::body::Body::from_stream(two_events(n)),
+        )
+            .into_response()
+    }
+
     /// The body of both attribute orders below: one sale, counted.
     async fn sell_one(app: &App, sku: u32, buy: &Buy) -> (StatusCode, String) {
         app.bump("stock");
@@ -264,6 +291,7 @@ mod axum_app {
             .route("/upload", post(upload))
             .route("/echo", post(echo))
             .route("/page", axum::routing::get(page))
+            .route("/events", post(events))
             .route("/slow", post(slow))
             .route("/steady", post(steady))
             .route("/wait", post(wait))
@@ -390,6 +418,14 @@ mod actix_app {
         format!("page {}", app.bump("page"))
     }
 
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn events(app: web::Data<App>) -> HttpResponse {
+        let n = app.bump("events");
+        HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .streaming(two_events(n))
+    }
+
     /// The body of both attribute orders below: one sale, counted.
     async fn sell_one(app: &App, sku: u32, buy: &Buy) -> HttpResponse {
         app.bump("stock");
@@ -448,6 +484,7 @@ mod actix_app {
                         .route("/transfer/{from}", web::post().to(transfer))
                         .route("/upload", web::post().to(upload))
                         .route("/echo", web::post().to(echo))
+                        .route("/events", web::post().to(events))
                         .route(
                             "/page",
                             web::route()
@@ -549,6 +586,7 @@ both_frameworks!(
     the_request_body_is_the_payload_whatever_its_type,
     equal_requests_have_one_fingerprint,
     only_unsafe_methods_are_recorded,
+    streaming_responses_pass_through_at_once,
 );
 
 /// Raw request headers.
@@ -1043,5 +1081,49 @@ async fn only_unsafe_methods_are_recorded(h: Harness) {
         h.keys().await.is_empty(),
         "nothing stored: {:?}",
         h.keys().await
+    );
+}
+
+/// A response of unknown length (server-sent events) passes through as it comes: the
+/// first event arrives long before the second is produced (2 s later). It is not
+/// stored: its claim is released, and a retry runs the handler again.
+async fn streaming_responses_pass_through_at_once(h: Harness) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let started = Instant::now();
+    let mut s = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(
+        format!(
+            "POST /events HTTP/1.1\r\nHost: {}\r\nIdempotency-Key: s-1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            h.addr
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&seen).contains("data: one 1") {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .expect("no first event within 10 s")
+            .unwrap();
+        assert!(n > 0, "closed before the first event");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let first = started.elapsed();
+    assert!(
+        first < Duration::from_millis(1500),
+        "the first event waited for the stream: {first:?}"
+    );
+    s.read_to_end(&mut seen).await.unwrap();
+    assert!(String::from_utf8_lossy(&seen).contains("data: two"));
+    let again = post(h.addr, "/events", Some("s-1"), "").await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert!(again.text().contains("data: one 2"), "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed"), None);
+    assert_eq!(
+        h.app.runs("events"),
+        2,
+        "not stored: the retry ran the handler"
     );
 }

@@ -834,7 +834,8 @@ fn header_call(
         first,
         last,
     );
-    let capture_args = group(Delimiter::Parenthesis, quote!(&#req), last);
+    let max_body = usize::try_from(config.max_body).unwrap_or(usize::MAX);
+    let capture_args = group(Delimiter::Parenthesis, quote!(&#req, #max_body), last);
     // `-> impl IntoResponse` is rewritten away: check the body's value against the
     // bounds, which also keeps the user's `use` of the trait from looking unused.
     let impl_check = match ret {
@@ -1087,7 +1088,8 @@ fn expand_detached(
                 first,
                 last,
             );
-            let capture_args = group(Delimiter::Parenthesis, quote!(&#req), last);
+            let max_body = usize::try_from(config.max_body).unwrap_or(usize::MAX);
+            let capture_args = group(Delimiter::Parenthesis, quote!(&#req, #max_body), last);
             // The last parameter read through `BodyFp` (see `wrap_body_param`).
             let seen = body_seen_ident();
             let unwrap_body = match params.last() {
@@ -1130,7 +1132,7 @@ fn expand_detached(
                 async fn #work_fn(
                     #req: #krate::__private::IdemRequest,
                     #(#ids: #tys),*
-                ) -> #krate::__private::Captured {
+                ) -> #krate::__private::Capture {
                     let #out_var = #body_fn(#(#ids),*).await;
                     #[allow(clippy::needless_borrow)]
                     let capture = {

@@ -14,6 +14,33 @@ use crate::client::Locks;
 use crate::error::Error;
 use crate::key;
 
+/// A handler's response as its capture left it: buffered whole (it may be stored), or
+/// passed through as it streams (never stored).
+#[doc(hidden)]
+pub struct Capture(pub(crate) Kept);
+
+pub(crate) enum Kept {
+    Buffered(Captured),
+    #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
+    Streaming(Passthrough),
+}
+
+impl From<Captured> for Capture {
+    fn from(cap: Captured) -> Self {
+        Capture(Kept::Buffered(cap))
+    }
+}
+
+/// A response that streams through to the client as it is: one of unknown length (a
+/// stream, server-sent events), or longer than `max_body`.
+pub(crate) enum Passthrough {
+    #[cfg(feature = "axum")]
+    Axum(axum::response::Response),
+    /// Held on this actix-web worker thread (`HttpResponse` is not `Send`).
+    #[cfg(feature = "actix")]
+    Actix(crate::integrations::actix::Held),
+}
+
 /// Longest idempotency key accepted, in bytes (the limit Stripe and the IETF draft use).
 pub const MAX_KEY_LEN: usize = 255;
 
@@ -222,6 +249,8 @@ pub struct IdemResponse(pub(crate) Outcome);
 pub(crate) enum Outcome {
     /// This call ran the body: its response as it was (with `Set-Cookie` and the rest).
     Fresh(Captured),
+    /// This call ran the body, whose response streams through as it comes (not stored).
+    Streaming(Passthrough),
     /// A repeat answered from the record.
     Replayed(Captured),
     /// Rejected before the body ran.
@@ -229,10 +258,16 @@ pub(crate) enum Outcome {
 }
 
 impl IdemResponse {
-    /// The response to send, framework-neutral.
+    /// The response to send, framework-neutral. A response that streamed through (of
+    /// unknown length, or longer than `max_body`) exists only as its framework's
+    /// response, which axum's `IntoResponse` and actix-web's `Responder` send; here it
+    /// is a 500.
     pub fn into_captured(self) -> Captured {
         match self.0 {
             Outcome::Fresh(cap) => cap,
+            Outcome::Streaming(_) => internal_error(
+                "a streamed response can only be sent by its framework (`IntoResponse` or `Responder`)",
+            ),
             Outcome::Replayed(mut cap) => {
                 cap.headers
                     .push((REPLAYED_HEADER.to_ascii_lowercase(), b"true".to_vec()));
@@ -261,6 +296,7 @@ impl std::fmt::Debug for IdemResponse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {
             Outcome::Fresh(c) => f.debug_tuple("Fresh").field(&c.status).finish(),
+            Outcome::Streaming(_) => f.write_str("Streaming"),
             Outcome::Replayed(c) => f.debug_tuple("Replayed").field(&c.status).finish(),
             Outcome::Failed(e) => f.debug_tuple("Failed").field(e).finish(),
         }
@@ -451,7 +487,17 @@ impl HandlerRun {
     ///
     /// Stored: status below 500 except 408, 409, 425 and 429, with a body of at most
     /// `max_body` bytes. Released (so a retry runs the body): every other response.
-    async fn finish(self, cap: Captured) -> IdemResponse {
+    async fn finish(self, cap: Capture) -> IdemResponse {
+        let cap = match cap.0 {
+            Kept::Buffered(cap) => cap,
+            Kept::Streaming(through) => {
+                if let Some(claim) = self.claim {
+                    tracing::debug!(target: "distlock", key = claim.key(), "response streamed through (unknown length, or over `max_body`): not stored; the claim is released");
+                    claim.release().await;
+                }
+                return IdemResponse(Outcome::Streaming(through));
+            }
+        };
         let Some(claim) = self.claim else {
             return IdemResponse(Outcome::Fresh(cap));
         };
@@ -480,7 +526,7 @@ impl HandlerRun {
 
     /// [`keep`](Self::keep) then [`finish`](Self::finish): `work` is the body followed
     /// by the capture of its response.
-    async fn run<F: Future<Output = Captured>>(mut self, work: F) -> IdemResponse {
+    async fn run<F: Future<Output = Capture>>(mut self, work: F) -> IdemResponse {
         match self.keep(work).await {
             Ok(cap) => self.finish(cap).await,
             Err(done) => done,
@@ -514,7 +560,7 @@ impl CaptureFuture for SendCapture {
     }
 }
 
-impl CaptureFuture for std::future::Ready<Captured> {
+impl CaptureFuture for std::future::Ready<Capture> {
     type Finish = Pin<Box<dyn Future<Output = IdemResponse> + Send>>;
 
     fn finish(self, run: HandlerRun) -> Self::Finish {
@@ -602,7 +648,7 @@ pub trait DetachSend {
     fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse> + Send>>;
 }
 
-impl<F: Future<Output = Captured> + Send + 'static> DetachSend for &Detach<F> {
+impl<F: Future<Output = Capture> + Send + 'static> DetachSend for &Detach<F> {
     fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse> + Send>> {
         let (work, run) = self.take();
         Box::pin(detached_response(run.run(work)))
@@ -616,7 +662,7 @@ pub trait DetachLocal {
     fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse>>>;
 }
 
-impl<F: Future<Output = Captured> + 'static> DetachLocal for Detach<F> {
+impl<F: Future<Output = Capture> + 'static> DetachLocal for Detach<F> {
     fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse>>> {
         let (work, run) = self.take();
         let local = matches!(run.origin, Origin::Actix(_));
@@ -648,30 +694,30 @@ impl<T> Reply<T> {
 
 /// A capture that may be awaited in a `Send` handler future.
 #[doc(hidden)]
-pub type SendCapture = Pin<Box<dyn Future<Output = Captured> + Send>>;
+pub type SendCapture = Pin<Box<dyn Future<Output = Capture> + Send>>;
 /// A capture for actix-web, whose bodies are not `Send`.
 #[doc(hidden)]
-pub type LocalCapture = Pin<Box<dyn Future<Output = Captured>>>;
+pub type LocalCapture = Pin<Box<dyn Future<Output = Capture>>>;
 
 /// Capture of a type that is both an axum response and an actix responder.
 #[doc(hidden)]
 pub trait CaptureBoth {
-    /// Renders and buffers the response.
-    fn __distlock_capture(&self, req: &IdemRequest) -> SendCapture;
+    /// Renders the response, and buffers it when it is at most `max_body` bytes long.
+    fn __distlock_capture(&self, req: &IdemRequest, max_body: usize) -> SendCapture;
 }
 
 /// Capture of an axum response.
 #[doc(hidden)]
 pub trait CaptureAxum {
-    /// Renders and buffers the response.
-    fn __distlock_capture(&self, req: &IdemRequest) -> SendCapture;
+    /// Renders the response, and buffers it when it is at most `max_body` bytes long.
+    fn __distlock_capture(&self, req: &IdemRequest, max_body: usize) -> SendCapture;
 }
 
 /// Capture of an actix-web responder.
 #[doc(hidden)]
 pub trait CaptureActix {
-    /// Renders and buffers the response.
-    fn __distlock_capture(&self, req: &IdemRequest) -> LocalCapture;
+    /// Renders the response, and buffers it when it is at most `max_body` bytes long.
+    fn __distlock_capture(&self, req: &IdemRequest, max_body: usize) -> LocalCapture;
 }
 
 /// The last resort of the capture: reached only for a type that is neither an axum
@@ -679,7 +725,7 @@ pub trait CaptureActix {
 #[doc(hidden)]
 pub trait CaptureNone {
     /// Never callable: `Self: HandlerReturn` holds for no type.
-    fn __distlock_capture(&self, req: &IdemRequest) -> std::future::Ready<Captured>
+    fn __distlock_capture(&self, req: &IdemRequest, max_body: usize) -> std::future::Ready<Capture>
     where
         Self: HandlerReturn;
 }
@@ -693,7 +739,11 @@ pub trait CaptureNone {
 pub trait HandlerReturn {}
 
 impl<T> CaptureNone for Reply<T> {
-    fn __distlock_capture(&self, _req: &IdemRequest) -> std::future::Ready<Captured>
+    fn __distlock_capture(
+        &self,
+        _req: &IdemRequest,
+        _max_body: usize,
+    ) -> std::future::Ready<Capture>
     where
         Self: HandlerReturn,
     {

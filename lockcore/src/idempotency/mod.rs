@@ -563,9 +563,9 @@ pub(crate) mod private {
         IdemTarget, IdemValue, run_idempotent,
     };
     pub use super::http::{
-        BodyFp, BodySeen, CaptureActix, CaptureAxum, CaptureBoth, CaptureFuture, CaptureNone,
-        Detach, DetachLocal, DetachSend, HandlerReturn, HandlerRun, IdemRequest, IdemResponse,
-        LocalCapture, Reply, SendCapture,
+        BodyFp, BodySeen, Capture, CaptureActix, CaptureAxum, CaptureBoth, CaptureFuture,
+        CaptureNone, Detach, DetachLocal, DetachSend, HandlerReturn, HandlerRun, IdemRequest,
+        IdemResponse, LocalCapture, Reply, SendCapture,
     };
     pub use super::record::Captured;
 }

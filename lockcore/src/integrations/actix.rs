@@ -13,7 +13,7 @@ use actix_web::error::PayloadError;
 use actix_web::web::Bytes;
 use futures_util::{Stream, StreamExt as _};
 
-use actix_web::body::{BoxBody, MessageBody};
+use actix_web::body::{BodySize, BoxBody, MessageBody};
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
 use actix_web::http::header::{HeaderName, HeaderValue};
@@ -22,8 +22,8 @@ use actix_web::{FromRequest, HttpRequest, HttpResponse, Responder, ResponseError
 use crate::error::Error;
 use crate::idempotency::fingerprint::BodyRecorder;
 use crate::idempotency::http::{
-    BodyFp, BodySeen, CaptureActix, IdemRequest, IdemResponse, LocalCapture, Origin, Reply,
-    internal_error, problem, status_of,
+    BodyFp, BodySeen, Capture, CaptureActix, IdemRequest, IdemResponse, Kept, LocalCapture, Origin,
+    Outcome, Passthrough, Reply, internal_error, problem, status_of,
 };
 use crate::idempotency::record::{Captured, replayed_headers};
 
@@ -158,17 +158,61 @@ fn head(res: &HttpResponse<BoxBody>) -> (u16, Vec<(String, Vec<u8>)>) {
     )
 }
 
-/// A rendered response whose body is a stream: status, headers, body.
-pub(crate) type Streaming = (u16, Vec<(String, Vec<u8>)>, BoxBody);
+thread_local! {
+    /// Responses that stream through, until their handler's response is sent.
+    static STREAMS: RefCell<HashMap<u64, HttpResponse<BoxBody>>> = RefCell::new(HashMap::new());
+}
 
-/// Renders `value` against the request `id` and buffers it: at once when the body is
-/// in memory (every body but a stream), else `Err` with the streaming body.
-pub(crate) fn capture_now<T: Responder>(value: T, id: u64) -> Result<Captured, Streaming> {
+/// A streaming response held on this worker thread (see [`STREAMS`]); dropped unsent, it
+/// is dropped there too.
+pub(crate) struct Held(u64);
+
+impl Held {
+    fn new(res: HttpResponse<BoxBody>) -> Held {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        STREAMS.with(|s| s.borrow_mut().insert(id, res));
+        Held(id)
+    }
+
+    fn take(self) -> Option<HttpResponse<BoxBody>> {
+        STREAMS
+            .try_with(|s| s.borrow_mut().remove(&self.0))
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = STREAMS.try_with(|s| s.borrow_mut().remove(&self.0));
+    }
+}
+
+/// A rendered response whose body is still to be read: status, headers, body.
+pub(crate) type ToRead = (u16, Vec<(String, Vec<u8>)>, BoxBody);
+
+/// Renders `value` against the request `id`. A body in memory is buffered at once; a
+/// body known to be at most `max_body` bytes long is `Err` to be read; any other (a
+/// stream of unknown length, a longer body) passes through as it is.
+pub(crate) fn capture_now<T: Responder>(
+    value: T,
+    id: u64,
+    max_body: usize,
+) -> Result<Capture, ToRead> {
     let Some(res) = with_request(id, |req| value.respond_to(req).map_into_boxed_body()) else {
         return Ok(internal_error(
             "an actix responder was returned, but the request was not extracted by actix-web",
-        ));
+        )
+        .into());
     };
+    let fits = match res.body().size() {
+        BodySize::None => true,
+        BodySize::Sized(n) => n <= max_body as u64,
+        BodySize::Stream => false,
+    };
+    if !fits {
+        return Ok(Capture(Kept::Streaming(Passthrough::Actix(Held::new(res)))));
+    }
     let (status, headers) = head(&res);
     let body = res.into_body();
     match body.try_into_bytes() {
@@ -176,28 +220,36 @@ pub(crate) fn capture_now<T: Responder>(value: T, id: u64) -> Result<Captured, S
             status,
             headers,
             body: bytes.to_vec(),
-        }),
+        }
+        .into()),
         Err(body) => Err((status, headers, body)),
     }
 }
 
 impl<T: Responder> CaptureActix for &Reply<T> {
-    fn __distlock_capture(&self, req: &IdemRequest) -> LocalCapture {
+    fn __distlock_capture(&self, req: &IdemRequest, max_body: usize) -> LocalCapture {
         let Origin::Actix(id) = req.origin else {
-            return Box::pin(std::future::ready(internal_error(
-                "an actix responder was returned, but the request was not extracted by actix-web",
-            )));
+            return Box::pin(std::future::ready(
+                internal_error(
+                    "an actix responder was returned, but the request was not extracted by actix-web",
+                )
+                .into(),
+            ));
         };
-        match capture_now(self.take(), id) {
+        match capture_now(self.take(), id, max_body) {
             Ok(cap) => Box::pin(std::future::ready(cap)),
             Err((status, headers, body)) => Box::pin(async move {
-                match actix_web::body::to_bytes(body).await {
-                    Ok(bytes) => Captured {
+                match actix_web::body::to_bytes_limited(body, max_body).await {
+                    Ok(Ok(bytes)) => Captured {
                         status,
                         headers,
                         body: bytes.to_vec(),
-                    },
-                    Err(e) => internal_error(&format!("the handler's response body failed: {e}")),
+                    }
+                    .into(),
+                    Ok(Err(e)) => {
+                        internal_error(&format!("the handler's response body failed: {e}")).into()
+                    }
+                    Err(_) => internal_error("the handler's response body outgrew its size").into(),
                 }
             }),
         }
@@ -208,7 +260,14 @@ impl Responder for IdemResponse {
     type Body = BoxBody;
 
     fn respond_to(self, _req: &HttpRequest) -> HttpResponse<Self::Body> {
-        render(self.into_captured())
+        match self.0 {
+            Outcome::Streaming(Passthrough::Actix(held)) => held.take().unwrap_or_else(|| {
+                render(internal_error(
+                    "a streamed response was sent from another thread than its handler's",
+                ))
+            }),
+            other => render(IdemResponse(other).into_captured()),
+        }
     }
 }
 

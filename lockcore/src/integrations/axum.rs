@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use crate::error::Error;
 use crate::idempotency::fingerprint::body_label;
 use crate::idempotency::http::{
-    BodyFp, BodySeen, CaptureAxum, IdemRequest, IdemResponse, Origin, Reply, SendCapture,
-    internal_error, problem,
+    BodyFp, BodySeen, Capture, CaptureAxum, IdemRequest, IdemResponse, Kept, Origin, Outcome,
+    Passthrough, Reply, SendCapture, internal_error, problem,
 };
 use crate::idempotency::record::{Captured, replayed_headers};
 
@@ -87,10 +87,20 @@ pub(crate) fn render(cap: Captured) -> Response {
     res
 }
 
-/// Buffers an axum response.
-pub(crate) async fn capture(res: Response) -> Captured {
+/// Buffers an axum response whose body is known to be at most `max_body` bytes long;
+/// any other (a stream of unknown length, a longer body) passes through as it is.
+pub(crate) async fn capture(res: Response, max_body: usize) -> Capture {
+    use axum::body::HttpBody as _;
+    let fits = res
+        .body()
+        .size_hint()
+        .exact()
+        .is_some_and(|n| n <= max_body as u64);
+    if !fits {
+        return Capture(Kept::Streaming(Passthrough::Axum(res)));
+    }
     let (parts, body) = res.into_parts();
-    match axum::body::to_bytes(body, usize::MAX).await {
+    match axum::body::to_bytes(body, max_body).await {
         Ok(bytes) => Captured {
             status: parts.status.as_u16(),
             headers: parts
@@ -99,14 +109,18 @@ pub(crate) async fn capture(res: Response) -> Captured {
                 .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
                 .collect(),
             body: bytes.to_vec(),
-        },
-        Err(e) => internal_error(&format!("the handler's response body failed: {e}")),
+        }
+        .into(),
+        Err(e) => internal_error(&format!("the handler's response body failed: {e}")).into(),
     }
 }
 
 impl IntoResponse for IdemResponse {
     fn into_response(self) -> Response {
-        render(self.into_captured())
+        match self.0 {
+            Outcome::Streaming(Passthrough::Axum(res)) => res,
+            other => render(IdemResponse(other).into_captured()),
+        }
     }
 }
 
@@ -120,8 +134,8 @@ impl IntoResponse for Error {
 }
 
 impl<T: IntoResponse> CaptureAxum for &&Reply<T> {
-    fn __distlock_capture(&self, _req: &IdemRequest) -> SendCapture {
+    fn __distlock_capture(&self, _req: &IdemRequest, max_body: usize) -> SendCapture {
         let res = self.take().into_response();
-        Box::pin(capture(res))
+        Box::pin(capture(res, max_body))
     }
 }
