@@ -340,15 +340,14 @@ pub(crate) fn typed_body(func: &ItemFn, ret_var: &str) -> (Type, TokenStream) {
     };
     let block = &func.block;
     let ret_var = Ident::new(ret_var, Span::mixed_site());
-    let body = if contains_impl_trait(&ret) {
-        quote!(#block)
-    } else {
-        quote! {
-            #[allow(clippy::diverging_sub_expression)]
-            let #ret_var: #ret = #block;
-            #[allow(unreachable_code)]
-            #ret_var
-        }
+    // `impl Trait` cannot be written in a `let`: each becomes `_`, so the rest of the
+    // type (`Result<_, distlock::Error>`) still guides inference in the body.
+    let annotated = infer_impl_traits(&ret);
+    let body = quote! {
+        #[allow(clippy::diverging_sub_expression)]
+        let #ret_var: #annotated = #block;
+        #[allow(unreachable_code)]
+        #ret_var
     };
     (ret, body)
 }
@@ -578,14 +577,21 @@ pub(crate) fn rename_self(tokens: TokenStream) -> TokenStream {
         .collect()
 }
 
-pub(crate) fn contains_impl_trait(ty: &Type) -> bool {
-    contains_impl_tokens(ty.to_token_stream())
-}
-
-fn contains_impl_tokens(ts: TokenStream) -> bool {
-    ts.into_iter().any(|tt| match tt {
-        TokenTree::Ident(i) => i == "impl",
-        TokenTree::Group(g) => contains_impl_tokens(g.stream()),
-        _ => false,
-    })
+/// `ty` with every `impl Trait` in it replaced by `_`.
+fn infer_impl_traits(ty: &Type) -> Type {
+    struct Infer;
+    impl syn::visit_mut::VisitMut for Infer {
+        fn visit_type_mut(&mut self, ty: &mut Type) {
+            if let Type::ImplTrait(it) = ty {
+                *ty = Type::Infer(syn::TypeInfer {
+                    underscore_token: syn::Token![_](it.impl_token.span),
+                });
+                return;
+            }
+            syn::visit_mut::visit_type_mut(self, ty);
+        }
+    }
+    let mut ty = ty.clone();
+    syn::visit_mut::VisitMut::visit_type_mut(&mut Infer, &mut ty);
+    ty
 }

@@ -1184,14 +1184,15 @@ fn wrap_body_param(sig: &mut syn::Signature, krate: &syn::Path) {
         FnArg::Receiver(_) => None,
     });
     match last {
-        Some(pt) => {
+        // A parameter under `#[cfg]` may be compiled out, and the wrapper with it.
+        Some(pt) if pt.attrs.is_empty() => {
             let (pat, ty) = (&pt.pat, &pt.ty);
             let wrapped_pat: syn::Pat = syn::parse_quote!(#krate::__private::BodyFp(#pat, #seen));
             let wrapped_ty: Type = syn::parse_quote!(#krate::__private::BodyFp<#ty>);
             *pt.pat = wrapped_pat;
             *pt.ty = wrapped_ty;
         }
-        None => sig.inputs.push(
+        _ => sig.inputs.push(
             syn::parse_quote!(#krate::__private::BodyFp((), #seen): #krate::__private::BodyFp<()>),
         ),
     }
