@@ -530,3 +530,69 @@ fn an_evicting_policy_is_warned_about_once() {
     let logs = logs_with_policy("noeviction");
     assert!(!logs.contains("may evict"), "{logs}");
 }
+
+// ---------------------------------------------------------------------------------------
+// A result being stored when its runtime shuts down.
+// ---------------------------------------------------------------------------------------
+
+#[idempotent(key = "shutdown:<id>", client = locks, lease = "1s", skip = [delay_ms])]
+async fn stored_at_shutdown(locks: Locks, id: u32, delay_ms: u64) -> Result<u32, AppError> {
+    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+    Ok(id)
+}
+
+/// The runtime shuts down while a result is being stored (the store stalled on its way
+/// to Redis). The store, resumed in a task of its own when the first was dropped, is
+/// dropped with the runtime and not resumed again (it used to be resumed without end,
+/// until the stack overflowed and the process aborted). The claim ends with its lease,
+/// and then a call takes it over.
+#[test]
+fn a_store_cut_by_runtime_shutdown_ends_with_its_lease() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let locks = Locks::builder(proxy.url())
+        .command_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // Scripts loaded and the connection made before the fault.
+    assert_eq!(
+        rt.block_on(stored_at_shutdown(locks.clone(), 0, 0))
+            .unwrap(),
+        0
+    );
+    rt.spawn(stored_at_shutdown(locks.clone(), 1, 300));
+    std::thread::sleep(Duration::from_millis(150)); // claimed; the body runs
+    proxy.stall(common::proxy::Dir::ToServer, true);
+    std::thread::sleep(Duration::from_millis(400)); // the store is written, and waits
+    rt.shutdown_timeout(Duration::from_secs(1));
+    proxy.reset_all(); // the stalled store never reaches Redis
+    proxy.stall(common::proxy::Dir::ToServer, false);
+    let check = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    check.block_on(async {
+        let mut raw = server.raw().await;
+        let record: String = raw
+            .get("lock:idem:hardening::stored_at_shutdown:shutdown:1")
+            .await
+            .unwrap();
+        assert!(record.contains("in_progress"), "{record}");
+        let locks = Locks::connect(&server.url()).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match stored_at_shutdown(locks.clone(), 1, 0).await {
+                Ok(v) => break assert_eq!(v, 1),
+                Err(AppError::Lock(Error::InProgress { .. })) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    });
+}

@@ -30,7 +30,7 @@ struct App {
 
 const COUNTERS: &[&str] = &[
     "orders", "slow", "wait", "flaky", "conflict", "big", "binary", "optional", "stock", "busy",
-    "steady", "transfer", "upload", "echo", "page", "events",
+    "steady", "transfer", "upload", "echo", "page", "events", "raw",
 ];
 
 /// Server-sent events: one at once, the second 2 s later.
@@ -217,6 +217,13 @@ mod axum_app {
         format!("upload {}: {} bytes", app.bump("upload"), body.len())
     }
 
+    /// Reads the body itself, as a stream.
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn raw(State(app): State<App>, body: axum::body::Body) -> String {
+        let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        format!("raw {}: {} bytes", app.bump("raw"), bytes.len())
+    }
+
     #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn echo(State(app): State<App>, Json(v): Json<serde_json::Value>) -> String {
         format!("echo {}: {v}", app.bump("echo"))
@@ -289,6 +296,7 @@ mod axum_app {
             .route("/orders/{user}", post(orders))
             .route("/transfer/{from}", post(transfer))
             .route("/upload", post(upload))
+            .route("/raw", post(raw))
             .route("/echo", post(echo))
             .route("/page", axum::routing::get(page))
             .route("/events", post(events))
@@ -408,6 +416,13 @@ mod actix_app {
         format!("upload {}: {} bytes", app.bump("upload"), body.len())
     }
 
+    /// Reads the body itself, as a stream.
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn raw(body: web::Payload, app: web::Data<App>) -> String {
+        let bytes = body.to_bytes().await.unwrap();
+        format!("raw {}: {} bytes", app.bump("raw"), bytes.len())
+    }
+
     #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn echo(app: web::Data<App>, web::Json(v): web::Json<serde_json::Value>) -> String {
         format!("echo {}: {v}", app.bump("echo"))
@@ -483,6 +498,7 @@ mod actix_app {
                         .route("/orders/{user}", web::post().to(orders))
                         .route("/transfer/{from}", web::post().to(transfer))
                         .route("/upload", web::post().to(upload))
+                        .route("/raw", web::post().to(raw))
                         .route("/echo", web::post().to(echo))
                         .route("/events", web::post().to(events))
                         .route(
@@ -1021,6 +1037,20 @@ async fn the_request_body_is_the_payload_whatever_its_type(h: Harness) {
     );
     assert_eq!(up(b"\x00\x02abc").await.status, 422, "other bytes");
     assert_eq!(h.app.runs("upload"), 1);
+
+    let raw =
+        |body: &'static [u8]| send(h.addr, "POST", "/raw", &[("Idempotency-Key", b"r-1")], body);
+    assert_eq!(raw(b"streamed").await.text(), "raw 1: 8 bytes");
+    assert_eq!(
+        raw(b"streamed").await.header("idempotent-replayed"),
+        Some("true")
+    );
+    assert_eq!(
+        raw(b"streaMed").await.status,
+        422,
+        "a body the handler streams itself"
+    );
+    assert_eq!(h.app.runs("raw"), 1);
 }
 
 /// One value, one fingerprint: numbers equal as JSON numbers, and a percent-encoded query
@@ -1047,22 +1077,21 @@ async fn equal_requests_have_one_fingerprint(h: Harness) {
         );
         assert_eq!(again.body, first.body);
     }
-    let other = post(
-        h.addr,
-        "/echo?a=B&b=x+y",
-        Some("e-1"),
-        r#"{"n":100,"m":[1,0]}"#,
-    )
-    .await;
-    assert_eq!(other.status, 422, "another query value");
-    let other = post(
-        h.addr,
-        "/echo?a=%41&b=x+y",
-        Some("e-1"),
-        r#"{"n":100.5,"m":[1,0]}"#,
-    )
-    .await;
-    assert_eq!(other.status, 422, "another number");
+    for (path, body, what) in [
+        (
+            "/echo?a=B&b=x+y",
+            r#"{"n":100,"m":[1,0]}"#,
+            "another query value",
+        ),
+        (
+            "/echo?a=%41&b=x+y",
+            r#"{"n":100.5,"m":[1,0]}"#,
+            "another number",
+        ),
+    ] {
+        let other = post(h.addr, path, Some("e-1"), body).await;
+        assert_eq!(other.status, 422, "{what}");
+    }
     assert_eq!(h.app.runs("echo"), 1);
 }
 
@@ -1126,4 +1155,48 @@ async fn streaming_responses_pass_through_at_once(h: Harness) {
         2,
         "not stored: the retry ran the handler"
     );
+}
+
+/// actix-web's test service on a plain multi-thread tokio runtime: no actix system, so
+/// no `LocalSet` to spawn on, and a task spawned elsewhere may run on another thread than
+/// the request's. The handlers run in the caller's future instead (one returning an
+/// actix-only response used to panic; one returning a `String` could answer 500).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actix_test_service_without_a_local_set() {
+    use actix_web::{HttpResponse, web};
+    use distlock::idempotent;
+
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn text(app: web::Data<App>, web::Json(b): web::Json<Buy>) -> String {
+        format!("text {} {}", app.bump("orders"), b.order)
+    }
+
+    #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
+    async fn response(app: web::Data<App>, web::Json(b): web::Json<Buy>) -> HttpResponse {
+        HttpResponse::Created().body(format!("response {} {}", app.bump("slow"), b.order))
+    }
+
+    let redis = RedisServer::start();
+    let app = App::new(Locks::connect(&redis.url()).await.unwrap());
+    let svc = actix_web::test::init_service(
+        actix_web::App::new()
+            .app_data(web::Data::new(app.clone()))
+            .route("/text", web::post().to(text))
+            .route("/response", web::post().to(response)),
+    )
+    .await;
+    for i in 0..20 {
+        for (path, first) in [("/text", "text 1 o-1"), ("/response", "response 1 o-1")] {
+            let req = actix_web::test::TestRequest::post()
+                .uri(path)
+                .insert_header(("Idempotency-Key", "a-1"))
+                .insert_header(("content-type", "application/json"))
+                .set_payload(r#"{"order":"o-1"}"#)
+                .to_request();
+            let body = actix_web::test::call_and_read_body(&svc, req).await;
+            assert_eq!(body, first, "{path}, call {i}");
+        }
+    }
+    assert_eq!(app.runs("orders"), 1);
+    assert_eq!(app.runs("slow"), 1);
 }

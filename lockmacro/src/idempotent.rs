@@ -515,8 +515,8 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
             let (span, non_payload) = params
                 .iter()
                 .find(|(n, _, _)| *n == name)
-                .map(|(_, span, np)| (*span, *np))
-                .unwrap_or((Span::call_site(), false));
+                .map(|(_, span, np)| (*span, np.clone()))
+                .unwrap_or((Span::call_site(), None));
             Binding {
                 name,
                 cfgs: cfg,
@@ -537,7 +537,7 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
                 Source::Header(header) => {
                     let req = Ident::new("__distlock_idem_req", Span::mixed_site());
                     let krate = &config.krate;
-                    wrap_body_param(&mut func.sig, krate);
+                    let seen_when_cfg_out = wrap_body_param(&mut func.sig, krate);
                     let hidden: FnArg = syn::parse_quote!(#req: #krate::__private::IdemRequest);
                     let at =
                         usize::from(matches!(func.sig.inputs.first(), Some(FnArg::Receiver(_))));
@@ -550,7 +550,8 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
                         arrow,
                         Box::new(syn::parse_quote!(#krate::__private::IdemResponse)),
                     );
-                    header_call(config, header, &req, &ret, &bindings, &name, body)
+                    let call = header_call(config, header, &req, &ret, &bindings, &name, body);
+                    quote!(#seen_when_cfg_out #call)
                 }
             };
             *func.block = syn::parse_quote!({ #wrapped });
@@ -576,23 +577,24 @@ struct Binding {
     cfgs: Vec<syn::Attribute>,
     /// Where the pattern binds it.
     span: Span,
-    /// Its parameter's type is a known non-payload type (`State`, `Extension`,
-    /// `web::Data`, `Locks`): left out of the fingerprint whatever its own type.
-    non_payload: bool,
+    /// Its parameter's type, when it is named like a known non-payload type (`State`,
+    /// `Extension`, `web::Data`, `Locks`): left out of the fingerprint whatever its own
+    /// type, once the parameter's type is checked to be one.
+    non_payload: Option<Type>,
 }
 
-/// Each name the parameters bind, where, and whether its parameter is of a known
-/// non-payload type.
-fn binding_params(sig: &syn::Signature) -> Vec<(String, Span, bool)> {
+/// Each name the parameters bind, where, and its parameter's type when that is named
+/// like a known non-payload type.
+fn binding_params(sig: &syn::Signature) -> Vec<(String, Span, Option<Type>)> {
     let mut out = Vec::new();
     for input in &sig.inputs {
         let FnArg::Typed(pt) = input else { continue };
-        let non_payload = non_payload_type(&pt.ty);
+        let non_payload = non_payload_type(&pt.ty).then(|| (*pt.ty).clone());
         let mut names = Vec::new();
         check::pat_bindings(&pt.pat, &mut names);
         for name in names {
             let span = ident_span(pt.pat.to_token_stream(), &name).unwrap_or_else(|| pt.pat.span());
-            out.push((name, span, non_payload));
+            out.push((name, span, non_payload.clone()));
         }
     }
     out
@@ -617,8 +619,13 @@ fn non_payload_type(ty: &Type) -> bool {
             let Some(last) = p.path.segments.last() else {
                 return false;
             };
+            let one_type_arg = matches!(
+                &last.arguments,
+                syn::PathArguments::AngleBracketed(a) if a.args.len() == 1
+            );
             match last.ident.to_string().as_str() {
-                "State" | "Extension" | "Data" | "Locks" => true,
+                "State" | "Extension" | "Data" => one_type_arg,
+                "Locks" => last.arguments.is_none(),
                 "Arc" => match &last.arguments {
                     syn::PathArguments::AngleBracketed(args) => args
                         .args
@@ -667,12 +674,20 @@ fn prelude(config: &IdemConfig, bindings: &[Binding], async_trait: bool) -> Toke
         // each must be `Serialize` (a set is sorted), or of a non-payload type.
         (Source::Key(_), None) => bindings
             .iter()
-            .filter(|b| {
-                b.name != "self"
-                    && !b.non_payload
-                    && !config.skip.iter().any(|s| s.unraw() == b.name)
-            })
+            .filter(|b| b.name != "self" && !config.skip.iter().any(|s| s.unraw() == b.name))
             .map(|b| {
+                if let Some(ty) = &b.non_payload {
+                    // Left out by its parameter's type name: checked to be that type.
+                    let cfgs = &b.cfgs;
+                    let check = respan(
+                        quote!(#krate::__private::assert_non_payload::<#ty>();),
+                        span_range(ty.to_token_stream()).0,
+                    );
+                    return quote! {
+                        #(#cfgs)*
+                        #check
+                    };
+                }
                 let name = &b.name;
                 let cfgs = &b.cfgs;
                 let ident = binding_ident(name, Span::call_site());
@@ -744,7 +759,28 @@ fn idem_fn(config: &IdemConfig, name: &str) -> TokenStream {
     }
 }
 
-/// `run_idempotent(client, target, fingerprint, spec, async move { body }).await`.
+/// The `IdemCall` of a keyed fn, from the variables the prelude and the key set.
+fn idem_call(config: &IdemConfig, idem_fn: &TokenStream, spec: TokenStream) -> TokenStream {
+    let krate = &config.krate;
+    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
+    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
+    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
+    let key_var = Ident::new("__distlock_idem_key", Span::mixed_site());
+    quote! {
+        #krate::__private::IdemCall {
+            client: #client_var,
+            target: #krate::__private::IdemTarget {
+                function: #idem_fn,
+                scope: #scope_var,
+                key: #key_var,
+            },
+            fp: #fp_var,
+            spec: #spec,
+        }
+    }
+}
+
+/// `run_idempotent(IdemCall { .. }, async move { body }).await`.
 fn key_call(
     config: &IdemConfig,
     key: &Template,
@@ -759,9 +795,6 @@ fn key_call(
     let buf = Ident::new("__distlock_idem_buf", Span::mixed_site());
     let key = key_expr(krate, key, &buf, async_trait);
     let prelude = prelude(config, bindings, async_trait);
-    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
-    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
-    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
     let spec = spec(config, "");
     let idem_fn = idem_fn(config, name);
     // The call and its `.await` both require `R: IdemOutput`. Both on one token of the
@@ -769,19 +802,10 @@ fn key_call(
     // fit is reported there, once.
     let at = ok_span(ret);
     let run = respan(quote!(#krate::__private::run_idempotent), at);
+    let call = idem_call(config, &idem_fn, spec);
     let args = group(
         Delimiter::Parenthesis,
-        quote! {
-            #client_var,
-            #krate::__private::IdemTarget {
-                function: #idem_fn,
-                scope: #scope_var,
-                key: #key_var,
-            },
-            #fp_var,
-            #spec,
-            async move { #body },
-        },
+        quote!(#call, async move { #body }),
         at,
     );
     let dot_await = respan(quote!(.await), at);
@@ -815,27 +839,14 @@ fn header_call(
     name: &str,
     body: TokenStream,
 ) -> TokenStream {
-    let krate = &config.krate;
     let prelude = prelude(config, bindings, false);
-    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
-    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
-    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
     let run_var = Ident::new("__distlock_idem_run", Span::mixed_site());
     let out_var = Ident::new("__distlock_idem_out", Span::mixed_site());
     let cap_var = Ident::new("__distlock_idem_cap", Span::mixed_site());
     let done = format_ident!("__distlock_idem_done", span = Span::mixed_site());
-    let seen = body_seen_ident();
-    let spec = spec(config, &header.value());
     let idem_fn = idem_fn(config, name);
-    // Over the return type: a type that is no framework's response is reported there.
-    let (first, last) = span_range(ret.to_token_stream());
-    let capture = respan_range(
-        quote!((&&&&#krate::__private::Reply::new(#out_var)).__distlock_capture),
-        first,
-        last,
-    );
-    let max_body = usize::try_from(config.max_body).unwrap_or(usize::MAX);
-    let capture_args = group(Delimiter::Parenthesis, quote!(&#req, #max_body), last);
+    let begin = begin_expr(config, header, req, &idem_fn);
+    let capture = capture_expr(config, req, ret, &out_var);
     // `-> impl IntoResponse` is rewritten away: check the body's value against the
     // bounds, which also keeps the user's `use` of the trait from looking unused.
     let impl_check = match ret {
@@ -855,31 +866,14 @@ fn header_call(
     quote! {
         #prelude
         #[allow(unused_mut)]
-        let mut #run_var = match #krate::__private::HandlerRun::begin(
-            &#req,
-            #seen,
-            #client_var,
-            #idem_fn,
-            #scope_var,
-            #fp_var,
-            #spec,
-        ).await {
-            ::core::result::Result::Ok(run) => run,
-            ::core::result::Result::Err(#done) => return #done,
-        };
+        let mut #run_var = #begin;
         let #out_var = match #run_var.keep(async move { #body }).await {
             ::core::result::Result::Ok(out) => out,
             ::core::result::Result::Err(#done) => return #done,
         };
         #impl_check
         #[allow(clippy::needless_borrow)]
-        let #cap_var = {
-            #[allow(unused_imports)]
-            use #krate::__private::{
-                CaptureActix as _, CaptureAxum as _, CaptureBoth as _, CaptureNone as _,
-            };
-            #capture #capture_args
-        };
+        let #cap_var = #capture;
         #run_var.finish_with(#cap_var).await
     }
 }
@@ -986,16 +980,24 @@ fn expand_detached(
     name: &str,
 ) -> TokenStream {
     let krate = &config.krate;
+    // Each parameter under a name of its own: a plain `name: T` keeps its name (the
+    // attributes below this one may refer to it, as `#[instrument(skip(db))]` does), a
+    // pattern gets `__distlock_pN`.
     let params: Vec<(Ident, syn::PatType)> = func
         .sig
         .inputs
         .iter()
         .enumerate()
         .filter_map(|(i, input)| match input {
-            FnArg::Typed(pt) => Some((
-                Ident::new(&format!("__distlock_p{i}"), Span::mixed_site()),
-                pt.clone(),
-            )),
+            FnArg::Typed(pt) => {
+                let id = match &*pt.pat {
+                    syn::Pat::Ident(p) if p.subpat.is_none() && p.by_ref.is_none() => {
+                        p.ident.clone()
+                    }
+                    _ => Ident::new(&format!("__distlock_p{i}"), Span::mixed_site()),
+                };
+                Some((id, pt.clone()))
+            }
             FnArg::Receiver(_) => None,
         })
         .collect();
@@ -1010,7 +1012,7 @@ fn expand_detached(
         }
     });
     let output = func.sig.output.clone();
-    // The outer fn takes the parameters under new names, with their types.
+    // The outer fn takes the parameters under those names, with their types.
     func.sig.inputs = ids
         .iter()
         .zip(&tys)
@@ -1046,16 +1048,7 @@ fn expand_detached(
             );
             let args = group(
                 Delimiter::Parenthesis,
-                quote! {
-                    #client_var,
-                    #krate::__private::IdemTarget {
-                        function: #idem_fn,
-                        scope: #scope_var,
-                        key: #key_var,
-                    },
-                    #fp_var,
-                    #spec,
-                },
+                idem_call(config, &idem_fn, spec),
                 at,
             );
             let dot_await = respan(quote!(.await), at);
@@ -1079,17 +1072,9 @@ fn expand_detached(
             let req = Ident::new("__distlock_idem_req", Span::mixed_site());
             let run_var = Ident::new("__distlock_idem_run", Span::mixed_site());
             let out_var = Ident::new("__distlock_idem_out", Span::mixed_site());
-            let done = format_ident!("__distlock_idem_done", span = Span::mixed_site());
-            let spec = spec(config, &header.value());
             let work_fn = Ident::new("__distlock_idem_work", Span::call_site());
-            let (first, last) = span_range(ret.to_token_stream());
-            let capture = respan_range(
-                quote!((&&&&#krate::__private::Reply::new(#out_var)).__distlock_capture),
-                first,
-                last,
-            );
-            let max_body = usize::try_from(config.max_body).unwrap_or(usize::MAX);
-            let capture_args = group(Delimiter::Parenthesis, quote!(&#req, #max_body), last);
+            let begin = begin_expr(config, header, &req, &idem_fn);
+            let capture = capture_expr(config, &req, &ret, &out_var);
             // The last parameter read through `BodyFp` (see `wrap_body_param`).
             let seen = body_seen_ident();
             let unwrap_body = match params.last() {
@@ -1128,45 +1113,92 @@ fn expand_detached(
                     (#scope_var, #fp_var, #client_var)
                 };
                 #nested_body
+                // The whole call, claim included: a caller dropped at any await leaves
+                // it to run to its end.
                 #[allow(clippy::too_many_arguments)]
                 async fn #work_fn(
                     #req: #krate::__private::IdemRequest,
+                    #seen: #krate::__private::BodySeen,
+                    #scope_var: ::core::option::Option<::std::string::String>,
+                    #fp_var: #krate::__private::Fingerprint,
+                    #client_var: ::core::result::Result<#krate::Locks, #krate::Error>,
                     #(#ids: #tys),*
-                ) -> #krate::__private::Capture {
-                    let #out_var = #body_fn(#(#ids),*).await;
-                    #[allow(clippy::needless_borrow)]
-                    let capture = {
-                        #[allow(unused_imports)]
-                        use #krate::__private::{
-                            CaptureActix as _, CaptureAxum as _, CaptureBoth as _, CaptureNone as _,
-                        };
-                        #capture #capture_args
-                    };
-                    capture.await
+                ) -> #krate::__private::IdemResponse {
+                    let #run_var = #begin;
+                    #run_var
+                        .run(async move {
+                            let #out_var = #body_fn(#(#ids),*).await;
+                            #[allow(clippy::needless_borrow)]
+                            let capture = #capture;
+                            capture.await
+                        })
+                        .await
                 }
-                let #run_var = match #krate::__private::HandlerRun::begin(
-                    &#req,
-                    #seen,
-                    #client_var,
-                    #idem_fn,
-                    #scope_var,
-                    #fp_var,
-                    #spec,
-                ).await {
-                    ::core::result::Result::Ok(run) => run,
-                    ::core::result::Result::Err(#done) => return #done,
-                };
                 #[allow(unused_imports)]
                 use #krate::__private::{DetachLocal as _, DetachSend as _};
-                let __distlock_idem_call =
-                    (&&#krate::__private::Detach::new(#work_fn(#req, #(#ids),*), #run_var))
-                        .__distlock_run();
+                let __distlock_idem_call = (&&#krate::__private::Detach::new(
+                    #krate::__private::DetachMode::of(&#req),
+                    #work_fn(#req, #seen, #scope_var, #fp_var, #client_var, #(#ids),*),
+                ))
+                    .__distlock_run();
                 __distlock_idem_call.await
             }
         }
     };
     *func.block = syn::parse_quote!({ #wrapped });
     func.into_token_stream()
+}
+
+/// `HandlerRun::begin(..).await`, or an early `return` of the response it answered.
+fn begin_expr(
+    config: &IdemConfig,
+    header: &LitStr,
+    req: &Ident,
+    idem_fn: &TokenStream,
+) -> TokenStream {
+    let krate = &config.krate;
+    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
+    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
+    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
+    let done = format_ident!("__distlock_idem_done", span = Span::mixed_site());
+    let seen = body_seen_ident();
+    let spec = spec(config, &header.value());
+    quote! {
+        match #krate::__private::HandlerRun::begin(
+            &#req,
+            #seen,
+            #client_var,
+            #idem_fn,
+            #scope_var,
+            #fp_var,
+            #spec,
+        ).await {
+            ::core::result::Result::Ok(run) => run,
+            ::core::result::Result::Err(#done) => return #done,
+        }
+    }
+}
+
+/// The capture of the handler's return value `out` for whichever framework called, by
+/// autoref specialization (see `Reply`): a future of the `Capture`. Over the return
+/// type: a type that is no framework's response is reported there.
+fn capture_expr(config: &IdemConfig, req: &Ident, ret: &Type, out: &Ident) -> TokenStream {
+    let krate = &config.krate;
+    let (first, last) = span_range(ret.to_token_stream());
+    let capture = respan_range(
+        quote!((&&&&#krate::__private::Reply::new(#out)).__distlock_capture),
+        first,
+        last,
+    );
+    let max_body = usize::try_from(config.max_body).unwrap_or(usize::MAX);
+    let args = group(Delimiter::Parenthesis, quote!(&#req, #max_body), last);
+    quote! {{
+        #[allow(unused_imports)]
+        use #krate::__private::{
+            CaptureActix as _, CaptureAxum as _, CaptureBoth as _, CaptureNone as _,
+        };
+        #capture #args
+    }}
 }
 
 /// The binding of what [`wrap_body_param`]'s wrapper saw of the request body.
@@ -1176,24 +1208,37 @@ fn body_seen_ident() -> Ident {
 
 /// Rewrites a handler's last parameter `pat: T` to `BodyFp(pat, seen): BodyFp<T>` (or
 /// adds `BodyFp((), seen): BodyFp<()>` to a handler without parameters): the wrapper
-/// reads the request body for the fingerprint, then extracts `T` as before.
-fn wrap_body_param(sig: &mut syn::Signature, krate: &syn::Path) {
+/// reads the request body for the fingerprint, then extracts `T` as before. A last
+/// parameter under `#[cfg(..)]` is wrapped too, and the statement returned (for the top
+/// of the body) gives `seen` its value when the parameter is compiled out.
+fn wrap_body_param(sig: &mut syn::Signature, krate: &syn::Path) -> TokenStream {
     let seen = body_seen_ident();
     let last = sig.inputs.iter_mut().rev().find_map(|input| match input {
         FnArg::Typed(pt) => Some(pt),
         FnArg::Receiver(_) => None,
     });
-    match last {
-        // A parameter under `#[cfg]` may be compiled out, and the wrapper with it.
-        Some(pt) if pt.attrs.is_empty() => {
-            let (pat, ty) = (&pt.pat, &pt.ty);
-            let wrapped_pat: syn::Pat = syn::parse_quote!(#krate::__private::BodyFp(#pat, #seen));
-            let wrapped_ty: Type = syn::parse_quote!(#krate::__private::BodyFp<#ty>);
-            *pt.pat = wrapped_pat;
-            *pt.ty = wrapped_ty;
-        }
-        _ => sig.inputs.push(
-            syn::parse_quote!(#krate::__private::BodyFp((), #seen): #krate::__private::BodyFp<()>),
-        ),
+    let Some(pt) = last else {
+        sig.inputs.push(syn::parse_quote!(
+            #krate::__private::BodyFp((), #seen): #krate::__private::BodyFp<()>
+        ));
+        return TokenStream::new();
+    };
+    let (pat, ty) = (&pt.pat, &pt.ty);
+    let wrapped_pat: syn::Pat = syn::parse_quote!(#krate::__private::BodyFp(#pat, #seen));
+    let wrapped_ty: Type = syn::parse_quote!(#krate::__private::BodyFp<#ty>);
+    *pt.pat = wrapped_pat;
+    *pt.ty = wrapped_ty;
+    let preds: Vec<TokenStream> = pt
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("cfg"))
+        .filter_map(|a| a.meta.require_list().ok().map(|l| l.tokens.clone()))
+        .collect();
+    if preds.is_empty() {
+        return TokenStream::new();
+    }
+    quote! {
+        #[cfg(not(all(#(#preds),*)))]
+        let #seen = #krate::__private::BodySeen::unread();
     }
 }

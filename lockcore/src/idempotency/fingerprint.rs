@@ -268,6 +268,7 @@ fn canonical_query(query: &str) -> Value {
 /// What the fingerprint records of a request body: `json:<sha256>` of its canonical JSON
 /// when `content_type` is JSON and the body parses, else `bytes:<sha256>` of the bytes;
 /// empty for no body.
+#[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
 pub(crate) fn body_label(content_type: Option<&[u8]>, body: &[u8]) -> String {
     if body.is_empty() {
         return String::new();
@@ -283,50 +284,6 @@ pub(crate) fn body_label(content_type: Option<&[u8]>, body: &[u8]) -> String {
         return format!("json:{}", hex(&Sha256::digest(text.as_bytes())));
     }
     format!("bytes:{}", hex(&Sha256::digest(body)))
-}
-
-/// A request body as it streams past an extractor (actix-web): hashed whole, kept for
-/// the canonical JSON up to [`BodyRecorder::KEEP`] bytes.
-#[derive(Default)]
-#[cfg_attr(not(feature = "actix"), allow(dead_code))]
-pub(crate) struct BodyRecorder {
-    hasher: Sha256,
-    kept: Vec<u8>,
-    len: usize,
-    ended: bool,
-}
-
-#[cfg_attr(not(feature = "actix"), allow(dead_code))]
-impl BodyRecorder {
-    /// Bytes kept to canonicalize a JSON body; a longer one is fingerprinted by its bytes.
-    pub(crate) const KEEP: usize = 2 * 1024 * 1024;
-
-    pub(crate) fn feed(&mut self, chunk: &[u8]) {
-        self.hasher.update(chunk);
-        self.len += chunk.len();
-        if self.len <= Self::KEEP {
-            self.kept.extend_from_slice(chunk);
-        } else {
-            self.kept = Vec::new();
-        }
-    }
-
-    pub(crate) fn end(&mut self) {
-        self.ended = true;
-    }
-
-    /// [`body_label`] of what was read; `partial:<sha256>` when the body was not read to
-    /// its end.
-    pub(crate) fn label(&self, content_type: Option<&[u8]>) -> String {
-        let digest = || hex(&self.hasher.clone().finalize());
-        if !self.ended {
-            return format!("partial:{}", digest());
-        }
-        if self.len <= Self::KEEP {
-            return body_label(content_type, &self.kept);
-        }
-        format!("bytes:{}", digest())
-    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -392,7 +349,17 @@ impl<T: NonPayload + ?Sized> FpNonPayload for &FpArg<'_, T> {
 /// Types that are never part of a call's payload: the client, and the frameworks'
 /// application state.
 #[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is named like application state, so `#[idempotent]` leaves its bindings out of the fingerprint, but it is not axum's `State` or `Extension`, actix-web's `web::Data` or a `distlock::Locks`",
+    label = "left out of the fingerprint by its name",
+    note = "if it is part of the payload, name the payload's bindings with `fingerprint = [...]`, or give the type another name"
+)]
 pub trait NonPayload {}
+
+/// Compiles only for a [`NonPayload`] type (generated code checks a parameter left out
+/// of the fingerprint by its type's name).
+#[doc(hidden)]
+pub fn assert_non_payload<T: NonPayload + ?Sized>() {}
 
 impl NonPayload for crate::Locks {}
 impl<T: NonPayload + ?Sized> NonPayload for &T {}

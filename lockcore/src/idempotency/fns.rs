@@ -114,19 +114,33 @@ pub struct IdemTarget {
     pub key: String,
 }
 
+/// One call of an `#[idempotent(key = ...)]` fn, as generated code describes it.
+#[derive(Debug)]
+pub struct IdemCall {
+    /// The client (or why there is none).
+    pub client: Result<Locks, Error>,
+    /// Where the record lives.
+    pub target: IdemTarget,
+    /// The payload.
+    pub fp: Fingerprint,
+    /// The attribute's settings.
+    pub spec: IdemSpec,
+}
+
 /// The body of an `#[idempotent(key = ...)]` fn: claim or replay, run with the lease
-/// renewed, then store an `Ok` or release on `Err`, panic or cancellation.
-pub async fn run_idempotent<R, F>(
-    client: Result<Locks, Error>,
-    target: IdemTarget,
-    fp: Fingerprint,
-    spec: IdemSpec,
-    body: F,
-) -> R
+/// renewed, then store an `Ok` or release on `Err` or a panic (see `Claim`'s `Drop` for
+/// a cancelled call).
+pub async fn run_idempotent<R, F>(call: IdemCall, body: F) -> R
 where
     R: IdemOutput,
     F: Future<Output = R>,
 {
+    let IdemCall {
+        client,
+        target,
+        fp,
+        spec,
+    } = call;
     let locks = match client {
         Ok(locks) => locks,
         Err(e) => return R::from_idem_error(e),
@@ -212,13 +226,7 @@ pub trait DetachFnSend {
     /// The fn's return type.
     type Output;
     /// The call.
-    fn __distlock_run(
-        &self,
-        client: Result<Locks, Error>,
-        target: IdemTarget,
-        fp: Fingerprint,
-        spec: IdemSpec,
-    ) -> Pin<Box<dyn Future<Output = Self::Output> + Send>>
+    fn __distlock_run(&self, call: IdemCall) -> Pin<Box<dyn Future<Output = Self::Output> + Send>>
     where
         Self::Output: IdemOutput;
 }
@@ -230,24 +238,18 @@ where
 {
     type Output = F::Output;
 
-    fn __distlock_run(
-        &self,
-        client: Result<Locks, Error>,
-        target: IdemTarget,
-        fp: Fingerprint,
-        spec: IdemSpec,
-    ) -> Pin<Box<dyn Future<Output = F::Output> + Send>>
+    fn __distlock_run(&self, call: IdemCall) -> Pin<Box<dyn Future<Output = F::Output> + Send>>
     where
         F::Output: IdemOutput,
     {
-        let run = run_idempotent(client, target, fp, spec, self.take());
+        let run = run_idempotent(call, self.take());
         if crate::lock::holds_lock() {
             return Box::pin(run);
         }
         Box::pin(async move {
             match super::detached(run).await {
                 Some(out) => out,
-                None => F::Output::from_idem_error(shut_down()),
+                None => F::Output::from_idem_error(super::runtime_gone()),
             }
         })
     }
@@ -260,13 +262,7 @@ pub trait DetachFnInline {
     /// The fn's return type.
     type Output;
     /// The call.
-    fn __distlock_run(
-        &self,
-        client: Result<Locks, Error>,
-        target: IdemTarget,
-        fp: Fingerprint,
-        spec: IdemSpec,
-    ) -> Pin<Box<dyn Future<Output = Self::Output>>>
+    fn __distlock_run(&self, call: IdemCall) -> Pin<Box<dyn Future<Output = Self::Output>>>
     where
         Self::Output: IdemOutput;
 }
@@ -274,26 +270,10 @@ pub trait DetachFnInline {
 impl<F: Future + 'static> DetachFnInline for DetachFn<F> {
     type Output = F::Output;
 
-    fn __distlock_run(
-        &self,
-        client: Result<Locks, Error>,
-        target: IdemTarget,
-        fp: Fingerprint,
-        spec: IdemSpec,
-    ) -> Pin<Box<dyn Future<Output = F::Output>>>
+    fn __distlock_run(&self, call: IdemCall) -> Pin<Box<dyn Future<Output = F::Output>>>
     where
         F::Output: IdemOutput,
     {
-        Box::pin(run_idempotent(client, target, fp, spec, self.take()))
+        Box::pin(run_idempotent(call, self.take()))
     }
-}
-
-fn shut_down() -> Error {
-    Error::backend(
-        "",
-        crate::error::BackendError::new(
-            BackendErrorKind::Config,
-            "the runtime shut down while the idempotent call ran",
-        ),
-    )
 }

@@ -7,7 +7,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use super::fingerprint::BodyRecorder;
 use super::record::{self, Captured, REPLAYED_HEADER};
 use super::{Begin, Claim, Fingerprint, IdemFn, IdemSpec, begin, record_key};
 use crate::client::Locks;
@@ -57,9 +56,12 @@ pub struct IdemRequest {
     pub(crate) path: String,
     pub(crate) query: String,
     pub(crate) origin: Origin,
-    /// The body as extractors read it (actix-web, whose extractors read the payload
-    /// through it); axum's is read by [`BodyFp`].
-    pub(crate) body: Option<std::sync::Arc<std::sync::Mutex<BodyRecorder>>>,
+    /// Whether tasks that are not `Send` can be spawned here (an actix-web worker runs a
+    /// `LocalSet`, or a local runtime).
+    pub(crate) spawn_local: bool,
+    /// The body's fingerprint label, when this extractor read it (actix-web); axum's is
+    /// read by [`BodyFp`].
+    pub(crate) body: Option<String>,
 }
 
 /// The last parameter of an idempotent handler, as the attribute rewrites it: the
@@ -71,9 +73,66 @@ pub struct IdemRequest {
 #[doc(hidden)]
 pub struct BodyFp<T>(pub T, pub BodySeen);
 
+impl<T: std::fmt::Debug> std::fmt::Debug for BodyFp<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// The request body's fingerprint label, when [`BodyFp`] read it.
 #[doc(hidden)]
+#[derive(Debug)]
 pub struct BodySeen(pub(crate) Option<String>);
+
+impl BodySeen {
+    /// Nothing seen here: the request extractor's reading counts (actix-web), else none.
+    pub fn unread() -> Self {
+        BodySeen(None)
+    }
+}
+
+/// Where a handler's work may run: in a task of its own on any worker thread (axum), or
+/// on this thread (actix-web keeps the request on its worker thread), spawned when it
+/// has a `LocalSet`, else in the caller's future.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct DetachMode {
+    on_this_thread: bool,
+    spawn_local: bool,
+}
+
+impl DetachMode {
+    /// The mode for a request.
+    pub fn of(req: &IdemRequest) -> DetachMode {
+        DetachMode {
+            on_this_thread: matches!(req.origin, Origin::Actix(_)),
+            spawn_local: req.spawn_local,
+        }
+    }
+
+    /// Runs `fut` where this mode says, so that it goes on when the caller is dropped.
+    fn run<F>(self, fut: F) -> Pin<Box<dyn Future<Output = IdemResponse> + Send>>
+    where
+        F: Future<Output = IdemResponse> + Send + 'static,
+    {
+        if self.on_this_thread {
+            Box::pin(detached_local_response(fut, self.spawn_local))
+        } else {
+            Box::pin(detached_response(fut))
+        }
+    }
+
+    /// [`run`](Self::run) for a future that is not `Send`: only on this thread.
+    fn run_local<F>(self, fut: F) -> Pin<Box<dyn Future<Output = IdemResponse>>>
+    where
+        F: Future<Output = IdemResponse> + 'static,
+    {
+        Box::pin(detached_local_response(
+            fut,
+            self.on_this_thread && self.spawn_local,
+        ))
+    }
+}
 
 /// The methods whose calls are recorded: the unsafe ones. `GET`, `HEAD`, `OPTIONS` and
 /// the rest run the handler without a record (they must not change anything, and a
@@ -113,23 +172,15 @@ impl IdemRequest {
             path: route.to_owned(),
             query: query.to_owned(),
             origin: Origin::Manual,
+            spawn_local: false,
             body: None,
         }
     }
 
     /// The fingerprint label of the body: `seen` when [`BodyFp`] read it, else what the
-    /// extractors read (actix-web), else none.
+    /// request extractor read (actix-web), else none.
     fn body_label(&self, seen: BodySeen) -> String {
-        if let Some(label) = seen.0 {
-            return label;
-        }
-        match &self.body {
-            Some(rec) => rec
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .label(self.header_values("content-type").next()),
-            None => String::new(),
-        }
+        seen.0.or_else(|| self.body.clone()).unwrap_or_default()
     }
 
     /// The request method.
@@ -401,10 +452,20 @@ pub struct HandlerRun {
     claim: Option<Claim>,
     digest: String,
     spec: IdemSpec,
-    origin: Origin,
+    mode: DetachMode,
 }
 
 impl HandlerRun {
+    /// A call that runs the handler with no record.
+    fn without_record(req: &IdemRequest, spec: IdemSpec) -> HandlerRun {
+        HandlerRun {
+            claim: None,
+            digest: String::new(),
+            spec,
+            mode: DetachMode::of(req),
+        }
+    }
+
     /// Checks the header, then claims. `Err` is the response to send at once: a replay,
     /// or a rejection (`MissingKey`, `InvalidKey`, `InProgress`, `PayloadMismatch`,
     /// `Backend`).
@@ -419,23 +480,13 @@ impl HandlerRun {
     ) -> Result<HandlerRun, IdemResponse> {
         if !RECORDED_METHODS.contains(&req.method.as_str()) {
             tracing::debug!(target: "distlock", method = req.method, function = function.namespace, "not a recorded method: running without idempotency");
-            return Ok(HandlerRun {
-                claim: None,
-                digest: String::new(),
-                spec,
-                origin: req.origin,
-            });
+            return Ok(HandlerRun::without_record(req, spec));
         }
         let key = match header_key(req, &spec) {
             Ok(Some(key)) => key,
             Ok(None) => {
                 tracing::debug!(target: "distlock", header = spec.header, function = function.namespace, "no idempotency key: running without idempotency (`required = false`)");
-                return Ok(HandlerRun {
-                    claim: None,
-                    digest: String::new(),
-                    spec,
-                    origin: req.origin,
-                });
+                return Ok(HandlerRun::without_record(req, spec));
             }
             Err(e) => {
                 tracing::debug!(target: "distlock", error = %e, function = function.namespace, "idempotency key rejected");
@@ -456,7 +507,7 @@ impl HandlerRun {
                 claim: Some(claim),
                 digest: fp.digest(),
                 spec,
-                origin: req.origin,
+                mode: DetachMode::of(req),
             }),
             Begin::Replay(raw) => Err(match record::stored_response(&record, &raw) {
                 Ok(cap) => IdemResponse(Outcome::Replayed(cap)),
@@ -526,7 +577,7 @@ impl HandlerRun {
 
     /// [`keep`](Self::keep) then [`finish`](Self::finish): `work` is the body followed
     /// by the capture of its response.
-    async fn run<F: Future<Output = Capture>>(mut self, work: F) -> IdemResponse {
+    pub async fn run<F: Future<Output = Capture>>(mut self, work: F) -> IdemResponse {
         match self.keep(work).await {
             Ok(cap) => self.finish(cap).await,
             Err(done) => done,
@@ -554,9 +605,7 @@ impl CaptureFuture for SendCapture {
     type Finish = Pin<Box<dyn Future<Output = IdemResponse> + Send>>;
 
     fn finish(self, run: HandlerRun) -> Self::Finish {
-        Box::pin(detached_response(
-            async move { run.finish(self.await).await },
-        ))
+        run.mode.run(async move { run.finish(self.await).await })
     }
 }
 
@@ -564,9 +613,7 @@ impl CaptureFuture for std::future::Ready<Capture> {
     type Finish = Pin<Box<dyn Future<Output = IdemResponse> + Send>>;
 
     fn finish(self, run: HandlerRun) -> Self::Finish {
-        Box::pin(detached_response(
-            async move { run.finish(self.await).await },
-        ))
+        run.mode.run(async move { run.finish(self.await).await })
     }
 }
 
@@ -574,11 +621,8 @@ impl CaptureFuture for LocalCapture {
     type Finish = Pin<Box<dyn Future<Output = IdemResponse>>>;
 
     fn finish(self, run: HandlerRun) -> Self::Finish {
-        let local = matches!(run.origin, Origin::Actix(_));
-        Box::pin(detached_local_response(
-            async move { run.finish(self.await).await },
-            local,
-        ))
+        run.mode
+            .run_local(async move { run.finish(self.await).await })
     }
 }
 
@@ -590,13 +634,13 @@ where
 {
     match super::detached(fut).await {
         Some(res) => res,
-        None => shut_down(),
+        None => super::runtime_gone().into(),
     }
 }
 
-/// [`detached_response`] for a future that is not `Send`: on this thread's `LocalSet`
-/// when `local` says there is one (actix-web workers run every handler on one), else in
-/// the caller's future.
+/// [`detached_response`] on this thread: spawned on its `LocalSet` when `local` says
+/// there is one (actix-web workers run every handler on one), else in the caller's
+/// future.
 async fn detached_local_response<F>(fut: F, local: bool) -> IdemResponse
 where
     F: Future<Output = IdemResponse> + 'static,
@@ -606,67 +650,55 @@ where
     }
     match super::detached_local(fut).await {
         Some(res) => res,
-        None => shut_down(),
+        None => super::runtime_gone().into(),
     }
 }
 
-fn shut_down() -> IdemResponse {
-    Error::backend(
-        "",
-        crate::error::BackendError::new(
-            crate::error::BackendErrorKind::Config,
-            "the runtime shut down while the idempotent call ran",
-        ),
-    )
-    .into()
-}
-
-/// A handler's work (its body, then the capture of its response) with its claim, offered
-/// to the detach traits by generated code: `(&&Detach::new(work, run)).__distlock_run()`
-/// runs it in a task of its own when it is `Send` ([`DetachSend`], found first), else on
-/// the actix-web worker's `LocalSet`, or in the caller's future ([`DetachLocal`]).
+/// A handler's whole call (claim, body, capture, store), offered to the detach traits by
+/// generated code: `(&&Detach::new(mode, call)).__distlock_run()` runs it in a task of
+/// its own when it is `Send` ([`DetachSend`], found first), else on the actix-web
+/// worker's `LocalSet` ([`DetachLocal`]); see [`DetachMode`].
 #[doc(hidden)]
-pub struct Detach<F>(Cell<Option<(F, HandlerRun)>>);
+pub struct Detach<F>(Cell<Option<(DetachMode, F)>>);
 
 impl<F> Detach<F> {
-    /// Wraps the work and the run that claimed its key.
-    pub fn new(work: F, run: HandlerRun) -> Self {
-        Detach(Cell::new(Some((work, run))))
+    /// Wraps the call.
+    pub fn new(mode: DetachMode, call: F) -> Self {
+        Detach(Cell::new(Some((mode, call))))
     }
 
-    fn take(&self) -> (F, HandlerRun) {
+    fn take(&self) -> (DetachMode, F) {
         self.0
             .take()
-            .unwrap_or_else(|| unreachable!("a handler's work runs once"))
+            .unwrap_or_else(|| unreachable!("a handler's call runs once"))
     }
 }
 
-/// Runs a `Send` handler's work in a task of its own.
+/// Runs a `Send` handler call in a task of its own.
 #[doc(hidden)]
 pub trait DetachSend {
     /// The response.
     fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse> + Send>>;
 }
 
-impl<F: Future<Output = Capture> + Send + 'static> DetachSend for &Detach<F> {
+impl<F: Future<Output = IdemResponse> + Send + 'static> DetachSend for &Detach<F> {
     fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse> + Send>> {
-        let (work, run) = self.take();
-        Box::pin(detached_response(run.run(work)))
+        let (mode, call) = self.take();
+        mode.run(call)
     }
 }
 
-/// Runs any other handler's work on the actix-web worker's `LocalSet`, or in the caller.
+/// Runs any other handler call on the actix-web worker's `LocalSet`, or in the caller.
 #[doc(hidden)]
 pub trait DetachLocal {
     /// The response.
     fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse>>>;
 }
 
-impl<F: Future<Output = Capture> + 'static> DetachLocal for Detach<F> {
+impl<F: Future<Output = IdemResponse> + 'static> DetachLocal for Detach<F> {
     fn __distlock_run(&self) -> Pin<Box<dyn Future<Output = IdemResponse>>> {
-        let (work, run) = self.take();
-        let local = matches!(run.origin, Origin::Actix(_));
-        Box::pin(detached_local_response(run.run(work), local))
+        let (mode, call) = self.take();
+        mode.run_local(call)
     }
 }
 

@@ -103,6 +103,17 @@ where
     joined(task.await)
 }
 
+/// What a detached call returns when the runtime shut down before it ended.
+pub(crate) fn runtime_gone() -> Error {
+    Error::backend(
+        "",
+        crate::error::BackendError::new(
+            crate::error::BackendErrorKind::Config,
+            "the runtime shut down while the idempotent call ran",
+        ),
+    )
+}
+
 fn joined<T>(out: Result<T, tokio::task::JoinError>) -> Option<T> {
     match out {
         Ok(v) => Some(v),
@@ -217,7 +228,7 @@ pub(crate) async fn begin(
         claimed: sent,
         renewed: Mutex::new(sent),
         pending: None,
-        resent: false,
+        resumed: false,
         done: false,
     };
     loop {
@@ -322,9 +333,9 @@ pub(crate) struct Claim {
     renewed: Mutex<Instant>,
     /// The record being stored and its retention, while `complete` runs.
     pending: Option<(String, Duration)>,
-    /// A store try may have landed before (a lost reply, or a store dropped and
-    /// resumed): a store that then finds the claim gone is no loss.
-    resent: bool,
+    /// This claim is the resumed store of a dropped one: dropped again (its runtime
+    /// shutting down), it is not resumed again.
+    resumed: bool,
     done: bool,
 }
 
@@ -432,10 +443,6 @@ impl Claim {
                     observe(self.function, self.claimed.elapsed());
                     return Ok(());
                 }
-                Ok(false) if self.resent => {
-                    tracing::debug!(target: "distlock", key = self.key, "idempotent result already stored by the first try, or the claim was taken over");
-                    return Ok(());
-                }
                 Ok(false) => {
                     tracing::warn!(target: "distlock", key = self.key, "idempotent result not stored: the claim was lost (its lease ended and another call took it over)");
                     return Err(Error::Lost {
@@ -447,9 +454,9 @@ impl Claim {
                         let pause = (self.lease / 10).max(Duration::from_millis(10));
                         tokio::time::sleep_until((Instant::now() + pause).min(lease_end)).await;
                     }
+                    // A failed try that landed makes the next one answer "stored" (the
+                    // script compares the record).
                     retried = true;
-                    // The failed try may have landed: a later `false` is then no loss.
-                    self.resent = true;
                 }
                 Err(e) => {
                     tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotent result not stored; the claim ends with its lease");
@@ -523,10 +530,14 @@ impl Drop for Claim {
             claimed: self.claimed,
             renewed: Mutex::new(self.lease_end() - self.lease),
             pending: self.pending.take(),
-            resent: true,
+            resumed: true,
             done: false,
         };
-        if let Some((record, retention)) = rest.pending.clone() {
+        if self.resumed {
+            tracing::warn!(target: "distlock", key = rest.key, "idempotent result not stored (the runtime shut down); the claim ends with its lease");
+            let mut rest = rest;
+            rest.done = true;
+        } else if let Some((record, retention)) = rest.pending.clone() {
             match tokio::runtime::Handle::try_current() {
                 Ok(handle) => {
                     handle.spawn(
@@ -557,15 +568,16 @@ pub(crate) mod private {
     pub use super::Fingerprint;
     pub use super::fingerprint::{
         Fingerprintable, FpArg, FpChecked, FpNonPayload, FpNone, FpSerialize, FpSet, NonPayload,
+        assert_non_payload,
     };
     pub use super::fns::{
-        DetachFn, DetachFnInline, DetachFnSend, IdemError, IdemFn, IdemOutput, IdemSpec,
+        DetachFn, DetachFnInline, DetachFnSend, IdemCall, IdemError, IdemFn, IdemOutput, IdemSpec,
         IdemTarget, IdemValue, run_idempotent,
     };
     pub use super::http::{
         BodyFp, BodySeen, Capture, CaptureActix, CaptureAxum, CaptureBoth, CaptureFuture,
-        CaptureNone, Detach, DetachLocal, DetachSend, HandlerReturn, HandlerRun, IdemRequest,
-        IdemResponse, LocalCapture, Reply, SendCapture,
+        CaptureNone, Detach, DetachLocal, DetachMode, DetachSend, HandlerReturn, HandlerRun,
+        IdemRequest, IdemResponse, LocalCapture, Reply, SendCapture,
     };
     pub use super::record::Captured;
 }

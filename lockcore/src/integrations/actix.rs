@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use actix_web::error::PayloadError;
-use actix_web::web::Bytes;
+use actix_web::web::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt as _};
 
 use actix_web::body::{BodySize, BoxBody, MessageBody};
@@ -20,7 +20,7 @@ use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, Responder, ResponseError};
 
 use crate::error::Error;
-use crate::idempotency::fingerprint::BodyRecorder;
+use crate::idempotency::fingerprint::body_label;
 use crate::idempotency::http::{
     BodyFp, BodySeen, Capture, CaptureActix, IdemRequest, IdemResponse, Kept, LocalCapture, Origin,
     Outcome, Passthrough, Reply, internal_error, problem, status_of,
@@ -50,23 +50,20 @@ fn with_request<R>(id: u64, f: impl FnOnce(&HttpRequest) -> R) -> Option<R> {
 
 impl FromRequest for IdemRequest {
     type Error = actix_web::Error;
-    type Future = std::future::Ready<Result<Self, Self::Error>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
 
-    /// Also puts a recorder in front of the payload: the handler's own extractors (and
-    /// [`BodyFp`], which reads what they leave) read the body through it, so the
-    /// fingerprint covers the body whichever parameter reads it.
+    /// Also reads the request body (at most [`BODY_LIMIT`] bytes) for the fingerprint,
+    /// and hands it on: the handler's own extractors read it from a payload that yields
+    /// it once it is read, whichever parameter they are.
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         REQUESTS.with(|r| r.borrow_mut().insert(id, req.clone()));
-        let recorder = Arc::new(Mutex::new(BodyRecorder::default()));
-        let inner = payload.take();
-        let recorded: Pin<Box<dyn Stream<Item = Result<Bytes, PayloadError>>>> =
-            Box::pin(Recorded {
-                inner,
-                recorder: recorder.clone(),
-            });
-        *payload = Payload::from(recorded);
-        std::future::ready(Ok(IdemRequest {
+        let slot = Arc::new(Mutex::new(Slot::default()));
+        let mut original = payload.take();
+        let replay: Pin<Box<dyn Stream<Item = Result<Bytes, PayloadError>>>> =
+            Box::pin(Replay { slot: slot.clone() });
+        *payload = Payload::from(replay);
+        let mut request = IdemRequest {
             headers: req
                 .headers()
                 .iter()
@@ -77,59 +74,98 @@ impl FromRequest for IdemRequest {
             path: req.path().to_owned(),
             query: req.query_string().to_owned(),
             origin: Origin::Actix(id),
-            body: Some(recorder),
-        }))
+            spawn_local: actix_web::rt::System::try_current().is_some()
+                || std::thread::current()
+                    .name()
+                    .is_some_and(|n| n.starts_with("actix-server worker")),
+            body: None,
+        };
+        Box::pin(async move {
+            let mut body = BytesMut::new();
+            let read = loop {
+                match original.next().await {
+                    Some(Ok(chunk)) if body.len() + chunk.len() > BODY_LIMIT => {
+                        break Err(PayloadError::Overflow);
+                    }
+                    Some(Ok(chunk)) => body.extend_from_slice(&chunk),
+                    Some(Err(e)) => break Err(e),
+                    None => break Ok(body.freeze()),
+                }
+            };
+            let failed = read.is_err();
+            if let Ok(bytes) = &read {
+                let label = body_label(request.header_values("content-type").next(), bytes);
+                request.body = Some(label);
+            }
+            let waker = {
+                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                slot.read = Some(read);
+                slot.waker.take()
+            };
+            if let Some(w) = waker {
+                w.wake();
+            }
+            if failed {
+                return Err(PayloadError::Overflow.into());
+            }
+            Ok(request)
+        })
     }
 }
 
-/// The payload, recorded as it is read.
-struct Recorded {
-    inner: Payload,
-    recorder: Arc<Mutex<BodyRecorder>>,
+/// The most of a request body an idempotent actix-web handler reads (413 beyond).
+pub(crate) const BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// The body as [`IdemRequest`] read it, for the handler's extractors.
+#[derive(Default)]
+struct Slot {
+    /// The whole body (or why it could not be read), once read; taken by the replay.
+    read: Option<Result<Bytes, PayloadError>>,
+    /// Given to the replay already.
+    given: bool,
+    waker: Option<std::task::Waker>,
 }
 
-impl Stream for Recorded {
+/// The payload the handler's extractors read: the body once [`IdemRequest`] has read it.
+struct Replay {
+    slot: Arc<Mutex<Slot>>,
+}
+
+impl Stream for Replay {
     type Item = Result<Bytes, PayloadError>;
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let next = Pin::new(&mut self.inner).poll_next(cx);
-        let mut rec = self.recorder.lock().unwrap_or_else(|e| e.into_inner());
-        match &next {
-            Poll::Ready(Some(Ok(chunk))) => rec.feed(chunk),
-            Poll::Ready(None) => rec.end(),
-            _ => {}
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.given {
+            return Poll::Ready(None);
         }
-        next
+        match slot.read.take() {
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            Some(read) => {
+                slot.given = true;
+                match read {
+                    Ok(bytes) if bytes.is_empty() => Poll::Ready(None),
+                    other => Poll::Ready(Some(other)),
+                }
+            }
+        }
     }
 }
-
-/// The most a [`BodyFp`] reads of a body the handler's extractors left unread.
-const DRAIN_LIMIT: usize = 16 * 1024 * 1024;
 
 impl<T> FromRequest for BodyFp<T>
 where
     T: FromRequest + 'static,
-    T::Error: Into<actix_web::Error>,
 {
-    type Error = actix_web::Error;
+    type Error = T::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
 
+    /// `T` as it is: the request extractor read the body (see [`IdemRequest`]).
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
         let inner = T::from_request(req, payload);
-        // Still here when no extractor took it: read it through the recorder.
-        let mut rest = payload.take();
-        Box::pin(async move {
-            let value = inner.await.map_err(Into::into)?;
-            let mut read = 0;
-            while read <= DRAIN_LIMIT {
-                match rest.next().await {
-                    Some(Ok(chunk)) => read += chunk.len(),
-                    Some(Err(e)) => return Err(e.into()),
-                    None => break,
-                }
-            }
-            Ok(BodyFp(value, BodySeen(None)))
-        })
+        Box::pin(async move { Ok(BodyFp(inner.await?, BodySeen::unread())) })
     }
 }
 

@@ -36,6 +36,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdemRequest {
             path: parts.uri.path().to_owned(),
             query: parts.uri.query().unwrap_or_default().to_owned(),
             origin: Origin::Axum,
+            spawn_local: false,
             body: None,
         })
     }

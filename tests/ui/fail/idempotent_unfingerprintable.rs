@@ -1,5 +1,6 @@
-//! Fns: a binding whose type cannot be fingerprinted is an error on it, unless skipped.
-//! Handlers: `fingerprint` and `skip` do not apply (the request is the payload).
+//! Fns: a binding whose type cannot be fingerprinted is an error on it, unless skipped;
+//! a parameter type named like application state must be one. Handlers: `fingerprint`
+//! and `skip` do not apply (the request is the payload).
 use axum::Json;
 use axum::extract::Path;
 use distlock::idempotent;
@@ -27,6 +28,14 @@ async fn transfer_skipped(id: u64, Json(t): Json<Transfer>, pool: &Pool) -> Resu
 #[idempotent(header = "Idempotency-Key", scope = "shop", skip = [id], fingerprint = [id])]
 async fn handler(Path(id): Path<u64>) -> String {
     id.to_string()
+}
+
+/// The user's own type, named like axum's.
+struct State<T>(T);
+
+#[idempotent(key = "s:<id>")]
+async fn named_like_state(id: u64, state: State<u64>) -> Result<u64, distlock::Error> {
+    Ok(id + state.0)
 }
 
 fn main() {}

@@ -45,6 +45,14 @@ pub async fn cfg_handler(Path(id): Path<u64>, #[cfg(any())] gone: String) -> Str
     id.to_string()
 }
 
+#[idempotent(header = "Idempotency-Key", scope = "shop")]
+pub async fn cfg_body_handler(
+    Path(id): Path<u64>,
+    #[cfg(all())] axum::Json(body): axum::Json<serde_json::Value>,
+) -> String {
+    format!("{id} {body}")
+}
+
 #[distributed_lock(key = "e:<id>")]
 pub async fn cfg_lock(id: u64, #[cfg(all())] kept: u64) -> Result<u64, AppError> {
     Ok(id + kept)
@@ -100,5 +108,6 @@ fn main() {
         .route("/c/{sku}", axum::routing::post(locked_impl_result))
         .route("/d/{sku}", axum::routing::post(lock_outer_impl_result))
         .route("/e/{sku}", axum::routing::post(locked_impl_result_in_place))
-        .route("/f/{id}", axum::routing::post(cfg_handler));
+        .route("/f/{id}", axum::routing::post(cfg_handler))
+        .route("/g/{id}", axum::routing::post(cfg_body_handler));
 }
