@@ -233,8 +233,11 @@ pub use lockmacro::distributed_lock;
 /// - **Handlers** (`header = ...`): the request as sent, whatever the handler's types
 ///   for it: the method, matched route, path (its parameters), query (decoded pairs, in
 ///   any order) and body (canonical JSON when it is JSON, else its bytes). The body is
-///   read by the handler's last parameter, which the attribute wraps; with axum it is
-///   read whole within `DefaultBodyLimit` before the handler's extractor gets it.
+///   read whole before the handler's extractors get it, whichever reads it (a `Json`, a
+///   `Bytes`, a stream such as `web::Payload` or axum's `Body`): with axum by the
+///   handler's last parameter, which the attribute wraps, within `DefaultBodyLimit`
+///   (413 beyond); with actix-web by the attribute's request extractor, up to 16 MiB
+///   (413 beyond).
 ///
 /// Numbers are compared as JSON numbers (`1`, `1.0` and `1e0` are one). Only `POST`,
 /// `PUT`, `PATCH` and `DELETE` ([`RECORDED_METHODS`]) are recorded: `GET`, `HEAD` and
@@ -246,14 +249,16 @@ pub use lockmacro::distributed_lock;
 /// A client that disconnects, or a timeout around the call, drops the caller's future.
 /// That must not make the retry run the body a second time, so:
 ///
-/// - **The body runs in a task of its own** where it can: an `async fn` (handler or not)
+/// - **The call runs in a task of its own** where it can: an `async fn` (handler or not)
 ///   whose parameters are owned (no `&`, no lifetime, no `impl Trait`, no generics, no
-///   `self`, no `Self`, no `#[cfg]` on a parameter). It runs to its end, its result is
-///   stored, and the retry gets it (or `InProgress` while it still runs). The task runs on
-///   the caller's runtime with the caller's `tracing` span, but not its task-locals; a
-///   `Send` body is spawned with `tokio::spawn`, any other on the actix-web worker's
-///   `LocalSet`. A panic in it is resumed in the caller. An fn called inside a held
-///   `#[distributed_lock]` keeps its body in the caller's task, under the lock.
+///   `self`, no `Self`, no `#[cfg]` on a parameter). The claim, the body, and the store
+///   of its result run to their end; the retry gets the result (or `InProgress` while it
+///   still runs). The task has the caller's `tracing` span but not its task-locals. A
+///   `Send` call is spawned with `tokio::spawn`; an actix-web handler runs on its worker
+///   thread (spawned on the worker's `LocalSet`, or in the caller's future when there is
+///   none, as under `actix_web::test` on a plain tokio runtime). A panic in it is resumed
+///   in the caller. An fn whose body is not `Send`, or that is called inside a held
+///   `#[distributed_lock]` (or `LockGuard::scope`), stays in the caller's task.
 /// - **Otherwise** (the body borrows from its arguments, or `detach = false`) the body
 ///   can only stop with its caller. It may have done part of its work, so the claim is not
 ///   released: it stays in progress until its lease ends (repeats get `InProgress`), and
@@ -261,9 +266,11 @@ pub use lockmacro::distributed_lock;
 /// - Once the body has run, capturing its response and storing the record go on in a task
 ///   of their own too, whichever the case: a drop there never leaves the key in progress.
 ///
-/// `detach = false` keeps the body in the caller's future; it is needed by an associated
-/// fn that uses its impl's type parameters, and by a parameter type with a lifetime it
-/// does not write out (`Cow<str>`: write `Cow<'_, str>` instead, or `detach = false`).
+/// `detach = false` keeps the body in the caller's future. It is needed by an associated
+/// fn that uses its impl's type parameters (the body moves into a nested fn, which cannot
+/// name them), by a parameter type with a lifetime it does not write out (`Cow<str>`:
+/// write `Cow<'_, str>`, or `detach = false`), and by a call made while holding a lock
+/// acquired by hand without `scope` (a detached body would outlive the guard).
 ///
 /// # With `#[distributed_lock]`
 ///
