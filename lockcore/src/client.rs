@@ -7,7 +7,6 @@ use std::time::Duration;
 use crate::backend::{Backend, memory::MemoryBackend, redis::RedisBackend};
 use crate::error::{BackendError, BackendErrorKind, Error, Result};
 use crate::local::LocalQueues;
-use crate::lock::LockRequest;
 use crate::notify::{Notifier, Subscription, channel_of};
 use crate::watchdog::Watchdog;
 
@@ -45,7 +44,8 @@ pub struct Locks {
 }
 
 pub(crate) struct Inner {
-    pub(crate) backend: Backend,
+    /// Shared with the renewal task, which holds it weakly.
+    pub(crate) backend: Arc<Backend>,
     pub(crate) prefix: String,
     pub(crate) holder: String,
     /// Where the locks live, without credentials (for errors and `Debug`).
@@ -69,7 +69,7 @@ impl Inner {
 
     /// Wake-ups on `channel`; `None` when they cannot be had.
     pub(crate) async fn subscribe_channel(&self, channel: String) -> Option<Subscription> {
-        match (&self.backend, &self.notifier) {
+        match (&*self.backend, &self.notifier) {
             (Backend::Memory(m), _) => Some(Subscription::local(&m.waiters, channel)),
             (Backend::Redis(_), Some(n)) => n.subscribe(channel).await,
             (Backend::Redis(_), None) => None,
@@ -146,7 +146,7 @@ impl Locks {
         let notifier = notifier.map(|n| n.for_client(&client_id));
         Locks {
             inner: Arc::new(Inner {
-                backend,
+                backend: Arc::new(backend),
                 prefix,
                 client_id,
                 holder,
@@ -157,20 +157,6 @@ impl Locks {
                 yield_window,
             }),
         }
-    }
-
-    /// Starts a request for the lock named `name` (the Redis key is the prefix plus `name`).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// let locks = lockcore::Locks::in_memory();
-    /// let guard = locks.lock("order:42").acquire().await.unwrap();
-    /// assert_eq!(guard.key(), "lock:order:42");
-    /// # guard.release().await.unwrap();
-    /// # }
-    /// ```
-    pub fn lock(&self, name: impl Into<String>) -> LockRequest<'_> {
-        LockRequest::new(self, name.into())
     }
 
     /// The key prefix, `lock:` unless configured.
@@ -198,7 +184,7 @@ impl Locks {
     /// # }
     /// ```
     pub fn waiting_channels(&self) -> usize {
-        match (&self.inner.backend, &self.inner.notifier) {
+        match (&*self.inner.backend, &self.inner.notifier) {
             (Backend::Memory(m), _) => m.waiters.len(),
             (_, Some(n)) => n.active_channels(),
             _ => 0,

@@ -15,19 +15,44 @@
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Layers
+//!
+//! Each module imports only from the modules listed before it:
+//!
+//! 1. `error`, `key`, `util`: errors, key escaping, the clock and mutex helpers.
+//! 2. `notify`: Pub/Sub wake-ups (a hub per tokio runtime; in-process channels for the
+//!    in-memory backend).
+//! 3. `backend`: where locks and records live (the scripts, standalone Redis over
+//!    multiplexed and direct connections, process memory). The seam a new topology
+//!    implements: see its module docs.
+//! 4. `watchdog`, `local`: lease renewal, and the per-client queues of local waiters.
+//! 5. `client`: the [`Locks`] handle and its builder.
+//! 6. `lock`: requests, guards and releases.
+//! 7. `idempotency`: records, fingerprints, fns and handlers.
+//! 8. `integrations`: axum and actix-web.
+//! 9. `__private`: what the attribute macros expand to (re-exports and entry points).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
-mod backend;
-mod client;
 mod error;
-pub mod idempotency;
-mod integrations;
 pub mod key;
-mod local;
-mod lock;
+mod util;
+
 mod notify;
+
+mod backend;
+
+mod local;
 mod watchdog;
+
+mod client;
+
+mod lock;
+
+pub mod idempotency;
+
+mod integrations;
 
 #[doc(hidden)]
 pub mod __private;

@@ -42,7 +42,7 @@ struct State {
     busy: bool,
     waiters: VecDeque<Waiter>,
     /// The current holder's lease, as far as this process knows it.
-    lease: Option<Lease>,
+    lease: Option<HolderLease>,
     /// Local handoffs left in this client's turn.
     budget: usize,
     /// Until when this client left the lock to the other clients (its yield window).
@@ -75,25 +75,25 @@ enum Wake {
 }
 
 /// How long the holder of a turn holds its lock.
-pub(crate) enum Lease {
+pub(crate) enum HolderLease {
     /// Until this instant (not renewed).
     Until(Instant),
     /// Renewed until released or found lost.
     Renewed(Arc<HeldState>),
 }
 
-impl Lease {
+impl HolderLease {
     fn is_over(&self, now: Instant) -> bool {
         match self {
-            Lease::Until(end) => *end <= now,
-            Lease::Renewed(state) => state.is_lost(),
+            HolderLease::Until(end) => *end <= now,
+            HolderLease::Renewed(state) => state.is_lost(),
         }
     }
 
     fn end(&self) -> Option<Instant> {
         match self {
-            Lease::Until(end) => Some(*end),
-            Lease::Renewed(_) => None,
+            HolderLease::Until(end) => Some(*end),
+            HolderLease::Renewed(_) => None,
         }
     }
 }
@@ -149,13 +149,13 @@ impl Next {
 }
 
 fn lock(entry: &Entry) -> MutexGuard<'_, State> {
-    entry.state.lock().unwrap_or_else(|e| e.into_inner())
+    crate::util::lock(&entry.state)
 }
 
 impl Turn {
     /// Records the lease of a lock taken in Redis; the client's turn starts, with one
     /// handoff for each task waiting now.
-    pub(crate) fn begin(&self, lease: Lease) {
+    pub(crate) fn begin(&self, lease: HolderLease) {
         let mut st = lock(&self.entry);
         st.lease = Some(lease);
         if self.owns {
@@ -164,7 +164,7 @@ impl Turn {
     }
 
     /// Records the lease of the lock this turn holds.
-    pub(crate) fn set_lease(&self, lease: Lease) {
+    pub(crate) fn set_lease(&self, lease: HolderLease) {
         lock(&self.entry).lease = Some(lease);
     }
 
@@ -195,7 +195,7 @@ impl Turn {
         if next.tx.send(Wake::Granted(fence, at)).is_err() {
             return false;
         }
-        st.lease = Some(Lease::Until(at + next.ttl));
+        st.lease = Some(HolderLease::Until(at + next.ttl));
         st.budget = if next.turn_over {
             st.live_waiters()
         } else {
@@ -254,7 +254,7 @@ impl Drop for Turn {
         let idle = !st.busy && st.waiters.is_empty();
         drop(st);
         if idle {
-            let mut keys = self.queues.keys.lock().unwrap_or_else(|e| e.into_inner());
+            let mut keys = crate::util::lock(&self.queues.keys);
             // Only the map and this turn hold it (every waiter holds it too, and taking it
             // from the map needs this lock): nobody can have changed it since, forget it.
             if keys.get(&self.key).is_some_and(|entry| {
@@ -300,7 +300,7 @@ impl Drop for Place {
 
 impl LocalQueues {
     fn entry(&self, key: &str) -> Arc<Entry> {
-        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keys = crate::util::lock(&self.keys);
         if let Some(entry) = keys.get(key) {
             return entry.clone();
         }
@@ -361,7 +361,7 @@ impl LocalQueues {
             let now = Instant::now();
             // Re-check the holder's lease at least every 100 ms (a new holder may have
             // taken a shorter one).
-            let lease_end = lock(&entry).lease.as_ref().and_then(Lease::end);
+            let lease_end = lock(&entry).lease.as_ref().and_then(HolderLease::end);
             let until = lease_end
                 .unwrap_or(deadline)
                 .min(deadline)
@@ -413,7 +413,7 @@ impl LocalQueues {
     /// Keys with a queue right now (for tests).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner()).len()
+        crate::util::lock(&self.keys).len()
     }
 }
 
@@ -476,7 +476,7 @@ mod tests {
         let q = Arc::new(LocalQueues::default());
         let far = Instant::now() + Duration::from_secs(10);
         let first = contend(enter(&q, far).await);
-        first.set_lease(Lease::Until(far));
+        first.set_lease(HolderLease::Until(far));
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for i in 0..3 {
@@ -519,7 +519,7 @@ mod tests {
             }
         });
         tokio::time::sleep(Duration::from_millis(5)).await;
-        holder.begin(Lease::Until(far));
+        holder.begin(HolderLease::Until(far));
         tokio::time::sleep(Duration::from_millis(40)).await;
         assert!(leaver.await.unwrap(), "the leaver timed out");
         let next = holder.next().expect("the waiter");

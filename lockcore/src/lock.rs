@@ -8,12 +8,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{ReleaseCall, Released, Successor, Try};
-use crate::client::Locks;
+use crate::client::{Inner, Locks};
 use crate::error::{Error, Result};
 use crate::key;
 use crate::local::{Entered, Next, Turn};
 use crate::notify::{Subscription, channel_of};
-use crate::watchdog::{HeldState, Lease};
+use crate::watchdog::{HeldState, RenewedLease};
 
 /// Default lease when `ttl` is not given.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -139,6 +139,22 @@ fn held_in_task(key: &str, client: usize) -> Option<LockInfo> {
         })
         .ok()
         .flatten()
+}
+
+impl Locks {
+    /// Starts a request for the lock named `name` (the Redis key is the prefix plus `name`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let guard = locks.lock("order:42").acquire().await.unwrap();
+    /// assert_eq!(guard.key(), "lock:order:42");
+    /// # guard.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest<'_> {
+        LockRequest::new(self, name.into())
+    }
 }
 
 /// A request for one lock, made by [`Locks::lock`]; set `ttl` and `wait`, then `acquire`.
@@ -349,7 +365,15 @@ impl<'a> LockRequest<'a> {
                     continue;
                 }
             }
-            wait_for_turn(wake.as_mut(), polling, left, attempt, deadline).await;
+            crate::notify::wait_for_wake(
+                wake.as_mut(),
+                polling,
+                left,
+                attempt,
+                deadline,
+                LOCK_RETRY_CAP,
+            )
+            .await;
             attempt = attempt.saturating_add(1);
         }
     }
@@ -386,9 +410,9 @@ impl<'a> LockRequest<'a> {
             "lock acquired"
         );
         let lease = if self.renew {
-            crate::local::Lease::Renewed(info.state.clone())
+            crate::local::HolderLease::Renewed(info.state.clone())
         } else {
-            crate::local::Lease::Until(acquired_at + self.ttl)
+            crate::local::HolderLease::Until(acquired_at + self.ttl)
         };
         if handed {
             turn.set_lease(lease);
@@ -397,8 +421,8 @@ impl<'a> LockRequest<'a> {
         }
         if self.renew {
             inner.watchdog.register(
-                inner,
-                Lease {
+                &inner.backend,
+                RenewedLease {
                     key: info.key.clone(),
                     token: info.token.clone(),
                     ttl: self.ttl,
@@ -427,52 +451,15 @@ enum Taken {
     Handed(Instant),
 }
 
-/// Longest sleep between tries while subscribed: covers a missed release message and a
-/// holder whose lease ran out without a release.
-const FALLBACK_CAP: Duration = Duration::from_millis(100);
-
-/// The one place that decides how a waiter waits before its next try, never past the
-/// deadline. Until the release message (when subscribed), or the holder's remaining
-/// lease, or [`FALLBACK_CAP`], whichever comes first. With no subscription while wake-ups
-/// are wanted (`polling`: Pub/Sub could not be had): jittered exponential backoff from
-/// 1 ms, capped at 16 ms.
-async fn wait_for_turn(
-    wake: Option<&mut Subscription>,
-    polling: bool,
-    left: Option<Duration>,
-    attempt: u32,
-    deadline: Instant,
-) {
-    let now = Instant::now();
-    let fallback = left
-        .map(|l| l + Duration::from_millis(1))
-        .unwrap_or(FALLBACK_CAP)
-        .min(FALLBACK_CAP);
-    match wake {
-        Some(wake) => {
-            let until = (now + fallback).min(deadline);
-            let _ = tokio::time::timeout_at(until, wake.released()).await;
-        }
-        None if !polling => tokio::time::sleep_until((now + fallback).min(deadline)).await,
-        None => {
-            const CAP_MS: u64 = 16;
-            let ceiling = (1u64 << attempt.min(4)).min(CAP_MS);
-            let micros = fastrand::u64(ceiling * 500..=ceiling * 1000);
-            let until = (now + Duration::from_micros(micros)).min(deadline);
-            tokio::time::sleep_until(until).await;
-        }
-    }
-}
+/// Longest sleep between lock tries while subscribed: covers a missed release message
+/// and a holder whose lease ran out without a release.
+const LOCK_RETRY_CAP: Duration = Duration::from_millis(100);
 
 fn spawn_cleanup(locks: Locks, key: String, token: Arc<str>) {
-    if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        handle.spawn(async move {
-            let _ = locks
-                .inner
-                .release_raw(&key, &token, None, None, None)
-                .await;
-        });
-    }
+    // Outside a runtime the handed token stays until its ttl.
+    crate::util::spawn_here(async move {
+        let _ = release_raw(&locks.inner, &key, &token, None, None, None).await;
+    });
 }
 
 /// A held lock. Release it with [`release`](LockGuard::release) to learn whether it was
@@ -674,15 +661,15 @@ impl Releasing {
             let inner = &self.locks.inner;
             let retry_of = self.sent.is_some().then_some(self.fence);
             let at = *self.sent.get_or_insert_with(Instant::now);
-            let outcome = inner
-                .release_raw(
-                    self.info.key(),
-                    &self.token,
-                    Some(self.fence),
-                    retry_of,
-                    self.next.as_ref().map(Next::successor),
-                )
-                .await;
+            let outcome = release_raw(
+                inner,
+                self.info.key(),
+                &self.token,
+                Some(self.fence),
+                retry_of,
+                self.next.as_ref().map(Next::successor),
+            )
+            .await;
             // No await from here to the next try: nothing below can be cancelled halfway.
             if let (Ok(Released::Yielded), Some(turn)) = (&outcome, &self.turn) {
                 turn.left_to_others(at + inner.yield_window);
@@ -701,7 +688,7 @@ impl Releasing {
                 (_, None) => None,
             };
             if result.is_none() {
-                result = Some(inner.report(&self.info, self.held, outcome));
+                result = Some(report(&self.info, self.held, outcome));
             }
             let Some((new_fence, next)) = handed else {
                 break;
@@ -757,101 +744,98 @@ impl Drop for Releasing {
     }
 }
 
-impl crate::client::Inner {
-    /// One release (compare-and-delete, or a handoff to `next`), retried once on a
-    /// transport failure. `retry_of` is set when an earlier try may have run. A retry
-    /// tells a release that happened from a lost lock by the fence: no marker key is
-    /// written.
-    async fn release_raw(
-        &self,
-        key: &str,
-        token: &str,
-        fence: Option<u64>,
-        retry_of: Option<u64>,
-        next: Option<Successor<'_>>,
-    ) -> std::result::Result<Released, Error> {
-        let fence_key = key::companion(key, ":fence");
-        let channel = channel_of(key);
-        let yield_to =
-            (!self.yield_window.is_zero()).then_some((self.client_id.as_str(), self.yield_window));
-        let mut call = ReleaseCall {
-            key,
-            fence_key: &fence_key,
-            token,
-            channel: &channel,
-            retry_of,
-            successor: next,
-            yield_to,
-            // Only a yielding release counts the channel's subscribers.
-            self_subscribed: yield_to.is_some()
-                && self
-                    .notifier
-                    .as_ref()
-                    .is_some_and(|n| n.may_count_self(&channel)),
-        };
-        let mut retried = false;
-        loop {
-            match self.backend.release(&call).await {
-                Ok(found) => return Ok(found),
-                Err(e) if !retried && e.is_transient() => {
-                    retried = true;
-                    call.retry_of = fence;
-                }
-                Err(e) => return Err(Error::backend(key, e)),
+/// One release (compare-and-delete, or a handoff to `next`), retried once on a
+/// transport failure. `retry_of` is set when an earlier try may have run. A retry
+/// tells a release that happened from a lost lock by the fence: no marker key is
+/// written.
+async fn release_raw(
+    inner: &Inner,
+    key: &str,
+    token: &str,
+    fence: Option<u64>,
+    retry_of: Option<u64>,
+    next: Option<Successor<'_>>,
+) -> std::result::Result<Released, Error> {
+    let fence_key = key::companion(key, ":fence");
+    let channel = channel_of(key);
+    let yield_to =
+        (!inner.yield_window.is_zero()).then_some((inner.client_id.as_str(), inner.yield_window));
+    let mut call = ReleaseCall {
+        key,
+        fence_key: &fence_key,
+        token,
+        channel: &channel,
+        retry_of,
+        successor: next,
+        yield_to,
+        // Only a yielding release counts the channel's subscribers.
+        self_subscribed: yield_to.is_some()
+            && inner
+                .notifier
+                .as_ref()
+                .is_some_and(|n| n.may_count_self(&channel)),
+    };
+    let mut retried = false;
+    loop {
+        match inner.backend.release(&call).await {
+            Ok(found) => return Ok(found),
+            Err(e) if !retried && e.is_transient() => {
+                retried = true;
+                call.retry_of = fence;
             }
+            Err(e) => return Err(Error::backend(key, e)),
         }
     }
+}
 
-    /// The caller's view of one release's outcome, logged.
-    fn report(
-        &self,
-        info: &LockInfo,
-        held: Duration,
-        outcome: std::result::Result<Released, Error>,
-    ) -> Result<()> {
-        let held_ms = held.as_secs_f64() * 1e3;
-        match outcome {
-            Ok(Released::Now | Released::Yielded | Released::Earlier | Released::Handed(_)) => {
-                tracing::debug!(
-                    target: "distlock",
-                    key = info.key(),
-                    token = info.token_prefix(),
-                    fence = info.fence(),
-                    held_ms,
-                    handed = matches!(outcome, Ok(Released::Handed(_))),
-                    "lock released"
-                );
-                Ok(())
-            }
-            Ok(Released::Lost) => {
-                tracing::warn!(
-                    target: "distlock",
-                    key = info.key(),
-                    token = info.token_prefix(),
-                    fence = info.fence(),
-                    held_ms,
-                    "lock lost while held: it expired or another holder took it"
-                );
-                Err(Error::Lost {
-                    key: info.key().to_owned(),
-                })
-            }
-            Ok(Released::Unknown) => {
-                let e = Error::backend(
-                    info.key(),
-                    crate::error::BackendError::new(
-                        crate::error::BackendErrorKind::Timeout,
-                        "the release reply was lost and the lock has changed hands since: \
-                         whether this release came first cannot be told",
-                    ),
-                );
-                tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release outcome unknown");
-                Err(e)
-            }
-            Err(e) => {
-                tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release failed");
-                Err(e)
-            }
+/// The caller's view of one release's outcome, logged.
+fn report(
+    info: &LockInfo,
+    held: Duration,
+    outcome: std::result::Result<Released, Error>,
+) -> Result<()> {
+    let held_ms = held.as_secs_f64() * 1e3;
+    match outcome {
+        Ok(Released::Now | Released::Yielded | Released::Earlier | Released::Handed(_)) => {
+            tracing::debug!(
+                target: "distlock",
+                key = info.key(),
+                token = info.token_prefix(),
+                fence = info.fence(),
+                held_ms,
+                handed = matches!(outcome, Ok(Released::Handed(_))),
+                "lock released"
+            );
+            Ok(())
+        }
+        Ok(Released::Lost) => {
+            tracing::warn!(
+                target: "distlock",
+                key = info.key(),
+                token = info.token_prefix(),
+                fence = info.fence(),
+                held_ms,
+                "lock lost while held: it expired or another holder took it"
+            );
+            Err(Error::Lost {
+                key: info.key().to_owned(),
+            })
+        }
+        Ok(Released::Unknown) => {
+            let e = Error::backend(
+                info.key(),
+                crate::error::BackendError::new(
+                    crate::error::BackendErrorKind::Timeout,
+                    "the release reply was lost and the lock has changed hands since: \
+                     whether this release came first cannot be told",
+                ),
+            );
+            tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release outcome unknown");
+            Err(e)
+        }
+        Err(e) => {
+            tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release failed");
+            Err(e)
         }
     }
 }

@@ -36,7 +36,7 @@ struct Channel {
 impl Registry {
     /// Bumps the channel's sequence, waking its waiters.
     pub(crate) fn publish(&self, channel: &str) {
-        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let channels = crate::util::lock(&self.channels);
         if let Some(c) = channels.get(channel) {
             c.seq.send_modify(|s| *s = s.saturating_add(1).max(2));
         }
@@ -44,7 +44,7 @@ impl Registry {
 
     /// Joins `channel`; `true` when this waiter is the first and must subscribe.
     fn join(&self, channel: &str) -> (watch::Receiver<u64>, bool) {
-        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut channels = crate::util::lock(&self.channels);
         match channels.get_mut(channel) {
             Some(c) => {
                 c.refs += 1;
@@ -60,7 +60,7 @@ impl Registry {
 
     /// Marks a subscription confirmed (or, for an in-process registry, usable at once).
     fn confirm(&self, channel: &str) {
-        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let channels = crate::util::lock(&self.channels);
         if let Some(c) = channels.get(channel) {
             c.seq.send_modify(|s| *s = (*s).max(1));
         }
@@ -68,7 +68,7 @@ impl Registry {
 
     /// Leaves `channel`; `true` when it was the last waiter.
     fn leave(&self, channel: &str) -> bool {
-        let mut channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let mut channels = crate::util::lock(&self.channels);
         let last = match channels.get_mut(channel) {
             Some(c) => {
                 c.refs -= 1;
@@ -84,7 +84,7 @@ impl Registry {
 
     /// Wakes everyone (the connection broke: retry, then rely on the fallback timer).
     fn wake_all(&self) {
-        let channels = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        let channels = crate::util::lock(&self.channels);
         for c in channels.values() {
             c.seq.send_modify(|s| *s = s.saturating_add(1).max(2));
         }
@@ -92,10 +92,7 @@ impl Registry {
 
     /// Number of channels with waiters (for tests and metrics).
     pub(crate) fn len(&self) -> usize {
-        self.channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        crate::util::lock(&self.channels).len()
     }
 }
 
@@ -171,7 +168,7 @@ pub(crate) struct Hub {
 
 impl Hub {
     fn leaving(&self, channel: &str, delta: isize) {
-        let mut leaving = self.leaving.lock().unwrap_or_else(|e| e.into_inner());
+        let mut leaving = crate::util::lock(&self.leaving);
         let n = leaving.entry(channel.to_owned()).or_default();
         *n = n.saturating_add_signed(delta);
         if *n == 0 {
@@ -209,7 +206,7 @@ impl Notifier {
     }
 
     fn live_hub(&self, runtime: tokio::runtime::Id) -> Option<Arc<Hub>> {
-        let hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        let hubs = crate::util::lock(&self.hubs);
         hubs.iter()
             .find(|(rt, hub)| *rt == runtime && !hub.commands.is_closed())
             .map(|(_, hub)| hub.clone())
@@ -243,7 +240,7 @@ impl Notifier {
             self.timeout,
             self.named.clone(),
         ));
-        let mut hubs = self.hubs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut hubs = crate::util::lock(&self.hubs);
         hubs.retain(|(rt, h)| *rt != runtime && !h.commands.is_closed());
         if hubs.len() >= 8 {
             hubs.remove(0);
@@ -296,16 +293,8 @@ impl Notifier {
         let Some(hub) = self.live_hub(handle.id()) else {
             return false;
         };
-        hub.registry
-            .channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(channel)
-            || hub
-                .leaving
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains_key(channel)
+        crate::util::lock(&hub.registry.channels).contains_key(channel)
+            || crate::util::lock(&hub.leaving).contains_key(channel)
     }
 
     /// Channels subscribed right now on this runtime's hub (for tests).
@@ -405,5 +394,39 @@ mod tests {
             !passes_over(b"yield: host-1:abc ", b""),
             "no id: never passed over"
         );
+    }
+}
+
+/// How a waiter waits before its next try, never past `deadline`: until a message on
+/// `wake` (when subscribed), or the holder's remaining lease `left`, or `cap` (which
+/// covers a missed message), whichever comes first. Unsubscribed while wake-ups are
+/// wanted (`polling`: Pub/Sub could not be had), a jittered exponential backoff from
+/// 1 ms, capped at 16 ms. The one wait of lock waiters and idempotency repeats.
+pub(crate) async fn wait_for_wake(
+    wake: Option<&mut Subscription>,
+    polling: bool,
+    left: Option<Duration>,
+    attempt: u32,
+    deadline: tokio::time::Instant,
+    cap: Duration,
+) {
+    let now = tokio::time::Instant::now();
+    let fallback = left
+        .map(|l| l + Duration::from_millis(1))
+        .unwrap_or(cap)
+        .min(cap);
+    match wake {
+        Some(wake) => {
+            let until = (now + fallback).min(deadline);
+            let _ = tokio::time::timeout_at(until, wake.released()).await;
+        }
+        None if !polling => tokio::time::sleep_until((now + fallback).min(deadline)).await,
+        None => {
+            const CAP_MS: u64 = 16;
+            let ceiling = (1u64 << attempt.min(4)).min(CAP_MS);
+            let micros = fastrand::u64(ceiling * 500..=ceiling * 1000);
+            let until = (now + Duration::from_micros(micros)).min(deadline);
+            tokio::time::sleep_until(until).await;
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Lease keeping: renewing held locks before their ttl runs out.
+//! RenewedLease keeping: renewing held locks before their ttl runs out.
 //!
 //! Every renewable lock held through one client is registered with that client's single
 //! watchdog task, which runs on a thread of its own (not on a caller's runtime). Each
@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::client::Inner;
+use crate::backend::Backend;
 use crate::error::BackendError;
 
 /// Shared between a held lock, its `LockInfo`s and the watchdog.
@@ -61,7 +61,7 @@ impl HeldState {
 }
 
 /// One lock under the watchdog's care.
-pub(crate) struct Lease {
+pub(crate) struct RenewedLease {
     pub(crate) key: Arc<str>,
     pub(crate) token: Arc<str>,
     pub(crate) ttl: Duration,
@@ -71,7 +71,7 @@ pub(crate) struct Lease {
 }
 
 struct Tracked {
-    lease: Lease,
+    lease: RenewedLease,
     due: Instant,
     lease_end: Instant,
 }
@@ -85,12 +85,13 @@ struct Tracked {
 /// can no longer renew (its thread could not start, or it ended) is reported lost.
 #[derive(Default)]
 pub(crate) struct Watchdog {
-    task: Mutex<Option<mpsc::UnboundedSender<Lease>>>,
+    task: Mutex<Option<mpsc::UnboundedSender<RenewedLease>>>,
 }
 
 impl Watchdog {
-    pub(crate) fn register(&self, inner: &Arc<Inner>, lease: Lease) {
-        let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+    /// Renews `lease` through `backend` until it is released or lost.
+    pub(crate) fn register(&self, backend: &Arc<Backend>, lease: RenewedLease) {
+        let mut task = crate::util::lock(&self.task);
         let lease = match task.as_ref() {
             Some(tx) => match tx.send(lease) {
                 Ok(()) => return,
@@ -101,7 +102,7 @@ impl Watchdog {
         let (tx, rx) = mpsc::unbounded_channel();
         let state = lease.state.clone();
         let _ = tx.send(lease);
-        let client = Arc::downgrade(inner);
+        let client = Arc::downgrade(backend);
         // Its events go where the registering caller's go (a scoped subscriber included).
         let dispatch = tracing::dispatcher::get_default(|d| d.clone());
         let started = std::thread::Builder::new()
@@ -140,7 +141,7 @@ impl Watchdog {
 /// another task.
 struct Tracking {
     leases: Vec<Tracked>,
-    incoming: mpsc::UnboundedReceiver<Lease>,
+    incoming: mpsc::UnboundedReceiver<RenewedLease>,
 }
 
 impl Drop for Tracking {
@@ -159,7 +160,7 @@ impl Drop for Tracking {
 }
 
 impl Tracked {
-    fn new(lease: Lease) -> Tracked {
+    fn new(lease: RenewedLease) -> Tracked {
         let (ttl, at) = (lease.ttl, lease.acquired_at);
         Tracked {
             lease,
@@ -169,7 +170,7 @@ impl Tracked {
     }
 }
 
-async fn run(client: std::sync::Weak<Inner>, tracking: &mut Tracking) {
+async fn run(client: std::sync::Weak<Backend>, tracking: &mut Tracking) {
     loop {
         let next = tracking.leases.iter().map(|t| t.due.min(t.lease_end)).min();
         let woke = match next {
@@ -190,14 +191,14 @@ async fn run(client: std::sync::Weak<Inner>, tracking: &mut Tracking) {
             }
             Some(None) => {}
         }
-        let Some(inner) = client.upgrade() else {
+        let Some(backend) = client.upgrade() else {
             return;
         };
-        tick(&inner, &mut tracking.leases).await;
+        tick(&backend, &mut tracking.leases).await;
     }
 }
 
-async fn tick(inner: &Inner, tracked: &mut Vec<Tracked>) {
+async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
     let now = Instant::now();
     tracked.retain(|t| {
         if t.lease.state.is_released() {
@@ -258,8 +259,7 @@ async fn tick(inner: &Inner, tracked: &mut Vec<Tracked>) {
         .map(|&i| tracked[i].lease_end)
         .min()
         .unwrap_or(sent);
-    let renewed = match tokio::time::timeout_at(first_end, inner.backend.extend_many(&batch)).await
-    {
+    let renewed = match tokio::time::timeout_at(first_end, backend.extend_many(&batch)).await {
         Ok(renewed) => renewed,
         Err(_) => Err(BackendError::timeout(first_end - sent)),
     };

@@ -12,7 +12,7 @@ use super::memory::MemoryBackend;
 use super::redis::RedisBackend;
 use super::{Backend, millis};
 use crate::error::{BackendError, BackendErrorKind};
-use crate::idempotency::record::now_ms;
+use crate::util::now_ms;
 
 static CLAIM: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/idem_claim.lua")));
@@ -210,7 +210,7 @@ impl MemoryBackend {
     fn records(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, Instant)>> {
-        let mut map = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = crate::util::lock(&self.records);
         let now = Instant::now();
         map.retain(|_, (_, until)| *until > now);
         map

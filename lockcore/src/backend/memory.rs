@@ -27,7 +27,7 @@ struct State {
 impl MemoryBackend {
     pub(crate) fn try_acquire(&self, key: &str, token: &str, ttl: Duration) -> Try {
         let now = Instant::now();
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = crate::util::lock(&self.state);
         if let Some((held, until)) = st.held.get_mut(key)
             && *until > now
         {
@@ -49,7 +49,7 @@ impl MemoryBackend {
     /// gets it.
     pub(crate) fn release(&self, call: &ReleaseCall<'_>) -> Released {
         let (key, now) = (call.key, Instant::now());
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = crate::util::lock(&self.state);
         match st.held.get(key) {
             Some((held, until)) if held == call.token && *until > now => {
                 if let Some(next) = call.successor {
@@ -70,7 +70,7 @@ impl MemoryBackend {
 
     pub(crate) fn extend(&self, key: &str, token: &str, ttl: Duration) -> bool {
         let now = Instant::now();
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = crate::util::lock(&self.state);
         match st.held.get_mut(key) {
             Some((held, until)) if held == token && *until > now => {
                 *until = now + ttl;

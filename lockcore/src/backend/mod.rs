@@ -1,4 +1,28 @@
-//! Where locks live: a real Redis, or process memory for unit tests.
+//! Where locks and idempotency records live: a standalone Redis (multiplexed and direct
+//! connections, `redis` and `direct`), or process memory (`memory`, for tests and
+//! examples). Nothing above this layer knows which.
+//!
+//! # What a topology provides
+//!
+//! A new topology (a Redis Cluster, Sentinel, independent masters) is one more variant of
+//! [`Backend`], and must give each operation the meaning the scripts in `src/scripts/`
+//! define, atomically:
+//!
+//! - `try_acquire`: set the key to the token if free (or a yield marker that does not
+//!   name this client, or the caller's own token: a lost handoff reply), with the ttl;
+//!   the fencing counter (`<key>:fence`, same hash slot) increments on each taking.
+//! - `release`: compare the token, then delete, hand to the next local waiter, or leave a
+//!   yield marker; publish on the key's channel when someone listens; answer a retry of
+//!   a release whose reply was lost as `release.lua` does.
+//! - `extend_many`: compare-and-extend many leases in one round trip.
+//! - the idempotency operations (`idem.rs`): claim, complete, release, renew, each
+//!   checking the owner token, as `idem_*.lua`.
+//! - `ping`, and wake-ups: every key's companions (fence, turns, channel, `:done`) are
+//!   named by `crate::key::companion`, so one lock's keys share a slot; the notifier must
+//!   deliver the channel's messages to this client's subscribers.
+//!
+//! Every call is bounded by the command timeout; a failure says whether the command may
+//! have run (`BackendError::is_transient`), since the callers retry or clean up on it.
 
 use std::time::Duration;
 

@@ -97,7 +97,7 @@ impl RedisBackend {
             None => {
                 // Make room by closing one left by another runtime (most likely one
                 // that has shut down); otherwise every direct connection is busy.
-                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                let mut idle = crate::util::lock(&self.idle);
                 let Some(other) = idle.iter().position(|d| d.runtime() != runtime) else {
                     return Ok(None);
                 };
@@ -117,26 +117,23 @@ impl RedisBackend {
 
     /// The newest idle direct connection of `runtime`, taken out of the pool.
     fn idle_of(&self, runtime: tokio::runtime::Id) -> Option<Direct> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = crate::util::lock(&self.idle);
         let at = idle.iter().rposition(|d| d.runtime() == runtime)?;
         Some(idle.swap_remove(at))
     }
 
     fn give_back(&self, conn: Direct) {
-        self.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(conn);
+        crate::util::lock(&self.idle).push(conn);
     }
 
     /// Closes every idle direct connection (one broke: the others likely share its fate).
     fn drop_idle(&self) {
-        let stale = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
+        let stale = std::mem::take(&mut *crate::util::lock(&self.idle));
         drop(stale);
     }
 
     fn cached(&self, runtime: tokio::runtime::Id) -> Option<(MultiplexedConnection, u64)> {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slots = crate::util::lock(&self.slots);
         slots
             .iter()
             .find(|s| s.runtime == runtime)
@@ -160,7 +157,7 @@ impl RedisBackend {
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = crate::util::lock(&self.slots);
         slots.retain(|s| s.runtime != runtime);
         if slots.len() >= MAX_RUNTIMES {
             slots.remove(0);
@@ -189,7 +186,7 @@ impl RedisBackend {
 
     /// Drops the connection of `generation` so the next call reconnects.
     fn forget(&self, generation: u64) {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots = crate::util::lock(&self.slots);
         slots.retain(|s| s.generation != generation);
     }
 

@@ -1,6 +1,6 @@
 //! Handlers: the key from a request header, the response captured, stored and replayed.
 //!
-//! Framework-neutral; `crate::integrations::{axum, actix}` connect it to the frameworks.
+//! Framework-neutral; the integrations (a layer above) connect it to axum and actix-web.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -35,9 +35,10 @@ impl From<Captured> for Capture {
 pub(crate) enum Passthrough {
     #[cfg(feature = "axum")]
     Axum(axum::response::Response),
-    /// Held on this actix-web worker thread (`HttpResponse` is not `Send`).
+    /// Held on this thread by its framework, which alone knows its type (actix-web:
+    /// `HttpResponse` is not `Send`).
     #[cfg(feature = "actix")]
-    Actix(crate::integrations::actix::Held),
+    OnThread(Box<dyn std::any::Any + Send>),
 }
 
 /// Longest idempotency key accepted, in bytes (the limit Stripe and the IETF draft use).
@@ -62,6 +63,9 @@ pub struct IdemRequest {
     /// The body's fingerprint label, when this extractor read it (actix-web); axum's is
     /// read by [`BodyFp`].
     pub(crate) body: Option<String>,
+    /// What the framework keeps for this request until it is dropped (actix-web: the
+    /// `HttpRequest`, on its worker thread).
+    pub(crate) _kept: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// The last parameter of an idempotent handler, as the attribute rewrites it: the
@@ -174,6 +178,7 @@ impl IdemRequest {
             origin: Origin::Manual,
             spawn_local: false,
             body: None,
+            _kept: None,
         }
     }
 
@@ -211,15 +216,6 @@ impl std::fmt::Debug for IdemRequest {
             .field("query", &self.query)
             .field("origin", &self.origin)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for IdemRequest {
-    fn drop(&mut self) {
-        #[cfg(feature = "actix")]
-        if let Origin::Actix(id) = self.origin {
-            crate::integrations::actix::forget(id);
-        }
     }
 }
 

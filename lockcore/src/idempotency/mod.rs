@@ -54,7 +54,7 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
 
 /// Longest sleep between claim tries while waiting: covers a missed message.
-const FALLBACK_CAP: Duration = Duration::from_millis(250);
+const CLAIM_RETRY_CAP: Duration = Duration::from_millis(250);
 
 /// `<prefix>idem:<module::fn>[:<scope>]:<key>`; `scope` and `key` arrive escaped.
 pub(crate) fn record_key(prefix: &str, function: &str, scope: Option<&str>, key: &str) -> String {
@@ -148,7 +148,7 @@ struct Namespace {
 }
 
 fn namespaces() -> std::sync::MutexGuard<'static, HashMap<&'static str, Namespace>> {
-    NAMESPACES.lock().unwrap_or_else(|e| e.into_inner())
+    crate::util::lock(&NAMESPACES)
 }
 
 /// `Err` when another fn already uses `f`'s namespace: their records would answer each
@@ -305,14 +305,15 @@ pub(crate) async fn begin(
                 continue;
             }
         }
-        let fallback = (left + Duration::from_millis(1)).min(FALLBACK_CAP);
-        let until = (now + fallback).min(deadline);
-        match wake.as_mut() {
-            Some(w) => {
-                let _ = tokio::time::timeout_at(until, w.released()).await;
-            }
-            None => tokio::time::sleep_until(until).await,
-        }
+        crate::notify::wait_for_wake(
+            wake.as_mut(),
+            false,
+            Some(left),
+            0,
+            deadline,
+            CLAIM_RETRY_CAP,
+        )
+        .await;
     }
 }
 
@@ -342,7 +343,7 @@ pub(crate) struct Claim {
 impl Claim {
     /// When the lease ends by this client's clock, unless renewed.
     fn lease_end(&self) -> Instant {
-        *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) + self.lease
+        *crate::util::lock(&self.renewed) + self.lease
     }
 
     pub(crate) fn key(&self) -> &str {
@@ -374,7 +375,7 @@ impl Claim {
                     .idem_renew(&self.key, &self.owner, self.lease, self.lifetime)
                     .await
                 {
-                    Ok(true) => *self.renewed.lock().unwrap_or_else(|e| e.into_inner()) = sent,
+                    Ok(true) => *crate::util::lock(&self.renewed) = sent,
                     Ok(false) => {
                         tracing::warn!(target: "distlock", key = self.key, cancel = cancel_on_lost, "idempotency claim lost while the body ran (its lease ended and another call took it over)");
                         return;
@@ -483,15 +484,12 @@ impl Claim {
         } = &self;
         let (locks, key, owner, channel) =
             (locks.clone(), key.clone(), owner.clone(), channel.clone());
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(async move { release(&locks, &key, &owner, &channel).await });
-            }
-            Err(_) => tracing::warn!(
-                target: "distlock",
-                key,
-                "idempotency claim dropped outside a tokio runtime; it ends with its lease"
-            ),
+        let spawned = crate::util::spawn_here({
+            let key = key.clone();
+            async move { release(&locks, &key, &owner, &channel).await }
+        });
+        if !spawned {
+            tracing::warn!(target: "distlock", key, "idempotency claim dropped outside a tokio runtime; it ends with its lease");
         }
     }
 }
@@ -538,21 +536,10 @@ impl Drop for Claim {
             let mut rest = rest;
             rest.done = true;
         } else if let Some((record, retention)) = rest.pending.clone() {
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => {
-                    handle.spawn(
-                        async move {
-                            let _ = rest.complete(record, retention).await;
-                        }
-                        .with_current_subscriber(),
-                    );
-                }
-                Err(_) => {
-                    tracing::warn!(target: "distlock", key = rest.key, "idempotent result dropped outside a tokio runtime before it was stored; the claim ends with its lease");
-                    let mut rest = rest;
-                    rest.done = true;
-                }
-            }
+            // Outside a runtime the resumed store is dropped at once, and says so.
+            crate::util::spawn_here(async move {
+                let _ = rest.complete(record, retention).await;
+            });
         } else if std::thread::panicking() {
             rest.spawn_release();
         } else {

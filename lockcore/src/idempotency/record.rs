@@ -16,8 +16,6 @@
 //!
 //! A response body that is not UTF-8 is stored as `"body_base64"` instead of `"body"`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::{Deserialize, Serialize};
 
 use crate::error::{BackendError, BackendErrorKind, Error};
@@ -85,17 +83,11 @@ struct Completed {
     response: Option<StoredResponse>,
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 fn completed(fp: &str, field: &str, json: &str) -> String {
     // `status` then `fp` first: the scripts read these two with a pattern.
     format!(
         r#"{{"status":"completed","fp":"{fp}","completed_at_ms":{},"{field}":{json}}}"#,
-        now_ms()
+        crate::util::now_ms()
     )
 }
 

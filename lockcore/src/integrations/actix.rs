@@ -36,8 +36,13 @@ thread_local! {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-pub(crate) fn forget(id: u64) {
-    let _ = REQUESTS.try_with(|r| r.borrow_mut().remove(&id));
+/// Keeps request `id` on this thread until the `IdemRequest` is dropped.
+struct KeptRequest(u64);
+
+impl Drop for KeptRequest {
+    fn drop(&mut self) {
+        let _ = REQUESTS.try_with(|r| r.borrow_mut().remove(&self.0));
+    }
 }
 
 fn with_request<R>(id: u64, f: impl FnOnce(&HttpRequest) -> R) -> Option<R> {
@@ -52,7 +57,7 @@ impl FromRequest for IdemRequest {
     type Error = actix_web::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
 
-    /// Also reads the request body (at most [`BODY_LIMIT`] bytes) for the fingerprint,
+    /// Also reads the request body (at most 16 MiB) for the fingerprint,
     /// and hands it on: the handler's own extractors read it from a payload that yields
     /// it once it is read, whichever parameter they are.
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
@@ -79,6 +84,7 @@ impl FromRequest for IdemRequest {
                     .name()
                     .is_some_and(|n| n.starts_with("actix-server worker")),
             body: None,
+            _kept: Some(Box::new(KeptRequest(id))),
         };
         Box::pin(async move {
             let mut body = BytesMut::new();
@@ -98,7 +104,7 @@ impl FromRequest for IdemRequest {
                 request.body = Some(label);
             }
             let waker = {
-                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                let mut slot = crate::util::lock(&slot);
                 slot.read = Some(read);
                 slot.waker.take()
             };
@@ -135,7 +141,7 @@ impl Stream for Replay {
     type Item = Result<Bytes, PayloadError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = crate::util::lock(&self.slot);
         if slot.given {
             return Poll::Ready(None);
         }
@@ -247,7 +253,9 @@ pub(crate) fn capture_now<T: Responder>(
         BodySize::Stream => false,
     };
     if !fits {
-        return Ok(Capture(Kept::Streaming(Passthrough::Actix(Held::new(res)))));
+        return Ok(Capture(Kept::Streaming(Passthrough::OnThread(Box::new(
+            Held::new(res),
+        )))));
     }
     let (status, headers) = head(&res);
     let body = res.into_body();
@@ -297,11 +305,15 @@ impl Responder for IdemResponse {
 
     fn respond_to(self, _req: &HttpRequest) -> HttpResponse<Self::Body> {
         match self.0 {
-            Outcome::Streaming(Passthrough::Actix(held)) => held.take().unwrap_or_else(|| {
-                render(internal_error(
-                    "a streamed response was sent from another thread than its handler's",
-                ))
-            }),
+            Outcome::Streaming(Passthrough::OnThread(held)) => held
+                .downcast::<Held>()
+                .ok()
+                .and_then(|held| held.take())
+                .unwrap_or_else(|| {
+                    render(internal_error(
+                        "a streamed response was sent from another thread than its handler's",
+                    ))
+                }),
             other => render(IdemResponse(other).into_captured()),
         }
     }

@@ -38,6 +38,7 @@ impl<S: Send + Sync> FromRequestParts<S> for IdemRequest {
             origin: Origin::Axum,
             spawn_local: false,
             body: None,
+            _kept: None,
         })
     }
 }
