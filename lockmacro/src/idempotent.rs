@@ -538,18 +538,7 @@ fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> TokenStream
                     let req = Ident::new("__distlock_idem_req", Span::mixed_site());
                     let krate = &config.krate;
                     let seen_when_cfg_out = wrap_body_param(&mut func.sig, krate);
-                    let hidden: FnArg = syn::parse_quote!(#req: #krate::__private::IdemRequest);
-                    let at =
-                        usize::from(matches!(func.sig.inputs.first(), Some(FnArg::Receiver(_))));
-                    func.sig.inputs.insert(at, hidden);
-                    let arrow = match &func.sig.output {
-                        ReturnType::Type(arrow, _) => *arrow,
-                        ReturnType::Default => Default::default(),
-                    };
-                    func.sig.output = ReturnType::Type(
-                        arrow,
-                        Box::new(syn::parse_quote!(#krate::__private::IdemResponse)),
-                    );
+                    handler_signature(&mut func.sig, krate, &req);
                     let call = header_call(config, header, &req, &ret, &bindings, &name, body);
                     quote!(#seen_when_cfg_out #call)
                 }
@@ -1094,17 +1083,7 @@ fn expand_detached(
                     TokenStream::new()
                 }
             };
-            func.sig
-                .inputs
-                .insert(0, syn::parse_quote!(#req: #krate::__private::IdemRequest));
-            let arrow = match &func.sig.output {
-                ReturnType::Type(arrow, _) => *arrow,
-                ReturnType::Default => Default::default(),
-            };
-            func.sig.output = ReturnType::Type(
-                arrow,
-                Box::new(syn::parse_quote!(#krate::__private::IdemResponse)),
-            );
+            handler_signature(&mut func.sig, krate, &req);
             quote! {
                 #unwrap_body
                 let (#scope_var, #fp_var, #client_var) = {
@@ -1199,6 +1178,22 @@ fn capture_expr(config: &IdemConfig, req: &Ident, ret: &Type, out: &Ident) -> To
         };
         #capture #args
     }}
+}
+
+/// A handler's signature as the frameworks call it: the hidden request extractor first
+/// (after `self`), and `IdemResponse` returned.
+fn handler_signature(sig: &mut syn::Signature, krate: &syn::Path, req: &Ident) {
+    let hidden: FnArg = syn::parse_quote!(#req: #krate::__private::IdemRequest);
+    let at = usize::from(matches!(sig.inputs.first(), Some(FnArg::Receiver(_))));
+    sig.inputs.insert(at, hidden);
+    let arrow = match &sig.output {
+        ReturnType::Type(arrow, _) => *arrow,
+        ReturnType::Default => Default::default(),
+    };
+    sig.output = ReturnType::Type(
+        arrow,
+        Box::new(syn::parse_quote!(#krate::__private::IdemResponse)),
+    );
 }
 
 /// The binding of what [`wrap_body_param`]'s wrapper saw of the request body.
