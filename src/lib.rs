@@ -88,8 +88,6 @@ pub use lockcore::{
 /// | `wait = "3s"` | none | how long to keep trying while someone else holds it |
 /// | `renew = true` | `false` | keep the lease while the body runs (renewed every `ttl / 3`) |
 /// | `max_hold = "5m"` | none | with `renew`: stop renewing after this long |
-/// | `name = "email-notify"` | `module::path::fn` | the records' namespace: required on methods (the methods named alike of two types in one module would share one), and how any fn keeps its records across a rename or a move; two fns found sharing a namespace at run time get a `Backend` error naming both |
-/// | `detach = false` | `true` | run the body in the caller's future even where it could run in a task of its own; see "When the caller goes away" |
 /// | `on_lost = "continue"` | `"cancel"` | with `renew`: when a renewal finds the lock lost, cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way the call returns `Lost` |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` to use instead |
 /// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |
