@@ -32,6 +32,105 @@
 //!   connected lazily to `REDIS_URL` (default `redis://127.0.0.1:6379/`).
 //!
 //! The same logic without the attribute is [`Locks::lock`].
+//!
+//! # How it behaves
+//!
+//! | | |
+//! |---|---|
+//! | **Value** | a plain UTF-8 token `uuid:host:pid` (`redis-cli GET lock:order:42`), unique per acquisition. |
+//! | **Acquire** | one round trip: a Lua script runs `SET key token NX PX ttl` and, on success, `INCR`s the fencing counter `{lock:order:42}:fence` (same hash slot). |
+//! | **Release** | one round trip: Lua compare-and-delete (EVALSHA, reloaded after NOSCRIPT, e.g. after a Redis restart). |
+//! | **`wait`** | waiters sleep until the release message, the holder's remaining lease, or 100 ms, whichever is first, and stop exactly at the deadline. |
+//! | **Every exit releases** | return, `?`, a panic, and a dropped (cancelled) future: the guard's `Drop` schedules the release at once. A cancelled `release()` too: the release goes on in a task of its own, and when a try may already have reached Redis it goes on as a retry, which finds the lock released, handed to the next local waiter (woken holding it) or still held (released now). |
+//! | **Fencing** | `current_lock().fence()` grows with every acquisition of a key. Hand it to your storage so it can reject a write from a holder whose lease already passed on. The counter has no ttl on purpose: under an `allkeys-*` `maxmemory-policy` Redis may evict it, and `FLUSHDB` deletes it; either way fences start again from 1. Use `noeviction` or a `volatile-*` policy; a client reads the policy once and warns when it can evict keys without a ttl. |
+//!
+//! ## Waiting, fairness, lease keeping, reentrancy
+//!
+//! - **Woken, not polling.** The release script publishes on the lock's channel
+//!   (`lock:order:42:released`) in the same round trip that deletes the key, when the
+//!   channel has subscribers. All waiters of one [`Locks`] client share one Pub/Sub
+//!   connection; a channel is subscribed while at least one waiter wants it. A missed
+//!   message (or a holder that died without releasing) is covered by a fallback retry at
+//!   most 100 ms apart, bounded by the holder's remaining lease. Where `SUBSCRIBE` is not
+//!   allowed: [`LocksBuilder::notify_waiters`]`(false)`.
+//! - **Fair within a process, handed down the queue.** Tasks of one client that want the
+//!   same key queue locally in FIFO order and only the head contends in Redis. When the
+//!   holder releases while a local task waits, the release script gives the lock straight
+//!   to that task (its token, its ttl, a new fence) in the same round trip. The queue
+//!   never outlives the holder's lease.
+//! - **Turns rotate across processes.** A client's turn hands the lock down at most once
+//!   to each task that was waiting when the turn began. If another client waits then, the
+//!   release leaves a yield marker `yield: <holder>:<id> ... ` for
+//!   [`LocksBuilder::yield_window`] (default 10 ms) naming this client and the clients of
+//!   the latest turns; every client it does not name takes the lock as free, so the client
+//!   that has waited longest goes next. Not given: FIFO between tasks of different
+//!   processes, and fairness towards clients built with `notify_waiters(false)`.
+//!   `yield_window(Duration::ZERO)` turns rotation off. Other-language clients see the
+//!   marker as a held key.
+//! - **Lease keeping.** `renew = true` renews the lease every `ttl / 3` with a
+//!   compare-and-extend; one task per client renews all its locks, in one pipeline per
+//!   tick. `max_hold = "5m"` stops renewing after that long. When a renewal finds the lock
+//!   lost, the body is cancelled at its next await (`on_lost = "cancel"`, the default) or
+//!   runs on (`"continue"`), and the call returns `Lost`.
+//!   `current_lock().unwrap().is_held()` tells the body whether it still holds the lock.
+//! - **Reentrancy.** A nested call on a key the current task already holds through the
+//!   same client passes through without a round trip and sees the same fence; only the
+//!   outermost exit releases. Another task contends normally.
+//!
+//! ## Errors
+//!
+//! | variant | when | the body |
+//! |---|---|---|
+//! | `Busy { key, waited }` | held by someone else until `wait` ran out | did not run |
+//! | `Lost { key }` | at release the key was gone (ttl expired) or held another token | ran and returned `Ok`, which is replaced by this error; an `Err` of the body is kept and the loss logged |
+//! | `Backend { key, source }` | Redis unreachable, failing, or silent past the command timeout (default 1 s): never a hang | did not run (acquire) or ran (release) |
+//! | `InvalidKey { key, reason }` | an empty key, or braces that would split the lock from its fence counter across hash slots | did not run |
+//!
+//! A release whose reply is lost is retried once, carrying the acquisition's fence: when
+//! the key is gone and the fence is unchanged, nobody has held the lock since, and the
+//! retry reports success; when the lock has changed hands meanwhile, whether the first
+//! try came first cannot be told, and the result is `Backend` (never a false `Lost`,
+//! never a silent `Ok`). An acquire whose reply is lost is followed by a
+//! compare-and-delete of its token.
+//!
+//! ## Keys
+//!
+//! Placeholders name any binding of the parameter patterns, with field paths; values are
+//! formatted with `Display` and escaped (`%`, `:`, `{`, `}`, whitespace and control
+//! characters become `%XX`), so user data can neither add key segments nor pick a hash
+//! slot. Literal `{...}` in the template is a hash tag: `key = "tenant:{<tenant>}:<id>"`.
+//! Mistakes are compile errors on the offending token; the function is still emitted, so
+//! IDEs keep working.
+//!
+//! ## Where it works
+//!
+//! Free async fns, methods (`&self`, `&mut self`, `self: Arc<Self>`), generic fns, fns
+//! taking `impl Trait`, methods in `#[async_trait]` impls, and axum / actix-web handlers
+//! (the future stays `Send` when the body is).
+//!
+//! ## Connections
+//!
+//! [`Locks`] is cheap to clone: all clones share one multiplexed connection per tokio
+//! runtime, reopened when it breaks. While fewer than three lock calls are in flight, the
+//! scripts go over one of up to four direct connections, whose caller writes the command
+//! and reads its own reply. A call that times out or is cancelled closes the direct
+//! connection it used, so its late reply is never read as another call's; one that Redis
+//! closed while idle is noticed before use. Direct connections authenticate and select
+//! the database from the URL, work over `unix://`, and show as `name=distlock-direct` in
+//! `CLIENT LIST`; TLS addresses use the multiplexed connection only.
+//!
+//! ## Testing without Redis
+//!
+//! [`Locks::in_memory`] keeps locks in the process with the same ttl, token, fencing,
+//! `Busy` and `Lost` rules: `distlock::install(Locks::in_memory())` in a unit test. It is
+//! never chosen implicitly.
+//!
+//! ## Tracing
+//!
+//! Acquire, release, busy and loss emit `tracing` events under target `distlock` with the
+//! key, a token prefix, the fence, the time waited and the time held; arguments are never
+//! recorded. `#[idempotent]` adds events for claim, replay, conflict, payload mismatch,
+//! expired-claim recovery, results not stored and claims released.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
@@ -203,7 +302,7 @@ pub use lockmacro::distributed_lock;
 /// | none, or in progress past its lease (the claimer crashed), same payload | claims it and runs the body |
 /// | completed, same payload | replays the stored result; the body does not run |
 /// | completed or in progress (past its lease too), different payload | `Err(PayloadMismatch)` (HTTP 422): a claimer that crashed may already have acted on its payload |
-/// | in progress | `Err(InProgress)` (HTTP 409 with `Retry-After`); with `wait`, waits (woken by a Pub/Sub message) and replays |
+/// | in progress | `Err(InProgress)` (HTTP 409 with `Retry-After`: about how long a body of that fn took lately in this process, 1 s before one completed, never more than the running call's lease left); with `wait`, waits (woken by a Pub/Sub message on `<record>:done`) and replays |
 ///
 /// - Async fns return `Result<T, E>` with `T: Serialize + DeserializeOwned` and
 ///   `E: From<distlock::Error>`. `Ok` is stored (including `()`); `Err` and a panic
