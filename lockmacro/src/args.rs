@@ -157,3 +157,70 @@ pub(crate) fn template_arg(
         }
     }
 }
+
+/// `on_lost = "cancel" | "continue"` as whether to cancel the body (`None`: reported).
+pub(crate) fn on_lost_arg(arg: &crate::args::RawArg, errors: &mut Errors) -> Option<bool> {
+    match lit_str(arg) {
+        Ok(lit) if lit.value() == "cancel" => Some(true),
+        Ok(lit) if lit.value() == "continue" => Some(false),
+        Ok(lit) => {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "unknown `on_lost` policy `{}`: expected `\"cancel\"` (default: the body is cancelled at its next await) or `\"continue\"` (it runs on and the call returns `Lost`)",
+                    lit.value()
+                ),
+            ));
+            None
+        }
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    }
+}
+
+/// The value as a `bool` literal.
+pub(crate) fn bool_lit(arg: &crate::args::RawArg) -> syn::Result<bool> {
+    match &arg.value {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Bool(b),
+            ..
+        }) => Ok(b.value),
+        other => Err(syn::Error::new(
+            other.span(),
+            format!("`{}` expects `true` or `false`", arg.name),
+        )),
+    }
+}
+
+/// `None` when absent; `Some(None)` when present but invalid (the error is recorded).
+pub(crate) fn duration_arg(
+    arg: Option<crate::args::RawArg>,
+    errors: &mut Errors,
+    zero_hint: &str,
+) -> Option<Option<u64>> {
+    let arg = arg?;
+    let lit: LitStr = match lit_str(&arg) {
+        Ok(l) => l,
+        Err(e) => {
+            errors.push(e);
+            return Some(None);
+        }
+    };
+    let name = &arg.name;
+    match crate::duration::parse(&lit.value()) {
+        Ok(d) if d.is_zero() => {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!("`{name}` must be greater than zero{zero_hint}"),
+            ));
+            Some(None)
+        }
+        Ok(d) => Some(Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
+        Err(msg) => {
+            errors.push(syn::Error::new(lit.span(), format!("{msg} (in `{name}`)")));
+            Some(None)
+        }
+    }
+}

@@ -5,17 +5,23 @@
 
 use proc_macro::TokenStream;
 
+// Parse, check, expand: the arguments (`args`), their checks (`check`, `template`,
+// `duration`), the function's shape (`shape`), where errors land (`spans`), the pieces
+// both attributes emit (`shared`), then one module per attribute.
 mod args;
 mod check;
 mod duration;
-mod expand;
 mod idempotent;
+mod lock;
+mod shape;
+mod shared;
+mod spans;
 mod template;
 
 /// Runs an async fn's body under a distributed lock; see `distlock::distributed_lock`.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    expand::distributed_lock(args.into(), item.into()).into()
+    lock::distributed_lock(args.into(), item.into()).into()
 }
 
 /// Runs an async fn or an axum/actix-web handler once per key; see `distlock::idempotent`.

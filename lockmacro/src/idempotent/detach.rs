@@ -1,0 +1,272 @@
+//! The expansion of `#[idempotent]` that runs the call in a task of its own, and the
+//! syntactic test of whether a function's body can move there.
+
+use proc_macro2::{Delimiter, Span, TokenStream};
+use quote::{ToTokens, quote};
+use syn::{FnArg, Ident, ItemFn, ReturnType, Type};
+
+use super::config::{IdemConfig, Source};
+use super::expand::*;
+use crate::shared::key_expr;
+use crate::spans::{group, respan};
+
+/// Whether the body can run in a task of its own: an `async fn` without `self`, `Self`,
+/// generics, `unsafe` or attributes on its parameters, whose parameter types hold no
+/// reference, lifetime or `impl Trait` (so the body owns everything it uses and its
+/// future is `'static`). Whether it is also `Send` is decided by the compiler (see
+/// `Detach`). A parameter type with a lifetime it does not write out (`Cow<str>`) is
+/// not seen here: such fns take `detach = false` (or write `Cow<'_, str>`).
+pub(super) fn detachable(func: &ItemFn) -> bool {
+    let sig = &func.sig;
+    if sig.receiver().is_some()
+        || sig.unsafety.is_some()
+        || !sig.generics.params.is_empty()
+        || sig.generics.where_clause.is_some()
+        || sig.variadic.is_some()
+        || mentions(sig.output.to_token_stream(), &|t| is_ident(t, "Self"))
+        || mentions(func.block.to_token_stream(), &|t| is_ident(t, "Self"))
+    {
+        return false;
+    }
+    sig.inputs.iter().all(|input| match input {
+        FnArg::Typed(pt) => {
+            pt.attrs.is_empty()
+                && !mentions(pt.ty.to_token_stream(), &|t| {
+                    is_punct(t, '&')
+                        || is_punct(t, '\'')
+                        || is_ident(t, "impl")
+                        || is_ident(t, "Self")
+                })
+                && !mentions(pt.pat.to_token_stream(), &|t| is_punct(t, '&'))
+        }
+        FnArg::Receiver(_) => false,
+    })
+}
+
+pub(super) fn is_ident(t: &proc_macro2::TokenTree, name: &str) -> bool {
+    matches!(t, proc_macro2::TokenTree::Ident(i) if i == name)
+}
+
+pub(super) fn is_punct(t: &proc_macro2::TokenTree, c: char) -> bool {
+    matches!(t, proc_macro2::TokenTree::Punct(p) if p.as_char() == c)
+}
+
+/// Whether any token of `tokens`, at any depth, satisfies `hit`.
+pub(super) fn mentions(tokens: TokenStream, hit: &dyn Fn(&proc_macro2::TokenTree) -> bool) -> bool {
+    tokens.into_iter().any(|t| match &t {
+        proc_macro2::TokenTree::Group(g) => mentions(g.stream(), hit),
+        _ => hit(&t),
+    })
+}
+
+/// `pat` with `mut` and `ref` taken off its bindings, to match it against a reference
+/// to the parameter (each binding then borrows its part).
+pub(super) fn by_ref_pattern(pat: &syn::Pat) -> syn::Pat {
+    let mut pat = pat.clone();
+    strip_binding_modes(&mut pat);
+    pat
+}
+
+pub(super) fn strip_binding_modes(pat: &mut syn::Pat) {
+    use syn::Pat;
+    match pat {
+        Pat::Ident(p) => {
+            p.by_ref = None;
+            p.mutability = None;
+            if let Some((_, sub)) = &mut p.subpat {
+                strip_binding_modes(sub);
+            }
+        }
+        Pat::Tuple(t) => t.elems.iter_mut().for_each(strip_binding_modes),
+        Pat::TupleStruct(t) => t.elems.iter_mut().for_each(strip_binding_modes),
+        Pat::Struct(s) => s
+            .fields
+            .iter_mut()
+            .for_each(|f| strip_binding_modes(&mut f.pat)),
+        Pat::Slice(s) => s.elems.iter_mut().for_each(strip_binding_modes),
+        Pat::Paren(p) => strip_binding_modes(&mut p.pat),
+        Pat::Type(t) => strip_binding_modes(&mut t.pat),
+        _ => {}
+    }
+}
+
+/// The expansion that runs the body in a task of its own (see [`detachable`]).
+///
+/// The parameters are renamed `__distlock_pN`; the scope, key and fingerprint are
+/// computed from the user's patterns matched against references to them; the body
+/// becomes a nested `async fn` with the original parameters and return type, whose
+/// future the runtime spawns when it is `Send`:
+///
+/// ```text
+/// async fn f(__p0: T0, __p1: T1) -> R {
+///     let (key, scope, fp, client) = { let pat0 = &__p0; let pat1 = &__p1; ... };
+///     async fn __distlock_idem_body(pat0: T0, pat1: T1) -> R { body }
+///     (&&DetachFn::new(__distlock_idem_body(__p0, __p1))).__distlock_run(..).await
+/// }
+/// ```
+/// Handlers add the request and the capture of the response to the spawned work.
+pub(super) fn expand_detached(
+    mut func: ItemFn,
+    config: &IdemConfig,
+    bindings: &[Binding],
+    name: &str,
+) -> TokenStream {
+    let krate = &config.krate;
+    // Each parameter under a name of its own: a plain `name: T` keeps its name (the
+    // attributes below this one may refer to it, as `#[instrument(skip(db))]` does), a
+    // pattern gets `__distlock_pN`.
+    let params: Vec<(Ident, syn::PatType)> = func
+        .sig
+        .inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, input)| match input {
+            FnArg::Typed(pt) => {
+                let id = match &*pt.pat {
+                    syn::Pat::Ident(p) if p.subpat.is_none() && p.by_ref.is_none() => {
+                        p.ident.clone()
+                    }
+                    _ => Ident::new(&format!("__distlock_p{i}"), Span::mixed_site()),
+                };
+                Some((id, pt.clone()))
+            }
+            FnArg::Receiver(_) => None,
+        })
+        .collect();
+    let ids: Vec<&Ident> = params.iter().map(|(id, _)| id).collect();
+    let tys: Vec<&Type> = params.iter().map(|(_, pt)| &*pt.ty).collect();
+    let originals: Vec<&syn::PatType> = params.iter().map(|(_, pt)| pt).collect();
+    let borrows = params.iter().map(|(id, pt)| {
+        let pat = by_ref_pattern(&pt.pat);
+        quote! {
+            #[allow(unused_variables)]
+            let #pat = &#id;
+        }
+    });
+    let output = func.sig.output.clone();
+    // The outer fn takes the parameters under those names, with their types.
+    func.sig.inputs = ids
+        .iter()
+        .zip(&tys)
+        .map(|(id, ty)| -> FnArg { syn::parse_quote!(#id: #ty) })
+        .collect();
+    let ret: Type = match &output {
+        ReturnType::Type(_, ty) => (**ty).clone(),
+        ReturnType::Default => syn::parse_quote!(()),
+    };
+    let block = &func.block;
+    let body_fn = Ident::new("__distlock_idem_body", Span::call_site());
+    // A parameter the attribute uses (in `key`, `scope` or `client`) may be unused here.
+    let nested_body = quote! {
+        #[allow(clippy::too_many_arguments, unused_variables)]
+        async fn #body_fn(#(#originals),*) #output #block
+    };
+    let prelude = prelude(config, bindings, false);
+    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
+    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
+    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
+    let key_var = Ident::new("__distlock_idem_key", Span::mixed_site());
+    let buf = Ident::new("__distlock_idem_buf", Span::mixed_site());
+    let idem_fn = idem_fn(config, name);
+    let wrapped = match &config.source {
+        Source::Key(key) => {
+            let key = key_expr(krate, key, &buf, false);
+            let spec = spec(config, "");
+            // Both on the `Ok` type: a return type that does not fit is reported there.
+            let at = ok_span(&ret);
+            let call = respan(
+                quote!((&&#krate::__private::DetachFn::new(#body_fn(#(#ids),*))).__distlock_run),
+                at,
+            );
+            let args = group(
+                Delimiter::Parenthesis,
+                idem_call(config, &idem_fn, spec),
+                at,
+            );
+            let dot_await = respan(quote!(.await), at);
+            quote! {
+                let (#key_var, #scope_var, #fp_var, #client_var) = {
+                    #(#borrows)*
+                    let #key_var: ::std::string::String = #key;
+                    #prelude
+                    (#key_var, #scope_var, #fp_var, #client_var)
+                };
+                #nested_body
+                #[allow(unused_imports)]
+                use #krate::__private::{DetachFnInline as _, DetachFnSend as _};
+                // The call's temporaries end here: the future awaited below is `Send`
+                // whenever the body is.
+                let __distlock_idem_call = #call #args;
+                __distlock_idem_call #dot_await
+            }
+        }
+        Source::Header(header) => {
+            let req = Ident::new("__distlock_idem_req", Span::mixed_site());
+            let run_var = Ident::new("__distlock_idem_run", Span::mixed_site());
+            let out_var = Ident::new("__distlock_idem_out", Span::mixed_site());
+            let work_fn = Ident::new("__distlock_idem_work", Span::call_site());
+            let begin = begin_expr(config, header, &req, &idem_fn);
+            let capture = capture_expr(config, &req, &ret, &out_var);
+            // The last parameter read through `BodyFp` (see `wrap_body_param`).
+            let seen = body_seen_ident();
+            let unwrap_body = match params.last() {
+                Some((id, _)) => {
+                    let last = func.sig.inputs.last_mut().expect("a parameter per id");
+                    if let FnArg::Typed(pt) = last {
+                        let ty = &pt.ty;
+                        let wrapped: Type = syn::parse_quote!(#krate::__private::BodyFp<#ty>);
+                        *pt.ty = wrapped;
+                    }
+                    quote!(let #krate::__private::BodyFp(#id, #seen) = #id;)
+                }
+                None => {
+                    func.sig.inputs.push(syn::parse_quote!(
+                        #krate::__private::BodyFp((), #seen): #krate::__private::BodyFp<()>
+                    ));
+                    TokenStream::new()
+                }
+            };
+            handler_signature(&mut func.sig, krate, &req);
+            quote! {
+                #unwrap_body
+                let (#scope_var, #fp_var, #client_var) = {
+                    #(#borrows)*
+                    #prelude
+                    (#scope_var, #fp_var, #client_var)
+                };
+                #nested_body
+                // The whole call, claim included: a caller dropped at any await leaves
+                // it to run to its end.
+                #[allow(clippy::too_many_arguments)]
+                async fn #work_fn(
+                    #req: #krate::__private::IdemRequest,
+                    #seen: #krate::__private::BodySeen,
+                    #scope_var: ::core::option::Option<::std::string::String>,
+                    #fp_var: #krate::__private::Fingerprint,
+                    #client_var: ::core::result::Result<#krate::Locks, #krate::Error>,
+                    #(#ids: #tys),*
+                ) -> #krate::__private::IdemResponse {
+                    let #run_var = #begin;
+                    #run_var
+                        .run(async move {
+                            let #out_var = #body_fn(#(#ids),*).await;
+                            #[allow(clippy::needless_borrow)]
+                            let capture = #capture;
+                            capture.await
+                        })
+                        .await
+                }
+                #[allow(unused_imports)]
+                use #krate::__private::{DetachLocal as _, DetachSend as _};
+                let __distlock_idem_call = (&&#krate::__private::Detach::new(
+                    #krate::__private::DetachMode::of(&#req),
+                    #work_fn(#req, #seen, #scope_var, #fp_var, #client_var, #(#ids),*),
+                ))
+                    .__distlock_run();
+                __distlock_idem_call.await
+            }
+        }
+    };
+    *func.block = syn::parse_quote!({ #wrapped });
+    func.into_token_stream()
+}
