@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks distlock against a raw redis-rs baseline in the same run (benches/locks.rs).
+# Benchmarks distlock against a raw redis-rs baseline in the same run (benches/locks/).
 # Installs redis-server when missing; the bench starts its own private redis-server on a
 # free port. DISTLOCK_BENCH_QUICK=1 divides every count by 10. Never fails on a target.
 set -euo pipefail

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+pub use crate::backend::scripts;
 pub use crate::idempotency::private::*;
 pub use crate::key::{KeyArg, KeyBuf};
 use crate::{Error, Locks};

@@ -14,14 +14,10 @@ use super::{Backend, millis};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::util::now_ms;
 
-static CLAIM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/idem_claim.lua")));
-static COMPLETE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/idem_complete.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/idem_release.lua")));
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/idem_renew.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_CLAIM));
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_COMPLETE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RELEASE));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RENEW));
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]

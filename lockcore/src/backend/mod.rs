@@ -32,6 +32,7 @@ pub(crate) mod direct;
 pub(crate) mod idem;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub mod scripts;
 
 /// What one acquire try found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,12 +14,9 @@ use super::direct::{Direct, Place};
 use super::{ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
-static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/extend.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::ACQUIRE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::RELEASE));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
 
 /// How many runtimes' connections one client keeps.
 const MAX_RUNTIMES: usize = 8;

@@ -1,0 +1,296 @@
+//! The three implementations behind one interface: distlock, the raw redis-rs baseline,
+//! and raw redis-rs sending distlock's own scripts.
+#![allow(clippy::wildcard_imports)]
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use crate::*;
+
+// ---------------------------------------------------------------------------------------
+// The implementations behind one interface
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    Distlock,
+    Raw,
+    /// Diagnostic, W1/W2 only: raw redis-rs sending distlock's own Lua scripts (same
+    /// keys and arguments), so the gap to `Raw` is the server's and the gap to
+    /// `Distlock` is distlock's client-side cost.
+    RawLua,
+    /// Diagnostic, W3 only: the floor of distlock's design on this machine. A fair (FIFO)
+    /// `tokio::sync::Mutex` stands for the local queue, one PING for the acquire and one
+    /// for the release: the same wake-ups and round trips, no lock logic at all.
+    Floor,
+}
+
+impl Kind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Distlock => "distlock",
+            Kind::Raw => "raw",
+            Kind::RawLua => "raw+lua",
+            Kind::Floor => "floor",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Kind {
+        match s {
+            "distlock" => Kind::Distlock,
+            "raw" => Kind::Raw,
+            other => panic!("unknown implementation `{other}`"),
+        }
+    }
+}
+
+pub(crate) enum Client {
+    Distlock(distlock::Locks),
+    Raw {
+        conn: MultiplexedConnection,
+        release: redis::Script,
+    },
+    RawLua {
+        conn: MultiplexedConnection,
+        acquire: redis::Script,
+        release: redis::Script,
+    },
+    Floor {
+        conn: MultiplexedConnection,
+        queue: Arc<tokio::sync::Mutex<()>>,
+    },
+}
+
+pub(crate) enum Held {
+    Distlock(distlock::LockGuard),
+    Raw { key: String, token: String },
+    Floor(tokio::sync::OwnedMutexGuard<()>),
+}
+
+/// distlock's scripts, sent by hand.
+pub(crate) const LUA_ACQUIRE: &str = distlock::__private::scripts::ACQUIRE;
+pub(crate) const LUA_RELEASE: &str = distlock::__private::scripts::RELEASE;
+/// A client id for the raw+lua client (it never waits, so it is never yielded to).
+pub(crate) const LUA_CLIENT_ID: &str = "bench:raw-lua";
+
+#[derive(Debug)]
+pub(crate) enum AcqError {
+    /// Still held by someone else when the wait ran out.
+    Busy,
+    Failed(String),
+}
+
+impl Client {
+    pub(crate) async fn connect(kind: Kind, url: &str) -> Client {
+        match kind {
+            Kind::Distlock => Client::Distlock(
+                distlock::Locks::connect(url)
+                    .await
+                    .expect("distlock connects"),
+            ),
+            Kind::Raw => {
+                let mut conn = raw_connection(url).await;
+                let release = redis::Script::new(RAW_RELEASE);
+                release
+                    .prepare_invoke()
+                    .load_async(&mut conn)
+                    .await
+                    .expect("SCRIPT LOAD");
+                Client::Raw { conn, release }
+            }
+            Kind::RawLua => {
+                let mut conn = raw_connection(url).await;
+                let (acquire, release) = (
+                    redis::Script::new(LUA_ACQUIRE),
+                    redis::Script::new(LUA_RELEASE),
+                );
+                for s in [&acquire, &release] {
+                    s.prepare_invoke()
+                        .load_async(&mut conn)
+                        .await
+                        .expect("SCRIPT LOAD");
+                }
+                Client::RawLua {
+                    conn,
+                    acquire,
+                    release,
+                }
+            }
+            Kind::Floor => Client::Floor {
+                conn: raw_connection(url).await,
+                queue: Arc::default(),
+            },
+        }
+    }
+
+    pub(crate) async fn acquire(&self, key: &str, wait: Duration) -> Result<Held, AcqError> {
+        match self {
+            Client::Distlock(locks) => match locks.lock(key).ttl(TTL).wait(wait).acquire().await {
+                Ok(guard) => Ok(Held::Distlock(guard)),
+                Err(distlock::Error::Busy { .. }) => Err(AcqError::Busy),
+                Err(e) => Err(AcqError::Failed(e.to_string())),
+            },
+            Client::Raw { conn, .. } => {
+                let mut conn = conn.clone();
+                let token = raw_token();
+                let deadline = Instant::now() + wait;
+                loop {
+                    let set: Option<String> = redis::cmd("SET")
+                        .arg(key)
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(TTL.as_millis() as u64)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| AcqError::Failed(e.to_string()))?;
+                    if set.is_some() {
+                        return Ok(Held::Raw {
+                            key: key.to_owned(),
+                            token,
+                        });
+                    }
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(AcqError::Busy);
+                    }
+                    tokio::time::sleep_until((now + POLL).min(deadline)).await;
+                }
+            }
+            Client::RawLua { conn, acquire, .. } => {
+                let mut conn = conn.clone();
+                let key = format!("lua:{key}");
+                let token = raw_token();
+                let reply: i64 = acquire
+                    .key(&key)
+                    .key(format!("{{{key}}}:fence"))
+                    .arg(&token)
+                    .arg(TTL.as_millis() as u64)
+                    .arg(LUA_CLIENT_ID)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| AcqError::Failed(e.to_string()))?;
+                if reply >= 1 {
+                    Ok(Held::Raw { key, token })
+                } else {
+                    Err(AcqError::Busy) // uncontended workloads only: no waiting
+                }
+            }
+            Client::Floor { conn, queue } => {
+                let turn = queue.clone().lock_owned().await;
+                ping_once(conn).await.map_err(AcqError::Failed)?;
+                Ok(Held::Floor(turn))
+            }
+        }
+    }
+
+    pub(crate) async fn release(&self, held: Held) -> Result<(), String> {
+        match (self, held) {
+            (Client::Distlock(_), Held::Distlock(guard)) => {
+                guard.release().await.map_err(|e| e.to_string())
+            }
+            (Client::Raw { conn, release }, Held::Raw { key, token }) => {
+                let mut conn = conn.clone();
+                let deleted: i64 = release
+                    .key(&key)
+                    .arg(&token)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if deleted == 1 {
+                    Ok(())
+                } else {
+                    Err(format!("{key}: lost"))
+                }
+            }
+            (Client::RawLua { conn, release, .. }, Held::Raw { key, token }) => {
+                let mut conn = conn.clone();
+                // The arguments distlock sends for an uncontended release.
+                let released: Vec<i64> = release
+                    .key(&key)
+                    .key(format!("{{{key}}}:fence"))
+                    .key(format!("{{{key}}}:turns"))
+                    .arg(&token)
+                    .arg(format!("{key}:released"))
+                    .arg("")
+                    .arg(LUA_CLIENT_ID)
+                    .arg(10)
+                    .arg("")
+                    .arg(0)
+                    .arg("")
+                    .arg(0)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if released == [1] {
+                    Ok(())
+                } else {
+                    Err(format!("{key}: lost"))
+                }
+            }
+            (Client::Floor { conn, .. }, Held::Floor(turn)) => {
+                let pinged = ping_once(conn).await;
+                drop(turn);
+                pinged
+            }
+            _ => unreachable!("a guard released through the other implementation"),
+        }
+    }
+
+    /// Gets connections and scripts ready before timing: a few pairs, then one wait
+    /// behind a second client holding `key` (for distlock, the wait opens the client's
+    /// shared Pub/Sub connection, which it keeps).
+    pub(crate) async fn warm_up(self: &Arc<Self>, kind: Kind, url: &str, key: &str) {
+        for _ in 0..3 {
+            let h = self.acquire(key, WAIT).await.expect("warm-up acquire");
+            self.release(h).await.expect("warm-up release");
+        }
+        let other = Client::connect(kind, url).await;
+        let held = other.acquire(key, WAIT).await.expect("warm-up acquire");
+        let (me, k) = (self.clone(), key.to_owned());
+        let waiter = tokio::spawn(async move {
+            let h = me
+                .acquire(&k, Duration::from_secs(2))
+                .await
+                .expect("warm-up wait");
+            me.release(h).await.expect("warm-up release");
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        other.release(held).await.expect("warm-up release");
+        waiter.await.expect("warm-up waiter");
+    }
+}
+
+pub(crate) async fn ping_once(conn: &MultiplexedConnection) -> Result<(), String> {
+    redis::cmd("PING")
+        .query_async::<String>(&mut conn.clone())
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// A token unique to this acquisition: a per-process random seed hashing a counter.
+pub(crate) fn raw_token() -> String {
+    static SEED: std::sync::LazyLock<RandomState> = std::sync::LazyLock::new(RandomState::new);
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{:016x}{:016x}:{}",
+        SEED.hash_one((n, 0u8)),
+        SEED.hash_one((n, 1u8)),
+        std::process::id()
+    )
+}
+
+pub(crate) async fn raw_connection(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connects")
+}

@@ -1,0 +1,68 @@
+//! distlock against a raw redis-rs baseline, in the same run, on a private redis-server.
+//!
+//! Run with `scripts/bench.sh` (or `cargo bench --bench locks`). `DISTLOCK_BENCH_QUICK=1`
+//! divides every count by 10 for a quick look. Benchmarks never fail: the targets are
+//! printed as met or not, and the exit status only reflects whether the bench could run.
+//!
+//! The baseline is what a careful user writes by hand: `SET key token NX PX 30000` to
+//! take, an `EVALSHA` compare-and-delete to release, both on ONE multiplexed connection,
+//! and a retry every 50 ms while the lock is held by someone else.
+//!
+//! Workloads (TTL 30 s everywhere):
+//! - RT: commands on the wire per uncontended acquire+release, counted with `MONITOR`
+//!   (lines from the client's connection; lines that Lua ran, `[0 lua]`, are not round trips).
+//! - W1: one task, 1,000 warm-up then 20,000 sequential pairs on keys `w1:<i mod 100>`.
+//! - W2: 64 tasks, each on its own key, 100,000 pairs in total.
+//!   W1 and W2 run in 20 rounds of blocks (raw, distlock, raw+lua; then the reverse) so
+//!   that the drift of a shared, noisy machine falls on every side alike. `raw+lua` is a
+//!   diagnostic third column: raw redis-rs sending distlock's own Lua scripts, which
+//!   splits distlock's gap to the baseline into server-side and client-side cost (with
+//!   the CPU redis-server and this process spent per pair).
+//! - W3: 16 tasks of one process on one key share 2,000 tickets: acquire (wait up to 10 s),
+//!   hold 1 ms (`tokio::time::sleep`), release.
+//! - W4: the same with 4 processes x 4 tasks (this binary re-executed in child mode,
+//!   tickets shared through a Redis counter), timestamps merged in the parent.
+
+use std::time::Duration;
+
+/// The lease everywhere.
+pub(crate) const TTL: Duration = Duration::from_secs(30);
+/// How long a contended acquire may wait.
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
+/// The critical section of W3 and W4.
+pub(crate) const HOLD: Duration = Duration::from_millis(1);
+/// The baseline's polling interval.
+pub(crate) const POLL: Duration = Duration::from_millis(50);
+/// Set in the environment of a W4 child process.
+pub(crate) const CHILD_ENV: &str = "DISTLOCK_BENCH_CHILD";
+
+/// Compare-and-delete of the baseline.
+pub(crate) const RAW_RELEASE: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0";
+
+fn main() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        child_main();
+        return;
+    }
+    let cfg = Config::from_env();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let server = testkit::RedisServer::start();
+    rt.block_on(run(&cfg, &server));
+    drop(server);
+}
+
+mod clients;
+mod config;
+mod contended;
+mod measure;
+mod report;
+mod uncontended;
+
+#[allow(unused_imports)]
+use {clients::*, config::*, contended::*, measure::*, report::*, uncontended::*};

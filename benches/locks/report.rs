@@ -1,0 +1,436 @@
+//! The printed report: figures side by side, ratios, and targets met or not.
+#![allow(clippy::wildcard_imports)]
+use std::sync::Arc;
+
+use crate::*;
+
+// ---------------------------------------------------------------------------------------
+// Report
+// ---------------------------------------------------------------------------------------
+
+pub(crate) struct Table {
+    pub(crate) rows: Vec<[String; 5]>,
+}
+
+impl Table {
+    pub(crate) fn new() -> Table {
+        Table {
+            rows: vec![[
+                "workload".into(),
+                "figure".into(),
+                "distlock".into(),
+                "raw redis-rs".into(),
+                "ratio".into(),
+            ]],
+        }
+    }
+
+    /// A row whose ratio is distlock / raw.
+    pub(crate) fn num(&mut self, w: &str, figure: &str, d: f64, r: f64, decimals: usize) {
+        let ratio = if r != 0.0 {
+            format!("{:.2}x", d / r)
+        } else {
+            "-".into()
+        };
+        self.rows.push([
+            w.into(),
+            figure.into(),
+            format!("{d:.decimals$}"),
+            format!("{r:.decimals$}"),
+            ratio,
+        ]);
+    }
+
+    pub(crate) fn text(&mut self, w: &str, figure: &str, d: String, r: String, ratio: String) {
+        self.rows.push([w.into(), figure.into(), d, r, ratio]);
+    }
+
+    pub(crate) fn print(&self) {
+        let mut width = [0usize; 5];
+        for row in &self.rows {
+            for (i, c) in row.iter().enumerate() {
+                width[i] = width[i].max(c.chars().count());
+            }
+        }
+        for (n, row) in self.rows.iter().enumerate() {
+            let line: Vec<String> = row
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    if i < 2 {
+                        format!("{c:<w$}", w = width[i])
+                    } else {
+                        format!("{c:>w$}", w = width[i])
+                    }
+                })
+                .collect();
+            println!("  {}", line.join("  "));
+            if n == 0 {
+                println!("  {}", "-".repeat(width.iter().sum::<usize>() + 8));
+            }
+        }
+    }
+}
+
+pub(crate) fn opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
+}
+
+pub(crate) fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "NOT met" }
+}
+
+pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
+    let url = server.url();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "distlock bench: redis-server {} on 127.0.0.1:{} (private, save \"\", appendonly no), {cores} CPUs, {} mode",
+        testkit::redis_server_version(),
+        server.port,
+        if cfg.quick {
+            "QUICK (counts / 10)"
+        } else {
+            "full"
+        }
+    );
+    println!(
+        "  baseline = raw redis-rs: SET NX PX + EVALSHA compare-and-delete on one multiplexed connection, 50 ms polling"
+    );
+    println!("  TTL 30 s everywhere; ratio = distlock / raw\n");
+
+    let mut wire = Vec::new();
+    for kind in [Kind::Distlock, Kind::Raw] {
+        let count = count_round_trips(kind, &url, server.port, cfg.rt_pairs).await;
+        println!(
+            "  RT {:<8} {:.2} commands per acquire+release on the wire {:?}, plus {:.1} run inside Lua",
+            kind.name(),
+            count.per_pair,
+            count.commands,
+            count.lua as f64 / cfg.rt_pairs as f64
+        );
+        wire.push(count);
+    }
+
+    let clients = [
+        Arc::new(Client::connect(Kind::Distlock, &url).await),
+        Arc::new(Client::connect(Kind::Raw, &url).await),
+        Arc::new(Client::connect(Kind::RawLua, &url).await),
+    ];
+    let w1 = run_w1(cfg, &url, &clients).await;
+    println!("  W1 done");
+    let w2 = run_w2(cfg, &url, &clients).await;
+    println!("  W2 done");
+    drop(clients);
+
+    let pings = ping_rtts(&url, cfg.ping_samples).await;
+    let ping_us = |q: f64| pct(&pings, q).unwrap_or(0) as f64 / 1e3;
+    let rtt = ping_us(0.5) * 1e3;
+    let ping_line = format!(
+        "one round trip (PING through a multiplexed connection, {} samples): p50 {:.1} us, p90 {:.1} us, p99 {:.1} us",
+        pings.len(),
+        ping_us(0.5),
+        ping_us(0.9),
+        ping_us(0.99)
+    );
+    let w3d = analyze(
+        run_w3(cfg, &url, Kind::Distlock).await,
+        cfg.w3_tasks,
+        cfg.w3_tasks,
+        rtt,
+    );
+    let w3r = analyze(
+        run_w3(cfg, &url, Kind::Raw).await,
+        cfg.w3_tasks,
+        cfg.w3_tasks,
+        rtt,
+    );
+    let w3f = analyze(
+        run_w3(cfg, &url, Kind::Floor).await,
+        cfg.w3_tasks,
+        cfg.w3_tasks,
+        rtt,
+    );
+    println!("  W3 done");
+    let w4_tasks = cfg.w4_procs * cfg.w4_tasks;
+    let w4d = analyze(
+        run_w4(cfg, &url, Kind::Distlock).await,
+        w4_tasks,
+        cfg.w4_tasks,
+        rtt,
+    );
+    let w4r = analyze(
+        run_w4(cfg, &url, Kind::Raw).await,
+        w4_tasks,
+        cfg.w4_tasks,
+        rtt,
+    );
+    println!("  W4 done\n");
+
+    println!("  {ping_line}\n");
+    let mut t = Table::new();
+    t.num(
+        "RT",
+        "commands per acquire+release",
+        wire[0].per_pair,
+        wire[1].per_pair,
+        2,
+    );
+    let [d1, r1, l1] = &w1;
+    t.num("W1", "pairs/s", d1.rate(), r1.rate(), 0);
+    let p = |u: &Uncontended, q: f64| pct(&u.lat, q).unwrap_or(0) as f64 / 1e3;
+    t.num("W1", "p50 us", p(d1, 0.5), p(r1, 0.5), 1);
+    t.num("W1", "p99 us", p(d1, 0.99), p(r1, 0.99), 1);
+    let [d2, r2, l2] = &w2;
+    t.num("W2", "pairs/s", d2.rate(), r2.rate(), 0);
+    for (w, d, r) in [("W3", &w3d, &w3r), ("W4", &w4d, &w4r)] {
+        t.num(w, "acquisitions/s", d.rate, r.rate, 0);
+        t.num(w, "ideal 1/(hold + 1 RTT)/s", d.ideal, r.ideal, 0);
+        t.num(
+            w,
+            "acquisitions/s / ideal",
+            d.rate / d.ideal,
+            r.rate / r.ideal,
+            2,
+        );
+        t.num(
+            w,
+            "measured hold us (mean)",
+            d.hold_mean_us,
+            r.hold_mean_us,
+            0,
+        );
+        t.num(
+            w,
+            "release call us (mean)",
+            d.release_mean_us,
+            r.release_mean_us,
+            0,
+        );
+        t.text(
+            w,
+            "same-task share",
+            format!("{:.1}%", d.same_share * 100.0),
+            format!("{:.1}%", r.same_share * 100.0),
+            "".into(),
+        );
+        if w == "W4" {
+            t.text(
+                w,
+                "same-process share",
+                format!("{:.1}%", d.same_proc_share * 100.0),
+                format!("{:.1}%", r.same_proc_share * 100.0),
+                "".into(),
+            );
+            let list = |c: &Contended| {
+                c.per_proc
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            };
+            t.text(w, "acquisitions per process", list(d), list(r), "".into());
+            t.text(
+                w,
+                "handoffs to another process",
+                d.xproc_handoffs.to_string(),
+                r.xproc_handoffs.to_string(),
+                "".into(),
+            );
+            t.text(
+                w,
+                "  their gap p50/p99 us",
+                format!("{}/{}", opt(d.xproc_gap_p50_us), opt(d.xproc_gap_p99_us)),
+                format!("{}/{}", opt(r.xproc_gap_p50_us), opt(r.xproc_gap_p99_us)),
+                "".into(),
+            );
+        }
+        t.text(
+            w,
+            "cross-task handoffs",
+            d.handoffs.to_string(),
+            r.handoffs.to_string(),
+            "".into(),
+        );
+        for (name, dv, rv) in [
+            ("handoff gap p50 us", d.gap_p50_us, r.gap_p50_us),
+            ("handoff gap p99 us", d.gap_p99_us, r.gap_p99_us),
+            ("handoff gap max us", d.gap_max_us, r.gap_max_us),
+        ] {
+            let ratio = match (dv, rv) {
+                (Some(a), Some(b)) if b != 0.0 => format!("{:.2}x", a / b),
+                _ => "-".into(),
+            };
+            t.text(w, name, opt(dv), opt(rv), ratio);
+        }
+        t.text(
+            w,
+            &format!("min/max per task (fair {:.0})", d.fair),
+            format!("{}/{}", d.min_task, d.max_task),
+            format!("{}/{}", r.min_task, r.max_task),
+            "".into(),
+        );
+        t.text(
+            w,
+            "acquisitions (timeouts, errors)",
+            format!("{} ({}, {})", d.n, d.timeouts, d.errors),
+            format!("{} ({}, {})", r.n, r.timeouts, r.errors),
+            "".into(),
+        );
+    }
+    t.print();
+    println!(
+        "\nW3 floor on this machine: a FIFO tokio::sync::Mutex plus one PING to acquire and one to"
+    );
+    println!(
+        "release (distlock's wake-ups and round trips, no lock logic): acquisitions/s / ideal {:.2},",
+        w3f.rate / w3f.ideal
+    );
+    println!(
+        "release call {:.0} us, handoff gap p50 {} us, p99 {} us, max {} us (distlock: {:.2}, {:.0} us, {} / {} / {} us)",
+        w3f.release_mean_us,
+        opt(w3f.gap_p50_us),
+        opt(w3f.gap_p99_us),
+        opt(w3f.gap_max_us),
+        w3d.rate / w3d.ideal,
+        w3d.release_mean_us,
+        opt(w3d.gap_p50_us),
+        opt(w3d.gap_p99_us),
+        opt(w3d.gap_max_us)
+    );
+    println!(
+        "\nServer commands per acquisition in W3/W4 (INFO commandstats, Lua's inner calls included;"
+    );
+    println!(
+        "W4 also counts the ticket INCR; for distlock a PTTL is one try that found the lock held):"
+    );
+    for (name, c) in [
+        ("W3 distlock", &w3d),
+        ("W3 raw", &w3r),
+        ("W4 distlock", &w4d),
+        ("W4 raw", &w4r),
+    ] {
+        let list: Vec<String> = c
+            .commands
+            .iter()
+            .filter(|(_, per)| *per >= 0.005)
+            .map(|(cmd, per)| format!("{cmd} {per:.2}"))
+            .collect();
+        println!("  {name:<12} {}", list.join(", "));
+    }
+    for (name, d, r, l) in [("W1", d1, r1, l1), ("W2", d2, r2, l2)] {
+        if d.errors + r.errors + l.errors > 0 {
+            println!(
+                "  {name} errors: distlock {}, raw {}, raw+lua {}",
+                d.errors, r.errors, l.errors
+            );
+        }
+    }
+    for (name, c) in [
+        ("W3 distlock", &w3d),
+        ("W3 raw", &w3r),
+        ("W4 distlock", &w4d),
+        ("W4 raw", &w4r),
+    ] {
+        if c.overlaps > 0 {
+            println!(
+                "  {name}: {} acquisitions overlapped the previous holder!",
+                c.overlaps
+            );
+        }
+    }
+
+    println!("\nUncontended, per round ({ROUNDS} rounds, blocks alternating):");
+    for (name, d, r) in [("W1", d1, r1), ("W2", d2, r2)] {
+        let (mid, lo, hi) = round_ratios(d, r);
+        println!("  {name} distlock / raw per round: median {mid:.2}x, range {lo:.2}x-{hi:.2}x");
+    }
+    println!(
+        "\nWhere the uncontended gap comes from. raw+lua = raw redis-rs sending distlock's own Lua"
+    );
+    println!(
+        "scripts (same keys, arguments and round trips, none of distlock's client-side code):"
+    );
+    println!(
+        "  {:<4} {:>30} {:>10} {:>10} {:>10}",
+        "", "", "raw", "raw+lua", "distlock"
+    );
+    for (name, d, r, l) in [("W1", d1, r1, l1), ("W2", d2, r2, l2)] {
+        println!(
+            "  {name:<4} {:>30} {:>10.0} {:>10.0} {:>10.0}",
+            "pairs/s",
+            r.rate(),
+            l.rate(),
+            d.rate()
+        );
+        println!(
+            "  {name:<4} {:>30} {:>10.2} {:>10.2} {:>10.2}",
+            "x raw",
+            1.0,
+            l.rate() / r.rate(),
+            d.rate() / r.rate()
+        );
+        println!(
+            "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
+            "redis-server CPU us per pair",
+            r.server_us(),
+            l.server_us(),
+            d.server_us()
+        );
+        println!(
+            "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
+            "client (bench process) CPU us",
+            r.client_us(),
+            l.client_us(),
+            d.client_us()
+        );
+    }
+    println!(
+        "  W1   {:>30} {:>10.1} {:>10.1} {:>10.1}",
+        "p50 us",
+        p(r1, 0.5),
+        p(l1, 0.5),
+        p(d1, 0.5)
+    );
+    println!("\nTargets (informational; a bench never fails):");
+    let r1x = d1.rate() / r1.rate();
+    let r2x = d2.rate() / r2.rate();
+    println!(
+        "  RT  2 round trips per acquire+release:   distlock {:.2} {}   (raw {:.2})",
+        wire[0].per_pair,
+        verdict(wire[0].per_pair == 2.0),
+        wire[1].per_pair
+    );
+    println!(
+        "  W1  pairs/s >= 0.97x raw:                 {r1x:.2}x {}",
+        verdict(r1x >= 0.97)
+    );
+    println!(
+        "  W2  pairs/s >= 0.97x raw:                 {r2x:.2}x {}",
+        verdict(r2x >= 0.97)
+    );
+    for (w, d, r) in [("W3", &w3d, &w3r), ("W4", &w4d, &w4r)] {
+        println!(
+            "  {w}  handoff p99 < 1 ms:                   distlock {} us {}   (raw {} us {})",
+            opt(d.gap_p99_us),
+            verdict(d.handoff_ok()),
+            opt(r.gap_p99_us),
+            verdict(r.handoff_ok())
+        );
+        println!(
+            "  {w}  acquisitions/s >= 0.9x ideal:        distlock {:.2}x {}   (raw {:.2}x {})",
+            d.rate / d.ideal,
+            verdict(d.rate_ok()),
+            r.rate / r.ideal,
+            verdict(r.rate_ok())
+        );
+        println!(
+            "  {w}  every task in 0.5x-2x of fair share: distlock {:.2}x-{:.2}x {}   (raw {:.2}x-{:.2}x {})",
+            d.min_task as f64 / d.fair,
+            d.max_task as f64 / d.fair,
+            verdict(d.fair_ok()),
+            r.min_task as f64 / r.fair,
+            r.max_task as f64 / r.fair,
+            verdict(r.fair_ok())
+        );
+    }
+}

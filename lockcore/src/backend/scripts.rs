@@ -1,0 +1,17 @@
+//! The Lua scripts, as text: the Redis backend loads them, and the benchmarks send the
+//! same ones from a raw client (through `__private::scripts`).
+
+/// Take a lock (see the script's header).
+pub const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
+/// Release, hand over or yield a lock.
+pub const RELEASE: &str = include_str!("../scripts/release.lua");
+/// Compare-and-extend leases.
+pub const EXTEND: &str = include_str!("../scripts/extend.lua");
+/// Claim an idempotency record.
+pub const IDEM_CLAIM: &str = include_str!("../scripts/idem_claim.lua");
+/// Store an idempotency record's result.
+pub const IDEM_COMPLETE: &str = include_str!("../scripts/idem_complete.lua");
+/// Give an idempotency claim up.
+pub const IDEM_RELEASE: &str = include_str!("../scripts/idem_release.lua");
+/// Renew an idempotency claim's lease.
+pub const IDEM_RENEW: &str = include_str!("../scripts/idem_renew.lua");
