@@ -18,6 +18,8 @@ pub(crate) struct Config {
     pub(crate) w4_procs: usize,
     pub(crate) w4_tasks: usize,
     pub(crate) w4_acquisitions: u64,
+    pub(crate) w5_rounds: usize,
+    pub(crate) w5_keys: usize,
 }
 
 impl Config {
@@ -37,6 +39,8 @@ impl Config {
             w4_procs: 4,
             w4_tasks: 4,
             w4_acquisitions: 2_000 / div as u64,
+            w5_rounds: 2,
+            w5_keys: 2_500 / div,
         }
     }
 }

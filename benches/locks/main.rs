@@ -22,6 +22,9 @@
 //!   hold 1 ms (`tokio::time::sleep`), release.
 //! - W4: the same with 4 processes x 4 tasks (this binary re-executed in child mode,
 //!   tickets shared through a Redis counter), timestamps merged in the parent.
+//! - W5: idempotency over HTTP (`http.rs`): an axum endpoint with `#[idempotent]` against
+//!   one written by hand (`SET NX PX` placeholder, then `SET` of the response), 16
+//!   clients, 5,000 fresh keys then the same keys again.
 
 use std::time::Duration;
 
@@ -60,9 +63,10 @@ fn main() {
 mod clients;
 mod config;
 mod contended;
+mod http;
 mod measure;
 mod report;
 mod uncontended;
 
 #[allow(unused_imports)]
-use {clients::*, config::*, contended::*, measure::*, report::*, uncontended::*};
+use {clients::*, config::*, contended::*, http::*, measure::*, report::*, uncontended::*};

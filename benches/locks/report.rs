@@ -433,4 +433,55 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
             verdict(r.fair_ok())
         );
     }
+
+    let w5 = run_w5(&url, cfg.w5_rounds, cfg.w5_keys).await;
+    print_w5(&w5);
+}
+
+fn print_w5(w5: &Http) {
+    println!(
+        "\nW5: idempotency over HTTP (axum, 16 clients, {} keys; baseline: SET NX PX placeholder, then SET of the response)",
+        w5.distlock[0].requests
+    );
+    println!(
+        "  {:<8} {:>12} {:>12} {:>16} {:>14} {:>11}",
+        "", "requests/s", "x baseline", "server us/req", "commands/req", "unexpected"
+    );
+    for (i, name) in [(0usize, "first"), (1, "replay")] {
+        for (who, p, b) in [
+            ("distlock", &w5.distlock[i], &w5.baseline[i]),
+            ("baseline", &w5.baseline[i], &w5.baseline[i]),
+        ] {
+            println!(
+                "  {name:<6} {who:<9} {:>10.0} {:>12.2} {:>16.1} {:>14.2} {:>11}",
+                p.rate(),
+                p.rate() / b.rate().max(1e-9),
+                p.cpu_us(),
+                p.commands_per(),
+                p.unexpected
+            );
+        }
+    }
+    let first = w5.distlock[0].rate() / w5.baseline[0].rate().max(1e-9);
+    let replay = w5.distlock[1].rate() / w5.baseline[1].rate().max(1e-9);
+    let cpu = w5.distlock[0].cpu_us() / w5.baseline[0].cpu_us().max(1e-9);
+    println!(
+        "  W5  first calls >= 0.9x baseline:        {first:.2}x {}",
+        verdict(first >= 0.9)
+    );
+    println!(
+        "  W5  replays >= 1.0x baseline:            {replay:.2}x {}",
+        verdict(replay >= 1.0)
+    );
+    println!(
+        "  W5  server CPU per first call <= 1.3x:   {cpu:.2}x {}",
+        verdict(cpu <= 1.3)
+    );
+    println!(
+        "  W5  commands per first call / replay:    {:.2} / {:.2} (baseline {:.2} / {:.2})",
+        w5.distlock[0].commands_per(),
+        w5.distlock[1].commands_per(),
+        w5.baseline[0].commands_per(),
+        w5.baseline[1].commands_per()
+    );
 }

@@ -378,25 +378,6 @@ fn passes_over(payload: &[u8], named: &[u8]) -> bool {
             .is_some_and(|names| names.windows(named.len()).any(|w| w == named))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::passes_over;
-
-    #[test]
-    fn a_yield_passes_over_the_clients_it_names_only() {
-        let me = b" host-1:abc ";
-        assert!(passes_over(b"yield: host-1:abc ", me));
-        assert!(passes_over(b"yield: host-2:def host-1:abc ", me));
-        assert!(!passes_over(b"yield: host-2:def ", me));
-        assert!(!passes_over(b"yield: host-1:abcd ", me));
-        assert!(!passes_over(b"1", me));
-        assert!(
-            !passes_over(b"yield: host-1:abc ", b""),
-            "no id: never passed over"
-        );
-    }
-}
-
 /// How a waiter waits before its next try, never past `deadline`: until a message on
 /// `wake` (when subscribed), or the holder's remaining lease `left`, or `cap` (which
 /// covers a missed message), whichever comes first. Unsubscribed while wake-ups are
@@ -428,5 +409,24 @@ pub(crate) async fn wait_for_wake(
             let until = (now + Duration::from_micros(micros)).min(deadline);
             tokio::time::sleep_until(until).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passes_over;
+
+    #[test]
+    fn a_yield_passes_over_the_clients_it_names_only() {
+        let me = b" host-1:abc ";
+        assert!(passes_over(b"yield: host-1:abc ", me));
+        assert!(passes_over(b"yield: host-2:def host-1:abc ", me));
+        assert!(!passes_over(b"yield: host-2:def ", me));
+        assert!(!passes_over(b"yield: host-1:abcd ", me));
+        assert!(!passes_over(b"1", me));
+        assert!(
+            !passes_over(b"yield: host-1:abc ", b""),
+            "no id: never passed over"
+        );
     }
 }

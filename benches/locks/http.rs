@@ -1,0 +1,288 @@
+//! W5: idempotency over HTTP. One axum server in this process with two endpoints doing the
+//! same work: `/distlock` (`#[idempotent(header = ...)]`) and `/baseline`, written by hand
+//! as a careful user would: `SET key placeholder NX PX 30000`, run, `SET key response PX
+//! 86400000`; a repeat `GET`s the key and answers the stored response (409 while the
+//! placeholder is there). 16 clients on keep-alive connections send fresh keys, then the
+//! same keys again (replays), in rounds that alternate which endpoint goes first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::*;
+
+/// Concurrent HTTP clients.
+const CLIENTS: usize = 16;
+
+#[derive(Clone)]
+pub(crate) struct App {
+    locks: distlock::Locks,
+    raw: MultiplexedConnection,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Pay {
+    order: String,
+    cents: u64,
+}
+
+#[derive(Serialize)]
+pub(crate) struct Receipt {
+    order: String,
+    cents: u64,
+    receipt: &'static str,
+}
+
+#[distlock::idempotent(header = "Idempotency-Key", scope = "bench", client = app.locks)]
+async fn distlock_pay(State(app): State<App>, Json(pay): Json<Pay>) -> Json<Receipt> {
+    Json(Receipt {
+        order: pay.order,
+        cents: pay.cents,
+        receipt: "r-1",
+    })
+}
+
+async fn baseline_pay(State(app): State<App>, headers: HeaderMap, body: String) -> Response {
+    let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let rkey = format!("base:{key}");
+    let mut conn = app.raw.clone();
+    let claimed: Option<String> = redis::cmd("SET")
+        .arg(&rkey)
+        .arg("in_progress")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or(None);
+    if claimed.is_some() {
+        let Ok(pay) = serde_json::from_str::<Pay>(&body) else {
+            let _: Result<(), _> = conn.del(&rkey).await;
+            return StatusCode::UNPROCESSABLE_ENTITY.into_response();
+        };
+        let text = serde_json::to_string(&Receipt {
+            order: pay.order,
+            cents: pay.cents,
+            receipt: "r-1",
+        })
+        .unwrap();
+        let _: Result<(), _> = redis::cmd("SET")
+            .arg(&rkey)
+            .arg(&text)
+            .arg("PX")
+            .arg(86_400_000)
+            .query_async(&mut conn)
+            .await;
+        return ([("content-type", "application/json")], text).into_response();
+    }
+    match conn.get::<_, Option<String>>(&rkey).await {
+        Ok(Some(stored)) if stored != "in_progress" => (
+            [
+                ("content-type", "application/json"),
+                ("idempotent-replayed", "true"),
+            ],
+            stored,
+        )
+            .into_response(),
+        _ => StatusCode::CONFLICT.into_response(),
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection.
+struct Conn {
+    stream: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn open(addr: std::net::SocketAddr) -> Conn {
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        stream.set_nodelay(true).ok();
+        Conn {
+            stream,
+            buf: Vec::with_capacity(4096),
+        }
+    }
+
+    /// Sends one POST and reads its response; returns the status.
+    async fn post(&mut self, path: &str, key: &str, body: &str) -> u16 {
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: bench\r\nIdempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.stream.write_all(req.as_bytes()).await.expect("write");
+        self.buf.clear();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if self.buf.len() >= end + 4 + len {
+                    return head
+                        .split_whitespace()
+                        .nth(1)
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                }
+            }
+            let n = self.stream.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "the server closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// What one phase of one endpoint measured.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Phase {
+    pub(crate) requests: u64,
+    pub(crate) secs: f64,
+    pub(crate) server_cpu_s: f64,
+    pub(crate) commands: u64,
+    pub(crate) unexpected: u64,
+}
+
+impl Phase {
+    pub(crate) fn rate(&self) -> f64 {
+        self.requests as f64 / self.secs.max(1e-9)
+    }
+
+    pub(crate) fn cpu_us(&self) -> f64 {
+        self.server_cpu_s * 1e6 / self.requests.max(1) as f64
+    }
+
+    pub(crate) fn commands_per(&self) -> f64 {
+        self.commands as f64 / self.requests.max(1) as f64
+    }
+
+    fn add(&mut self, other: Phase) {
+        self.requests += other.requests;
+        self.secs += other.secs;
+        self.server_cpu_s += other.server_cpu_s;
+        self.commands += other.commands;
+        self.unexpected += other.unexpected;
+    }
+}
+
+/// W5 for both endpoints: first calls and replays, summed over the rounds.
+pub(crate) struct Http {
+    pub(crate) distlock: [Phase; 2],
+    pub(crate) baseline: [Phase; 2],
+}
+
+/// Sends `keys` (split over [`CLIENTS`] connections) to `path`; a response other than
+/// 200 counts as unexpected.
+async fn phase(
+    addr: std::net::SocketAddr,
+    path: &'static str,
+    keys: Arc<Vec<String>>,
+    conn: &mut MultiplexedConnection,
+) -> Phase {
+    reset_commandstats(conn).await;
+    let cpu0 = server_cpu(conn).await;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let keys = keys.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut http = Conn::open(addr).await;
+            let mut unexpected = 0u64;
+            for key in keys.iter().skip(c).step_by(CLIENTS) {
+                let body = format!(r#"{{"order":"{key}","cents":4200}}"#);
+                if http.post(path, key, &body).await != 200 {
+                    unexpected += 1;
+                }
+            }
+            unexpected
+        }));
+    }
+    let mut unexpected = 0;
+    for t in tasks {
+        unexpected += t.await.expect("client task");
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = server_cpu(conn).await - cpu0;
+    let stats = read_commandstats(conn).await;
+    let commands = stats
+        .iter()
+        .filter(|(name, _)| !["info", "config"].contains(&name.as_str()))
+        .map(|(_, n)| *n)
+        .sum();
+    Phase {
+        requests: keys.len() as u64,
+        secs,
+        server_cpu_s: cpu,
+        commands,
+        unexpected,
+    }
+}
+
+/// Runs W5: `rounds` rounds of `keys_per_round` fresh keys per endpoint, then the same
+/// keys again; the endpoint that goes first alternates.
+pub(crate) async fn run_w5(url: &str, rounds: usize, keys_per_round: usize) -> Http {
+    let locks = distlock::Locks::connect(url)
+        .await
+        .expect("distlock client");
+    let raw = raw_connection(url).await;
+    let app = App { locks, raw };
+    let router = axum::Router::new()
+        .route("/distlock", axum::routing::post(distlock_pay))
+        .route("/baseline", axum::routing::post(baseline_pay))
+        .with_state(app);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let mut stats = raw_connection(url).await;
+    // Warm-up: connections made, scripts loaded.
+    let warm: Arc<Vec<String>> = Arc::new((0..CLIENTS * 4).map(|i| format!("warm-{i}")).collect());
+    phase(addr, "/distlock", warm.clone(), &mut stats).await;
+    phase(addr, "/baseline", warm, &mut stats).await;
+    let mut out = Http {
+        distlock: [Phase::default(); 2],
+        baseline: [Phase::default(); 2],
+    };
+    for round in 0..rounds {
+        let keys: Arc<Vec<String>> = Arc::new(
+            (0..keys_per_round)
+                .map(|i| format!("r{round}-k{i}"))
+                .collect(),
+        );
+        let order: [(&'static str, bool); 2] = if round % 2 == 0 {
+            [("/distlock", true), ("/baseline", false)]
+        } else {
+            [("/baseline", false), ("/distlock", true)]
+        };
+        // First calls (0), then the same keys again: replays (1).
+        for which in 0..2 {
+            for (path, is_distlock) in order {
+                let p = phase(addr, path, keys.clone(), &mut stats).await;
+                let slot = if is_distlock {
+                    &mut out.distlock[which]
+                } else {
+                    &mut out.baseline[which]
+                };
+                slot.add(p);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.abort();
+    out
+}
