@@ -633,3 +633,45 @@ async fn equal_sets_are_one_payload(locks: Locks) {
     ));
     assert_eq!(runs.get(), 1);
 }
+
+/// `PUBLISH` calls so far (`INFO commandstats`, Lua's inner calls included).
+async fn publishes(server: &RedisServer) -> u64 {
+    let mut raw = server.raw().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A completion publishes on the record's channel only when a repeat waits for it: none
+/// for a call nobody waited for (the usual case), one when a repeat with `wait` came while
+/// it ran (the control), and that repeat gets the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_publish_only_when_a_repeat_waits() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let runs = Runs::default();
+    assert_eq!(pay_waiting(&locks, "alone", &runs).await.unwrap(), 10);
+    assert_eq!(
+        publishes(&server).await,
+        0,
+        "nobody waited: nothing published"
+    );
+    let (first, repeat) = tokio::join!(pay_waiting(&locks, "waited", &runs), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        pay_waiting(&locks, "waited", &runs).await
+    });
+    assert_eq!(first.unwrap(), 20);
+    assert_eq!(
+        repeat.unwrap(),
+        20,
+        "the waiting repeat gets the first result"
+    );
+    assert_eq!(publishes(&server).await, 1, "a repeat waited: one message");
+}

@@ -42,6 +42,8 @@ pub(crate) struct ClaimArgs<'a> {
     pub(crate) lease: Duration,
     /// Lifetime of the in-progress key: lease plus retention.
     pub(crate) lifetime: Duration,
+    /// The caller waits for a call in progress (its complete must publish).
+    pub(crate) will_wait: bool,
 }
 
 impl Backend {
@@ -107,7 +109,8 @@ impl RedisBackend {
             .arg(a.owner)
             .arg(a.fp)
             .arg(millis(a.lease))
-            .arg(millis(a.lifetime));
+            .arg(millis(a.lifetime))
+            .arg(if a.will_wait { "1" } else { "0" });
         let (code, detail): (i64, String) = self.eval(&inv).await?;
         Ok(match code {
             1 => Claimed::New,

@@ -238,6 +238,7 @@ pub(crate) async fn begin(
             fp: &digest,
             lease,
             lifetime,
+            will_wait: Instant::now() < deadline,
         };
         let sent = Instant::now();
         let found = match inner.backend.idem_claim(&args).await {

@@ -1,6 +1,8 @@
 -- Claim an idempotency record in one step. KEYS[1] record key.
 -- ARGV[1] owner token, ARGV[2] payload fingerprint, ARGV[3] lease in ms,
--- ARGV[4] lifetime of the in-progress key in ms (lease + retention, so nothing is stuck forever).
+-- ARGV[4] lifetime of the in-progress key in ms (lease + retention, so nothing is stuck forever),
+-- ARGV[5] '1' when the caller waits for a call in progress: the record is marked
+-- (`waited`), so its complete or release publishes on its channel (only then).
 -- Returns {code, detail}:
 --   1 claimed (detail '')
 --   2 claimed by taking over an in-progress record whose lease had ended (detail: its owner)
@@ -13,7 +15,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- `took_over`: a claim that ran before this one may have run its body, so the record
 -- must not go away when this claim is released (see idem_release.lua).
-local function claim(took_over)
+local function claim(took_over, waited)
   local rec = {
     status = 'in_progress',
     owner = ARGV[1],
@@ -23,6 +25,9 @@ local function claim(took_over)
   }
   if took_over then
     rec.took_over = true
+  end
+  if waited then
+    rec.waited = true
   end
   redis.call('SET', KEYS[1], cjson.encode(rec), 'PX', ARGV[4])
 end
@@ -55,7 +60,7 @@ if status ~= 'in_progress' then
 end
 if rec.owner == ARGV[1] then
   -- A retry of this same claim whose first reply was lost.
-  claim(rec.took_over)
+  claim(rec.took_over, rec.waited)
   return {1, ''}
 end
 -- Another payload never runs under this key, not even once the lease has ended: the
@@ -65,9 +70,13 @@ if fp ~= ARGV[2] then
 end
 local lease = tonumber(rec.lease_until_ms) or 0
 if lease > now then
+  if ARGV[5] == '1' and not rec.waited then
+    rec.waited = true
+    redis.call('SET', KEYS[1], cjson.encode(rec), 'KEEPTTL')
+  end
   return {4, tostring(lease - now)}
 end
 -- The claimer stopped renewing (crashed, or paused past its lease), or gave up a claim
 -- that had itself taken over: take it over.
-claim(true)
+claim(true, rec.waited)
 return {2, tostring(rec.owner)}

@@ -1,5 +1,6 @@
 -- Give up a claim so a retry runs the body. KEYS[1] record key.
--- ARGV[1] owner token, ARGV[2] channel that wakes waiters.
+-- ARGV[1] owner token, ARGV[2] channel that wakes waiters, published on only when a
+-- waiting repeat marked the record (`waited`, see idem_claim.lua).
 -- Returns 1 released, 0 when the record is gone or no longer this owner's claim.
 -- A claim that took over an earlier one is not deleted: the earlier claimer may have run
 -- its body with this fingerprint. The record stays in progress with its fingerprint and
@@ -20,5 +21,7 @@ if rec.took_over then
 else
   redis.call('DEL', KEYS[1])
 end
-redis.call('PUBLISH', ARGV[2], '1')
+if rec.waited then
+  redis.call('PUBLISH', ARGV[2], '1')
+end
 return 1
