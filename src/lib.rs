@@ -292,7 +292,8 @@ pub use lockmacro::distributed_lock;
 /// `lock:idem:shop::pay::on_paid:pay-callback:N-1`), readable with `redis-cli GET`: while
 /// the body runs `{"status":"in_progress","owner":..,"fp":..,"lease_until_ms":..}`, then
 /// `{"status":"completed","fp":..,"value":..}` (fns) or `..,"response":{"status":..,
-/// "headers":[..],"body":..}` (handlers). Claim, complete, release and renew are each one
+/// "headers":[..],"body":..}` (handlers). A claim is one plain `SET ... NX GET` (a replay
+/// is that one command); a claim in progress, complete, release and renew are each one
 /// Lua script that checks the owner token. See [`idempotency`] for the state machine.
 ///
 /// # What happens

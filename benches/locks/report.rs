@@ -97,6 +97,10 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
         "  baseline = raw redis-rs: SET NX PX + EVALSHA compare-and-delete on one multiplexed connection, 50 ms polling"
     );
     println!("  TTL 30 s everywhere; ratio = distlock / raw\n");
+    if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("w5")) {
+        print_w5(&run_w5(&url, cfg.w5_rounds, cfg.w5_keys).await);
+        return;
+    }
 
     let mut wire = Vec::new();
     for kind in [Kind::Distlock, Kind::Raw] {

@@ -72,14 +72,16 @@ impl Backend {
         }
     }
 
+    /// `retention`: how long a record kept by the release (one that took over) stays.
     pub(crate) async fn idem_release(
         &self,
         key: &str,
         owner: &str,
         channel: &str,
+        retention: Duration,
     ) -> Result<bool, BackendError> {
         match self {
-            Backend::Redis(r) => r.idem_release(key, owner, channel).await,
+            Backend::Redis(r) => r.idem_release(key, owner, channel, retention).await,
             Backend::Memory(m) => Ok(m.idem_release(key, owner, channel)),
         }
     }
@@ -103,7 +105,30 @@ fn bad_reply(detail: String) -> BackendError {
 }
 
 impl RedisBackend {
+    /// One plain `SET key record NX GET PX lifetime`: claimed when the key was free, and
+    /// a completed record decided here (a replay is this one command); the contended
+    /// cases (a claim in progress, live or not) go on in `idem_claim.lua`.
     async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+        let record = in_progress(a.owner, a.fp, now_ms(), a.lease, false);
+        let mut set = redis::cmd("SET");
+        set.arg(a.key)
+            .arg(&record)
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
+            .arg(millis(a.lifetime));
+        match self.query::<Option<String>>(&set).await? {
+            None => return Ok(Claimed::New),
+            Some(raw) => {
+                if let Some(rest) = raw.strip_prefix(r#"{"status":"completed","fp":""#) {
+                    return Ok(if rest.split('"').next() == Some(a.fp) {
+                        Claimed::Completed(raw)
+                    } else {
+                        Claimed::Mismatch
+                    });
+                }
+            }
+        }
         let mut inv = CLAIM.prepare_invoke();
         inv.key(a.key)
             .arg(a.owner)
@@ -144,9 +169,10 @@ impl RedisBackend {
         key: &str,
         owner: &str,
         channel: &str,
+        retention: Duration,
     ) -> Result<bool, BackendError> {
         let mut inv = RELEASE.prepare_invoke();
-        inv.key(key).arg(owner).arg(channel);
+        inv.key(key).arg(owner).arg(channel).arg(millis(retention));
         Ok(self.eval::<i64>(&inv).await? == 1)
     }
 

@@ -193,6 +193,19 @@ impl RedisBackend {
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {
+        self.call(Call::Script(invocation)).await
+    }
+
+    /// Runs one plain command within the timeout, over a direct connection when one is
+    /// free.
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<T, BackendError> {
+        self.call(Call::Cmd(cmd)).await
+    }
+
+    async fn call<T: FromRedisValue>(&self, what: Call<'_, '_>) -> Result<T, BackendError> {
         let mut used = None;
         let call = async {
             let runtime = current_runtime()?;
@@ -201,7 +214,7 @@ impl RedisBackend {
             if _in_flight.before < DIRECT_BELOW
                 && let Some(mut direct) = self.take_direct(runtime).await?
             {
-                let reply = invocation.invoke_async::<T>(&mut direct).await;
+                let reply = what.run::<T, _>(&mut direct).await;
                 match &reply {
                     Ok(_) => self.give_back(direct),
                     // The server answered: the connection is in step.
@@ -217,7 +230,7 @@ impl RedisBackend {
             }
             let (mut conn, generation) = self.connection().await?;
             used = Some(generation);
-            invocation.invoke_async::<T>(&mut conn).await.map_err(|e| {
+            what.run::<T, _>(&mut conn).await.map_err(|e| {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
                     self.forget(generation);
                 }
@@ -405,5 +418,24 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.count.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One call of [`RedisBackend::call`]: a script or a plain command.
+#[derive(Clone, Copy)]
+enum Call<'a, 'b> {
+    Script(&'a ScriptInvocation<'b>),
+    Cmd(&'a redis::Cmd),
+}
+
+impl Call<'_, '_> {
+    async fn run<T: FromRedisValue, C: redis::aio::ConnectionLike + Send>(
+        self,
+        conn: &mut C,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Call::Script(inv) => inv.invoke_async::<T>(conn).await,
+            Call::Cmd(cmd) => cmd.query_async::<T>(conn).await,
+        }
     }
 }

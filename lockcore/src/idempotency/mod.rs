@@ -16,12 +16,18 @@
 //!            on Err / 5xx / panic / drop  └──── renew (owner matches) every lease / 3
 //! ```
 //!
-//! Claim, complete, release and renew are each one Lua script that checks the claimer's
-//! owner token; nothing is GET-then-SET. A claim that finds a completed record with the
+//! A claim is one plain `SET key record NX GET PX lifetime` (lifetime = lease +
+//! retention): the key was free (claimed), or it returns the record there, and a
+//! completed one is decided from it (a replay costs that one command). A claim in
+//! progress goes on in a Lua script, as do complete, release and renew: each checks the
+//! claimer's owner token; nothing is GET-then-SET. The lease is the key's remaining ttl
+//! minus the retention, by Redis's clock (`lease_until_ms` in the record says the same
+//! for readers). A claim that finds a completed record with the
 //! same payload fingerprint replays it; with another fingerprint it is
 //! [`Error::PayloadMismatch`]; a live in-progress record is [`Error::InProgress`], or with
 //! `wait` the caller waits (woken by the complete or release script's `PUBLISH` on
-//! `<record>:done`, with a capped fallback retry) until the first call finishes.
+//! `<record>:done`, sent when a waiting repeat marked the record; with a capped fallback
+//! retry) until the first call finishes.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -342,6 +348,11 @@ pub(crate) struct Claim {
 }
 
 impl Claim {
+    /// How long a completed (or kept) record stays: its key's lifetime minus the lease.
+    fn retention(&self) -> Duration {
+        self.lifetime.saturating_sub(self.lease)
+    }
+
     /// When the lease ends by this client's clock, unless renewed.
     fn lease_end(&self) -> Instant {
         *crate::util::lock(&self.renewed) + self.lease
@@ -471,7 +482,14 @@ impl Claim {
     /// Gives the claim up so a retry runs the body.
     pub(crate) async fn release(mut self) {
         self.done = true;
-        release(&self.locks, &self.key, &self.owner, &self.channel).await;
+        release(
+            &self.locks,
+            &self.key,
+            &self.owner,
+            &self.channel,
+            self.retention(),
+        )
+        .await;
     }
 
     fn spawn_release(mut self) {
@@ -485,9 +503,10 @@ impl Claim {
         } = &self;
         let (locks, key, owner, channel) =
             (locks.clone(), key.clone(), owner.clone(), channel.clone());
+        let retention = self.retention();
         let spawned = crate::util::spawn_here({
             let key = key.clone();
-            async move { release(&locks, &key, &owner, &channel).await }
+            async move { release(&locks, &key, &owner, &channel, retention).await }
         });
         if !spawned {
             tracing::warn!(target: "distlock", key, "idempotency claim dropped outside a tokio runtime; it ends with its lease");
@@ -495,8 +514,13 @@ impl Claim {
     }
 }
 
-async fn release(locks: &Locks, key: &str, owner: &str, channel: &str) {
-    match locks.inner.backend.idem_release(key, owner, channel).await {
+async fn release(locks: &Locks, key: &str, owner: &str, channel: &str, retention: Duration) {
+    match locks
+        .inner
+        .backend
+        .idem_release(key, owner, channel, retention)
+        .await
+    {
         Ok(true) => tracing::debug!(target: "distlock", key, "idempotency claim released"),
         Ok(false) => tracing::debug!(target: "distlock", key, "idempotency claim already gone"),
         Err(e) => {

@@ -1,6 +1,7 @@
 //! The record: one plain JSON string per key, readable with `redis-cli GET`.
 //!
-//! While the body runs (written by the claim script):
+//! While the body runs (written by the claimer; its lease is the key's ttl minus the
+//! retention, and `lease_until_ms` the claimer's view of it, renewed by Redis's clock):
 //!
 //! ```json
 //! {"status":"in_progress","owner":"<uuid>:<host>:<pid>","fp":"<sha-256 hex>","lease_until_ms":1764486000000,"claimed_at_ms":1764485970000}

@@ -1,4 +1,6 @@
--- Claim an idempotency record in one step. KEYS[1] record key.
+-- Claim an idempotency record in one step, on the contended path: the client's plain
+-- `SET key record NX GET PX lifetime` found a record that is not completed (or the key
+-- expired since). KEYS[1] record key.
 -- ARGV[1] owner token, ARGV[2] payload fingerprint, ARGV[3] lease in ms,
 -- ARGV[4] lifetime of the in-progress key in ms (lease + retention, so nothing is stuck forever),
 -- ARGV[5] '1' when the caller waits for a call in progress: the record is marked
@@ -10,12 +12,18 @@
 --   4 in progress under a live lease (detail: ms left on that lease)
 --   5 same key, different fingerprint, whether completed, in progress or expired in
 --     progress (detail: the record's status)
--- The lease end is Redis's own clock (TIME), never the caller's.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The lease is the key's own ttl minus the retention (lifetime = lease + retention, set
+-- by every claim and renewal): Redis's clock, never the caller's. `lease_until_ms` is
+-- written too, for readers of the JSON.
+local retention = tonumber(ARGV[4]) - tonumber(ARGV[3])
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 -- `took_over`: a claim that ran before this one may have run its body, so the record
 -- must not go away when this claim is released (see idem_release.lua).
 local function claim(took_over, waited)
+  local now = now_ms()
   local rec = {
     status = 'in_progress',
     owner = ARGV[1],
@@ -68,13 +76,13 @@ end
 if fp ~= ARGV[2] then
   return {5, 'in_progress'}
 end
-local lease = tonumber(rec.lease_until_ms) or 0
-if lease > now then
+local left = redis.call('PTTL', KEYS[1]) - retention
+if left > 0 then
   if ARGV[5] == '1' and not rec.waited then
     rec.waited = true
     redis.call('SET', KEYS[1], cjson.encode(rec), 'KEEPTTL')
   end
-  return {4, tostring(lease - now)}
+  return {4, tostring(left)}
 end
 -- The claimer stopped renewing (crashed, or paused past its lease), or gave up a claim
 -- that had itself taken over: take it over.
