@@ -596,3 +596,67 @@ fn a_store_cut_by_runtime_shutdown_ends_with_its_lease() {
         }
     });
 }
+
+// ---------------------------------------------------------------------------------------
+// The claim's lease read from the key's ttl.
+// ---------------------------------------------------------------------------------------
+
+#[idempotent(key = "ship:<id>", client = locks, lease = "30s", ttl = "24h", wait = "5s", skip = [delay_ms, runs])]
+async fn ship(locks: Locks, id: u32, delay_ms: u64, runs: Arc<Runs>) -> Result<u32, AppError> {
+    let n = runs.bump();
+    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+    Ok(n)
+}
+
+/// A claim written by a caller with a shorter retention (another version of the service,
+/// `ttl = "1h"`) is judged by the retention it was written with: a repeat whose own
+/// retention is 24 h sees it in progress, and does not take it over while it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_is_judged_by_the_retention_it_was_written_with() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let runs = Arc::new(Runs::default());
+    let first = tokio::spawn(ship(locks.clone(), 1, 1_000, runs.clone()));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let key = "lock:idem:hardening::ship:ship:1";
+    let mut raw = server.raw().await;
+    let record: String = raw.get(key).await.unwrap();
+    // As a writer with a 1 h retention would have left it: its lease still runs.
+    let shorter = record.replace("\"retention_ms\":86400000", "\"retention_ms\":3600000");
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(&shorter)
+        .arg("PX")
+        .arg(3_600_000 + 29_000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let repeat = ship(locks.clone(), 1, 0, runs.clone()).await;
+    assert_eq!(repeat.unwrap(), 1, "waited for the first call's result");
+    assert_eq!(first.await.unwrap().unwrap(), 1);
+    assert_eq!(runs.get(), 1, "the body ran once");
+}
+
+/// A holder id with a character JSON may escape (`/` as `\/`): once a waiting repeat has
+/// rewritten the record (marking it waited), the claimer still renews and completes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_spelled_with_escapes_still_completes() {
+    let server = RedisServer::start();
+    let locks = Locks::builder(server.url())
+        .holder_id("orders/api-1")
+        .connect()
+        .await
+        .unwrap();
+    let runs = Arc::new(Runs::default());
+    let (first, repeat) = tokio::join!(ship(locks.clone(), 2, 500, runs.clone()), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ship(locks.clone(), 2, 0, runs.clone()).await
+    });
+    assert_eq!(first.unwrap(), 1);
+    assert_eq!(
+        repeat.unwrap(),
+        1,
+        "the waiting repeat gets the first result"
+    );
+    assert_eq!(runs.get(), 1);
+}

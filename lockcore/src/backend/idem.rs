@@ -109,7 +109,8 @@ impl RedisBackend {
     /// a completed record decided here (a replay is this one command); the contended
     /// cases (a claim in progress, live or not) go on in `idem_claim.lua`.
     async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
-        let record = in_progress(a.owner, a.fp, now_ms(), a.lease, false);
+        let retention = a.lifetime.saturating_sub(a.lease);
+        let record = in_progress(a.owner, a.fp, now_ms(), a.lease, retention, false);
         let mut set = redis::cmd("SET");
         set.arg(a.key)
             .arg(&record)
@@ -117,16 +118,28 @@ impl RedisBackend {
             .arg("GET")
             .arg("PX")
             .arg(millis(a.lifetime));
-        match self.query::<Option<String>>(&set).await? {
-            None => return Ok(Claimed::New),
-            Some(raw) => {
-                if let Some(rest) = raw.strip_prefix(r#"{"status":"completed","fp":""#) {
-                    return Ok(if rest.split('"').next() == Some(a.fp) {
-                        Claimed::Completed(raw)
-                    } else {
-                        Claimed::Mismatch
-                    });
+        use std::sync::atomic::Ordering;
+        if self.set_nx_get.load(Ordering::Relaxed) {
+            match self.query::<Option<String>>(&set).await {
+                Ok(None) => return Ok(Claimed::New),
+                Ok(Some(raw)) => {
+                    if let Some(rest) = raw.strip_prefix(r#"{"status":"completed","fp":""#) {
+                        return Ok(if rest.split('"').next() == Some(a.fp) {
+                            Claimed::Completed(raw)
+                        } else {
+                            Claimed::Mismatch
+                        });
+                    }
                 }
+                // Redis before 7.0 refuses NX with GET: the script does it all.
+                Err(e)
+                    if e.kind() == BackendErrorKind::Response
+                        && e.to_string().to_ascii_lowercase().contains("syntax") =>
+                {
+                    self.set_nx_get.store(false, Ordering::Relaxed);
+                    tracing::debug!(target: "distlock", error = %e, "this Redis refuses SET NX GET: claims run in a script");
+                }
+                Err(e) => return Err(e),
             }
         }
         let mut inv = CLAIM.prepare_invoke();
@@ -217,13 +230,23 @@ fn seen(raw: &str) -> Option<Seen> {
     })
 }
 
-fn in_progress(owner: &str, fp: &str, now: u64, lease: Duration, took_over: bool) -> String {
+/// An in-progress record; `retention` (what the key's lifetime adds to the lease) is
+/// written so that any reader can tell the lease from the key's ttl.
+fn in_progress(
+    owner: &str,
+    fp: &str,
+    now: u64,
+    lease: Duration,
+    retention: Duration,
+    took_over: bool,
+) -> String {
     let mut rec = serde_json::json!({
         "status": "in_progress",
         "owner": owner,
         "fp": fp,
         "lease_until_ms": now + millis(lease),
         "claimed_at_ms": now,
+        "retention_ms": millis(retention),
     });
     if took_over {
         rec["took_over"] = true.into();
@@ -246,7 +269,14 @@ impl MemoryBackend {
         let mut map = self.records();
         let fresh = |took_over| {
             (
-                in_progress(a.owner, a.fp, now, a.lease, took_over),
+                in_progress(
+                    a.owner,
+                    a.fp,
+                    now,
+                    a.lease,
+                    a.lifetime.saturating_sub(a.lease),
+                    took_over,
+                ),
                 Instant::now() + a.lifetime,
             )
         };
@@ -314,7 +344,7 @@ impl MemoryBackend {
         match seen(raw) {
             Some(r) if r.status == "in_progress" && r.owner == owner => {
                 if r.took_over {
-                    *raw = in_progress("", &r.fp, 0, Duration::ZERO, true);
+                    *raw = in_progress("", &r.fp, 0, Duration::ZERO, Duration::ZERO, true);
                 } else {
                     map.remove(key);
                 }

@@ -49,6 +49,9 @@ pub(crate) struct RedisBackend {
     /// Whether the server's eviction policy was read (once per client, see
     /// [`warn_if_evicting`]).
     policy_checked: AtomicBool,
+    /// Whether the server takes `SET ... NX GET` (Redis 7.0+); cleared on its first
+    /// syntax error, after which claims go through the script only.
+    pub(super) set_nx_get: AtomicBool,
 }
 
 struct Slot {
@@ -71,6 +74,7 @@ impl RedisBackend {
             in_flight: AtomicUsize::new(0),
             direct,
             policy_checked: AtomicBool::new(false),
+            set_nx_get: AtomicBool::new(true),
         }
     }
 

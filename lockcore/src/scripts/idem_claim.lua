@@ -12,10 +12,10 @@
 --   4 in progress under a live lease (detail: ms left on that lease)
 --   5 same key, different fingerprint, whether completed, in progress or expired in
 --     progress (detail: the record's status)
--- The lease is the key's own ttl minus the retention (lifetime = lease + retention, set
--- by every claim and renewal): Redis's clock, never the caller's. `lease_until_ms` is
--- written too, for readers of the JSON.
-local retention = tonumber(ARGV[4]) - tonumber(ARGV[3])
+-- The lease is the key's own ttl minus the retention the record was written with
+-- (`retention_ms`; lifetime = lease + retention, set by every claim and renewal): Redis's
+-- clock, never the caller's, and never the caller's settings. A record written without
+-- `retention_ms` (by an earlier version) is judged by `lease_until_ms` against TIME.
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -30,6 +30,7 @@ local function claim(took_over, waited)
     fp = ARGV[2],
     lease_until_ms = now + tonumber(ARGV[3]),
     claimed_at_ms = now,
+    retention_ms = tonumber(ARGV[4]) - tonumber(ARGV[3]),
   }
   if took_over then
     rec.took_over = true
@@ -76,7 +77,12 @@ end
 if fp ~= ARGV[2] then
   return {5, 'in_progress'}
 end
-local left = redis.call('PTTL', KEYS[1]) - retention
+local left
+if rec.retention_ms then
+  left = redis.call('PTTL', KEYS[1]) - tonumber(rec.retention_ms)
+else
+  left = (tonumber(rec.lease_until_ms) or 0) - now_ms()
+end
 if left > 0 then
   if ARGV[5] == '1' and not rec.waited then
     rec.waited = true

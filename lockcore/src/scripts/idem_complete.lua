@@ -14,10 +14,17 @@ if string.sub(raw, 1, 22) == '{"status":"completed",' then
   end
   return 0
 end
--- An in-progress record is a flat JSON object the claim script wrote, with a token
--- (no quotes in it) as owner: read by pattern, not decoded.
-if not string.find(raw, '"status":"in_progress"', 1, true)
-    or not string.find(raw, '"owner":"' .. ARGV[1] .. '"', 1, true) then
+-- This owner's claim in progress: read by pattern when the record spells the token as
+-- it is, else decoded (JSON may escape characters of it, `/` as `\/`).
+local function owned()
+  if string.find(raw, '"status":"in_progress"', 1, true)
+      and string.find(raw, '"owner":"' .. ARGV[1] .. '"', 1, true) then
+    return true
+  end
+  local ok, rec = pcall(cjson.decode, raw)
+  return ok and type(rec) == 'table' and rec.status == 'in_progress' and rec.owner == ARGV[1]
+end
+if not owned() then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
