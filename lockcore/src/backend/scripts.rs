@@ -10,8 +10,14 @@ pub const EXTEND: &str = include_str!("../scripts/extend.lua");
 /// Claim an idempotency record.
 pub const IDEM_CLAIM: &str = include_str!("../scripts/idem_claim.lua");
 /// Store an idempotency record's result.
-pub const IDEM_COMPLETE: &str = include_str!("../scripts/idem_complete.lua");
+pub const IDEM_COMPLETE: &str = concat!(
+    include_str!("../scripts/idem_owned.lua"),
+    include_str!("../scripts/idem_complete.lua")
+);
 /// Give an idempotency claim up.
 pub const IDEM_RELEASE: &str = include_str!("../scripts/idem_release.lua");
 /// Renew an idempotency claim's lease.
-pub const IDEM_RENEW: &str = include_str!("../scripts/idem_renew.lua");
+pub const IDEM_RENEW: &str = concat!(
+    include_str!("../scripts/idem_owned.lua"),
+    include_str!("../scripts/idem_renew.lua")
+);

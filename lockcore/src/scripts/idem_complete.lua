@@ -14,17 +14,8 @@ if string.sub(raw, 1, 22) == '{"status":"completed",' then
   end
   return 0
 end
--- This owner's claim in progress: read by pattern when the record spells the token as
--- it is, else decoded (JSON may escape characters of it, `/` as `\/`).
-local function owned()
-  if string.find(raw, '"status":"in_progress"', 1, true)
-      and string.find(raw, '"owner":"' .. ARGV[1] .. '"', 1, true) then
-    return true
-  end
-  local ok, rec = pcall(cjson.decode, raw)
-  return ok and type(rec) == 'table' and rec.status == 'in_progress' and rec.owner == ARGV[1]
-end
-if not owned() then
+-- `owned`: idem_owned.lua.
+if not owned(raw, ARGV[1]) then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
