@@ -151,7 +151,8 @@ where
         target.scope.as_deref(),
         &target.key,
     );
-    let claim = match begin(&locks, target.function, key.clone(), &fp, &spec).await {
+    let digest = fp.digest();
+    let claim = match begin(&locks, target.function, key.clone(), &fp, &digest, &spec).await {
         Ok(Begin::Run(claim)) => claim,
         Ok(Begin::Replay(raw)) => {
             return match record::stored_value(&key, &raw).and_then(|v| {
@@ -182,7 +183,7 @@ where
     };
     match out.to_stored() {
         Some(Ok(value)) => {
-            let record = record::completed_value(&fp.digest(), &value);
+            let record = record::completed_value(&digest, &value);
             if let Err(lost) = claim.complete(record, spec.retention()).await {
                 return R::from_idem_error(lost);
             }

@@ -498,10 +498,11 @@ impl HandlerRun {
             req.body_label(body),
         );
         let record = record_key(locks.prefix(), function.namespace, scope.as_deref(), &key);
-        match begin(&locks, function, record.clone(), &fp, &spec).await? {
+        let digest = fp.digest();
+        match begin(&locks, function, record.clone(), &fp, &digest, &spec).await? {
             Begin::Run(claim) => Ok(HandlerRun {
                 claim: Some(claim),
-                digest: fp.digest(),
+                digest,
                 spec,
                 mode: DetachMode::of(req),
             }),

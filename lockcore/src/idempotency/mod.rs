@@ -203,6 +203,7 @@ pub(crate) async fn begin(
     f: IdemFn,
     key: String,
     fp: &Fingerprint,
+    digest: &str,
     spec: &IdemSpec,
 ) -> Result<Begin, Error> {
     check_namespace(f, &key)?;
@@ -214,7 +215,6 @@ pub(crate) async fn begin(
             reason: reason.to_owned(),
         });
     }
-    let digest = fp.digest();
     let owner = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
     let channel = done_channel(&key);
     let lease = spec.lease();
@@ -241,7 +241,7 @@ pub(crate) async fn begin(
         let args = ClaimArgs {
             key: &key,
             owner: &owner,
-            fp: &digest,
+            fp: digest,
             lease,
             lifetime,
             will_wait: Instant::now() < deadline,
