@@ -210,7 +210,7 @@ impl RedisBackend {
     }
 
     async fn call<T: FromRedisValue>(&self, what: Call<'_, '_>) -> Result<T, BackendError> {
-        let mut used = None;
+        let used = AtomicU64::new(0);
         let call = async {
             let runtime = current_runtime()?;
             self.check_policy_once().await;
@@ -233,7 +233,7 @@ impl RedisBackend {
                 return reply.map_err(BackendError::from);
             }
             let (mut conn, generation) = self.connection().await?;
-            used = Some(generation);
+            used.store(generation, Ordering::Relaxed);
             what.run::<T, _>(&mut conn).await.map_err(|e| {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
                     self.forget(generation);
@@ -241,10 +241,22 @@ impl RedisBackend {
                 BackendError::from(e)
             })
         };
+        self.within_timeout(&used, call).await
+    }
+
+    /// `call` within the command timeout. On a timeout the multiplexed connection it was
+    /// using (its generation in `used`, 0 for none) is dropped: its late reply may still
+    /// come, and must not be read as another call's.
+    async fn within_timeout<T>(
+        &self,
+        used: &AtomicU64,
+        call: impl Future<Output = Result<T, BackendError>>,
+    ) -> Result<T, BackendError> {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result,
             Err(_) => {
-                if let Some(generation) = used {
+                let generation = used.load(Ordering::Relaxed);
+                if generation != 0 {
                     self.forget(generation);
                 }
                 Err(BackendError::timeout(self.timeout))
@@ -318,10 +330,10 @@ impl RedisBackend {
                 .arg(*token)
                 .arg(millis(*ttl));
         }
-        let mut used = None;
+        let used = AtomicU64::new(0);
         let call = async {
             let (mut conn, generation) = self.connection().await?;
-            used = Some(generation);
+            used.store(generation, Ordering::Relaxed);
             let mut reply = pipe.query_async::<Vec<i64>>(&mut conn).await;
             if let Err(e) = &reply
                 && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
@@ -336,21 +348,16 @@ impl RedisBackend {
                 BackendError::from(e)
             })
         };
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => Ok(result?.into_iter().map(|r| r == 1).collect()),
-            Err(_) => {
-                if let Some(generation) = used {
-                    self.forget(generation);
-                }
-                Err(BackendError::timeout(self.timeout))
-            }
-        }
+        let replies = self.within_timeout(&used, call).await?;
+        Ok(replies.into_iter().map(|r| r == 1).collect())
     }
 
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        let used = AtomicU64::new(0);
         let call = async {
             self.check_policy_once().await;
             let (mut conn, generation) = self.connection().await?;
+            used.store(generation, Ordering::Relaxed);
             redis::cmd("PING")
                 .query_async::<()>(&mut conn)
                 .await
@@ -359,9 +366,7 @@ impl RedisBackend {
                     BackendError::from(e)
                 })
         };
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or_else(|_| Err(BackendError::timeout(self.timeout)))
+        self.within_timeout(&used, call).await
     }
 }
 
