@@ -290,7 +290,8 @@ pub use lockmacro::distributed_lock;
 ///
 /// One JSON string per key at `<prefix>idem:<module::path::fn>[:<scope>]:<key>` (e.g.
 /// `lock:idem:shop::pay::on_paid:pay-callback:N-1`), readable with `redis-cli GET`: while
-/// the body runs `{"status":"in_progress","owner":..,"fp":..,"lease_until_ms":..}`, then
+/// the body runs `{"status":"in_progress","owner":..,"fp":..,"lease_until_ms":..,
+/// "retention_ms":..}` (its lease is the key's ttl minus the retention), then
 /// `{"status":"completed","fp":..,"value":..}` (fns) or `..,"response":{"status":..,
 /// "headers":[..],"body":..}` (handlers). A claim is one plain `SET ... NX GET` (a replay
 /// is that one command); a claim in progress, complete, release and renew are each one

@@ -2,7 +2,7 @@
 //!
 //! The state machine lives in Redis, one plain JSON record per key:
 //!
-//! `{"status":"in_progress","owner":..,"fp":..,"lease_until_ms":..,"claimed_at_ms":..}`
+//! `{"status":"in_progress","owner":..,"fp":..,"lease_until_ms":..,"claimed_at_ms":..,"retention_ms":..}`
 //! while the body runs, then `{"status":"completed","fp":..,"completed_at_ms":..,"value":..}`
 //! (a fn's `Ok` value) or `..,"response":{"status":..,"headers":[[name,value],..],"body":..}`
 //! (a handler's response; `"body_base64"` when it is not UTF-8). Readable with

@@ -4,7 +4,7 @@
 //! retention, and `lease_until_ms` the claimer's view of it, renewed by Redis's clock):
 //!
 //! ```json
-//! {"status":"in_progress","owner":"<uuid>:<host>:<pid>","fp":"<sha-256 hex>","lease_until_ms":1764486000000,"claimed_at_ms":1764485970000}
+//! {"claimed_at_ms":1764485970000,"fp":"<sha-256 hex>","lease_until_ms":1764486000000,"owner":"<uuid>:<host>:<pid>","retention_ms":86400000,"status":"in_progress"}
 //! ```
 //!
 //! Once it has completed (written by this module, `status` and `fp` first so the scripts
