@@ -634,6 +634,20 @@ pub(crate) fn analyse(
         (0, String::new()),
         (0, String::new()),
     ];
+    // A call of kind `k` (acquire, release, idempotent) that took `over` µs past what it
+    // may take: the worst of its kind so far, and a finding past `bound`.
+    let mut slow = |k: usize, over: i64, call: &str, text: &dyn Fn() -> String| {
+        if over > worst[k].0 {
+            worst[k] = (over, call.to_owned());
+        }
+        if over > bound as i64 {
+            findings.push(Finding {
+                check: "slow call",
+                text: text(),
+                calls: vec![call.to_owned()],
+            });
+        }
+    };
     for c in &locks {
         if c.outer {
             continue;
@@ -641,23 +655,16 @@ pub(crate) fn analyse(
         if let Some(dur) = c.acq_dur {
             let stopped = windows.paused(c.child, c.try_ts, c.try_ts + dur);
             let over = dur as i64 - c.wait_us as i64 - stopped as i64;
-            if over > worst[0].0 {
-                worst[0] = (over, c.call.clone());
-            }
-            if over > bound as i64 {
-                findings.push(Finding {
-                    check: "slow call",
-                    text: format!(
-                        "{}'s acquire took {:.1} ms with wait {} ms ({} ms past its wait; bound {} ms)",
-                        c.call,
-                        ms(dur),
-                        c.wait_us / 1000,
-                        over / 1000,
-                        bound / 1000
-                    ),
-                    calls: vec![c.call.clone()],
-                });
-            }
+            slow(0, over, &c.call, &|| {
+                format!(
+                    "{}'s acquire took {:.1} ms with wait {} ms ({} ms past its wait; bound {} ms)",
+                    c.call,
+                    ms(dur),
+                    c.wait_us / 1000,
+                    over / 1000,
+                    bound / 1000
+                )
+            });
         }
         if let Some((res, at, dur)) = &c.rel
             && !c.relto
@@ -665,21 +672,14 @@ pub(crate) fn analyse(
         {
             let stopped = windows.paused(c.child, at.saturating_sub(*dur), *at);
             let over = *dur as i64 - stopped as i64;
-            if over > worst[1].0 {
-                worst[1] = (over, c.call.clone());
-            }
-            if over > bound as i64 {
-                findings.push(Finding {
-                    check: "slow call",
-                    text: format!(
-                        "{}'s release took {:.1} ms (bound {} ms)",
-                        c.call,
-                        ms(*dur),
-                        bound / 1000
-                    ),
-                    calls: vec![c.call.clone()],
-                });
-            }
+            slow(1, over, &c.call, &|| {
+                format!(
+                    "{}'s release took {:.1} ms (bound {} ms)",
+                    c.call,
+                    ms(*dur),
+                    bound / 1000
+                )
+            });
         }
     }
     let idem_wait = cfg::IDEM_WAIT_MS * 1000;
@@ -692,23 +692,16 @@ pub(crate) fn analyse(
         }
         let stopped = windows.paused(c.child, at.saturating_sub(*dur), *at);
         let over = *dur as i64 - (idem_wait + c.work_us) as i64 - stopped as i64;
-        if over > worst[2].0 {
-            worst[2] = (over, c.call.clone());
-        }
-        if over > bound as i64 {
-            findings.push(Finding {
-                check: "slow call",
-                text: format!(
-                    "{}'s idempotent call took {:.1} ms (wait {} ms + body {} ms + bound {} ms)",
-                    c.call,
-                    ms(*dur),
-                    cfg::IDEM_WAIT_MS,
-                    c.work_us / 1000,
-                    bound / 1000
-                ),
-                calls: vec![c.call.clone()],
-            });
-        }
+        slow(2, over, &c.call, &|| {
+            format!(
+                "{}'s idempotent call took {:.1} ms (wait {} ms + body {} ms + bound {} ms)",
+                c.call,
+                ms(*dur),
+                cfg::IDEM_WAIT_MS,
+                c.work_us / 1000,
+                bound / 1000
+            )
+        });
     }
 
     // -- End state and monitor. ---------------------------------------------------------

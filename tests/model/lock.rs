@@ -396,6 +396,16 @@ pub(crate) enum LockStep {
     },
 }
 
+impl LockState {
+    /// The token task `task` queued with, or [`NO`] (no such task, or not queued).
+    fn queued_token(&self, task: u8) -> u8 {
+        match self.tasks.get(usize::from(task)) {
+            Some(Phase::Queued { tok }) => *tok,
+            _ => NO,
+        }
+    }
+}
+
 fn tok_name(tok: u8) -> String {
     if tok == NO {
         return "-".into();
@@ -824,10 +834,7 @@ impl LockModel {
                 } else {
                     // The waiter left as the lock reached it: release its token in turn.
                     let then = if r.owns { s.queues[c].pop_front() } else { NO };
-                    let then_tok = match s.tasks.get(usize::from(then)) {
-                        Some(Phase::Queued { tok }) => *tok,
-                        _ => NO,
-                    };
+                    let then_tok = s.queued_token(then);
                     for turn_over in [false, true] {
                         if turn_over && then == NO {
                             continue;
@@ -1071,10 +1078,7 @@ impl LockModel {
                     // `release()`: the first waiter still waiting is taken out of the queue
                     // (`Turn::next`) for the script to hand the lock to.
                     let next = if h.owns { s.queues[c].waiters[0] } else { NO };
-                    let next_tok = match s.tasks.get(usize::from(next)) {
-                        Some(Phase::Queued { tok }) => *tok,
-                        _ => NO,
-                    };
+                    let next_tok = s.queued_token(next);
                     for turn_over in [false, true] {
                         if turn_over && next == NO {
                             continue;

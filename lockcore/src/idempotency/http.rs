@@ -610,7 +610,8 @@ impl CaptureFuture for std::future::Ready<Capture> {
     type Finish = Pin<Box<dyn Future<Output = IdemResponse> + Send>>;
 
     fn finish(self, run: HandlerRun) -> Self::Finish {
-        run.mode.run(async move { run.finish(self.await).await })
+        let capture: SendCapture = Box::pin(self);
+        capture.finish(run)
     }
 }
 
