@@ -660,3 +660,57 @@ async fn an_owner_spelled_with_escapes_still_completes() {
     );
     assert_eq!(runs.get(), 1);
 }
+
+#[idempotent(key = "late:<id>", client = locks, lease = "5s", skip = [runs])]
+async fn late_claim(locks: Locks, id: u32, runs: Arc<Runs>) -> Result<u32, AppError> {
+    Ok(runs.bump())
+}
+
+/// The claim's `SET ... NX GET` runs, but its reply is held past the 150 ms command
+/// timeout: the call (in a task of its own) returns `Backend` without running the body,
+/// and gives the claim that landed back. Once replies flow, the retry claims the key at
+/// once (not after the 5 s lease) and runs the body, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_comes_late_is_given_back() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let locks = Locks::builder(proxy.url())
+        .command_timeout(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    let runs = Arc::new(Runs::default());
+    assert_eq!(late_claim(locks.clone(), 0, runs.clone()).await.unwrap(), 1); // warm
+    proxy.hold_replies();
+    let e = late_claim(locks.clone(), 1, runs.clone()).await;
+    assert!(
+        matches!(e, Err(AppError::Lock(Error::Backend { .. }))),
+        "{e:?}"
+    );
+    let mut raw = server.raw().await;
+    let landed: Option<String> = raw
+        .get("lock:idem:hardening::late_claim:late:1")
+        .await
+        .unwrap();
+    assert!(
+        landed.as_deref().is_some_and(|r| r.contains("in_progress")),
+        "the claim ran in Redis: {landed:?}"
+    );
+    proxy.release_replies();
+    let started = Instant::now();
+    let again = loop {
+        match late_claim(locks.clone(), 1, runs.clone()).await {
+            Err(AppError::Lock(Error::InProgress { .. })) => {
+                assert!(started.elapsed() < Duration::from_secs(3), "not given back");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => break other,
+        }
+    };
+    assert_eq!(again.unwrap(), 2, "the retry ran the body");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(
+        runs.get(),
+        2,
+        "the warm-up and the retry; the late claim never ran it"
+    );
+}
