@@ -32,10 +32,12 @@ async fn deduct(
     if left < n {
         return Err(AppError::SoldOut);
     }
+    // The fence, asked for right before the write: `Lost` if the lease has run out.
+    let fence = match distlock::current_lock() {
+        Some(held) => held.fence().await?,
+        None => 0,
+    };
     *stock.lock().await = left - n;
-    let fence = distlock::current_lock()
-        .map(|l| l.fence())
-        .unwrap_or_default();
     println!("sku {sku}: took {n}, {} left (fence {fence})", left - n);
     Ok(left - n)
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What each uncontended command costs redis-server itself, in µs of its CPU per call
 # (INFO commandstats, Lua's inner calls included): the baseline's SET NX PX and
-# compare-and-delete against distlock's acquire and release scripts. Starts a private
+# compare-and-delete against distlock's uncontended acquire (a plain SET NX PX GET) and
+# release (unlock.lua: compare-and-delete that also checks the waiting marker). Starts a private
 # redis-server on a free port; 100,000 calls per command on distinct keys, sent with
 # redis-cli --pipe. ROUNDS=n repeats (default 3). Diagnostic only: never fails on a figure.
 set -euo pipefail
@@ -25,13 +26,12 @@ cli() { redis-cli -p "$port" "$@"; }
 until cli ping >/dev/null 2>&1; do sleep 0.05; done
 
 cad="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
-acquire=$(cli script load "$(cat lockcore/src/scripts/acquire.lua)")
-release=$(cli script load "$(cat lockcore/src/scripts/release.lua)")
+release=$(cli script load "$(cat lockcore/src/scripts/unlock.lua)")
 compare_delete=$(cli script load "$cad")
 
 # RESP for N commands; $1 picks the command, %d in the arguments is the key number.
 commands() {
-  awk -v n="$N" -v kind="$1" -v acq="$acquire" -v rel="$release" -v cad="$compare_delete" '
+  awk -v n="$N" -v kind="$1" -v rel="$release" -v cad="$compare_delete" '
     function cmd(argc, args,   i, out) {
       out = "*" argc "\r\n"
       for (i = 1; i <= argc; i++) out = out "$" length(args[i]) "\r\n" args[i] "\r\n"
@@ -39,13 +39,12 @@ commands() {
     }
     BEGIN {
       for (i = 0; i < n; i++) {
-        k = "k:" i; f = "{k:" i "}:fence"; t = "{k:" i "}:turns"; ch = "k:" i ":released"
+        k = "k:" i; w = "{k:" i "}:waiting"
         split("", a)
         if (kind == "set") { a[1]="SET"; a[2]=k; a[3]="tok"; a[4]="NX"; a[5]="PX"; a[6]="30000"; cmd(6, a) }
-        else if (kind == "acquire") { a[1]="EVALSHA"; a[2]=acq; a[3]="2"; a[4]=k; a[5]=f; a[6]="tok"; a[7]="30000"; a[8]="bench:1"; cmd(8, a) }
+        else if (kind == "acquire") { a[1]="SET"; a[2]=k; a[3]="tok"; a[4]="NX"; a[5]="PX"; a[6]="30000"; a[7]="GET"; cmd(7, a) }
         else if (kind == "cad") { a[1]="EVALSHA"; a[2]=cad; a[3]="1"; a[4]=k; a[5]="tok"; cmd(5, a) }
-        else { a[1]="EVALSHA"; a[2]=rel; a[3]="3"; a[4]=k; a[5]=f; a[6]=t; a[7]="tok"; a[8]=ch; a[9]="";
-               a[10]="bench:1"; a[11]="10"; a[12]=""; a[13]="0"; a[14]=""; a[15]="0"; cmd(15, a) }
+        else { a[1]="EVALSHA"; a[2]=rel; a[3]="2"; a[4]=k; a[5]=w; a[6]="tok"; cmd(6, a) }
       }
     }'
 }
@@ -57,10 +56,10 @@ cost() {
   cli info commandstats | tr -d '\r' | awk -F'[=,]' -v c="cmdstat_$2:calls" '$1 == c { print $6 }'
 }
 
-printf '%-7s %12s %12s %12s %12s %14s %14s\n' round "SET NX PX" "cmp-and-del" "acquire.lua" "release.lua" "baseline pair" "distlock pair"
+printf '%-7s %12s %12s %14s %12s %14s %14s\n' round "SET NX PX" "cmp-and-del" "SET NX PX GET" "unlock.lua" "baseline pair" "distlock pair"
 for r in $(seq 1 "$ROUNDS"); do
   cli flushall >/dev/null; set_us=$(cost set set); cad_us=$(cost cad evalsha)
-  cli flushall >/dev/null; acq_us=$(cost acquire evalsha); rel_us=$(cost release evalsha)
+  cli flushall >/dev/null; acq_us=$(cost acquire set); rel_us=$(cost release evalsha)
   awk -v r="$r" -v s="$set_us" -v c="$cad_us" -v a="$acq_us" -v l="$rel_us" 'BEGIN {
-    printf "%-7s %12.2f %12.2f %12.2f %12.2f %14.2f %14.2f\n", r, s, c, a, l, s + c, a + l }'
+    printf "%-7s %12.2f %12.2f %14.2f %12.2f %14.2f %14.2f\n", r, s, c, a, l, s + c, a + l }'
 done

@@ -22,8 +22,9 @@
 //! ```
 //!
 //! - The lock lives at Redis key `lock:stock:7` (prefix `lock:` plus the template), holding a
-//!   plain UTF-8 token `uuid:host:pid`. A fencing counter at `{lock:stock:7}:fence` grows
-//!   with every acquisition; read it inside the body with [`current_lock`].
+//!   plain UTF-8 token `uuid:host:pid`. Inside the body,
+//!   `current_lock().unwrap().fence().await?` gives a fencing token that grows across
+//!   holders (see [`LockInfo::fence`]).
 //! - `ttl` is the lease (default 30 s), `wait` how long to keep trying when the lock is
 //!   held (default zero: one try, then [`Error::Busy`]).
 //! - Every exit releases: return, `?`, panic and a dropped future. A release that finds
@@ -38,11 +39,12 @@
 //! | | |
 //! |---|---|
 //! | **Value** | a plain UTF-8 token `uuid:host:pid` (`redis-cli GET lock:order:42`), unique per acquisition. |
-//! | **Acquire** | one round trip: a Lua script runs `SET key token NX PX ttl` and, on success, `INCR`s the fencing counter `{lock:order:42}:fence` (same hash slot). |
-//! | **Release** | one round trip: Lua compare-and-delete (EVALSHA, reloaded after NOSCRIPT, e.g. after a Redis restart). |
+//! | **Acquire** | one round trip: a plain `SET key token NX PX ttl GET` when the key is free. Only a contended try runs a script (to take over a yield marker, read the holder's remaining lease and register as a waiter). |
+//! | **Release** | one round trip: a Lua compare-and-delete (EVALSHA, reloaded after NOSCRIPT, e.g. after a Redis restart) that also checks the key's waiting marker `{lock:order:42}:waiting`. Only when other clients wait does a second script wake them (or hand the lock to a local waiter, in one round trip). |
 //! | **`wait`** | waiters sleep until the release message, the holder's remaining lease, or 100 ms, whichever is first, and stop exactly at the deadline. |
 //! | **Every exit releases** | return, `?`, a panic, and a dropped (cancelled) future: the guard's `Drop` schedules the release at once. A cancelled `release()` too: the release goes on in a task of its own, and when a try may already have reached Redis it goes on as a retry, which finds the lock released, handed to the next local waiter (woken holding it) or still held (released now). |
-//! | **Fencing** | `current_lock().fence()` grows with every acquisition of a key. Hand it to your storage so it can reject a write from a holder whose lease already passed on. The counter has no ttl on purpose: under an `allkeys-*` `maxmemory-policy` Redis may evict it, and `FLUSHDB` deletes it; either way fences start again from 1. Use `noeviction` or a `volatile-*` policy; a client reads the policy once and warns when it can evict keys without a ttl. |
+//! | **Fencing** | on demand: `current_lock().unwrap().fence().await?` (or [`LockGuard::fence`]) checks in one script that the lock is still held and `INCR`s the counter `{lock:order:42}:fence`; later calls in the same acquisition (nested ones included) return the same number without a round trip, and a lock that never asks pays nothing. A holder that gets a fence after another got one gets a larger one; a holder paused past its ttl either got a smaller fence than the next holder's or gets `Lost` when it asks. So ask right before the write, and hand it to storage that rejects smaller fences: the check and the guard in one. The counter has no ttl on purpose: under an `allkeys-*` `maxmemory-policy` Redis may evict it, and `FLUSHDB` deletes it; either way fences start again from 1. Use `noeviction` or a `volatile-*` policy; a client reads the policy once and warns when it can evict keys without a ttl. |
+//! | **Native commands** | where the server has them (Redis 8.4+ `SET ... IFEQ`, `DELEX ... IFEQ`; Valkey 8.1+ `SET ... IFEQ`, 9.0+ `DELIFEQ`), detected once per connection, renewals and clean-ups use them instead of scripts; Lua is the fallback everywhere. |
 //!
 //! ## Waiting, fairness, lease keeping, reentrancy
 //!
@@ -56,7 +58,7 @@
 //! - **Fair within a process, handed down the queue.** Tasks of one client that want the
 //!   same key queue locally in FIFO order and only the head contends in Redis. When the
 //!   holder releases while a local task waits, the release script gives the lock straight
-//!   to that task (its token, its ttl, a new fence) in the same round trip. The queue
+//!   to that task (its token and its ttl) in the same round trip. The queue
 //!   never outlives the holder's lease.
 //! - **Turns rotate across processes.** A client's turn hands the lock down at most once
 //!   to each task that was waiting when the turn began. If another client waits then, the
@@ -86,12 +88,13 @@
 //! | `Backend { key, source }` | Redis unreachable, failing, or silent past the command timeout (default 1 s): never a hang | did not run (acquire) or ran (release) |
 //! | `InvalidKey { key, reason }` | an empty key, or braces that would split the lock from its fence counter across hash slots | did not run |
 //!
-//! A release whose reply is lost is retried once, carrying the acquisition's fence: when
-//! the key is gone and the fence is unchanged, nobody has held the lock since, and the
-//! retry reports success; when the lock has changed hands meanwhile, whether the first
-//! try came first cannot be told, and the result is `Backend` (never a false `Lost`,
-//! never a silent `Ok`). An acquire whose reply is lost is followed by a
-//! compare-and-delete of its token.
+//! A release whose reply is lost is retried once. A retry that finds the key no longer
+//! holding the token while the lease cannot have ended yet (by the client's clock,
+//! counted from the send of the try that took the lock or of the last renewal, less a
+//! margin of 2 ms + 1 % of the ttl) knows the first try released it, and reports success;
+//! a retry answered after that point cannot tell a release from an expiry, and the
+//! result is `Backend` (never a false `Lost`, never a silent `Ok`). An acquire whose reply
+//! is lost is followed by a compare-and-delete of its token.
 //!
 //! ## Keys
 //!
@@ -128,7 +131,7 @@
 //! ## Tracing
 //!
 //! Acquire, release, busy and loss emit `tracing` events under target `distlock` with the
-//! key, a token prefix, the fence, the time waited and the time held; arguments are never
+//! key, a token prefix, the fence (once assigned), the time waited and the time held; arguments are never
 //! recorded. `#[idempotent]` adds events for claim, replay, conflict, payload mismatch,
 //! expired-claim recovery, results not stored and claims released.
 #![forbid(unsafe_code)]

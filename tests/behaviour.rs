@@ -17,6 +17,8 @@ both!(
     wait_takes_the_lock_once_released,
     wait_deadline_is_respected,
     fence_grows_with_every_acquisition,
+    a_paused_holder_gets_a_smaller_fence_or_lost,
+    a_handed_lock_asks_for_its_own_fence,
     token_is_uuid_plus_holder,
     expired_lock_reports_lost,
     stolen_lock_reports_lost_and_body_error_wins,
@@ -32,7 +34,7 @@ both!(
 async fn hold(locks: &Locks, id: u32, for_ms: u64, ran: &AtomicU32) -> Result<u64, AppError> {
     ran.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(for_ms)).await;
-    Ok(distlock::current_lock().unwrap().fence())
+    Ok(distlock::current_lock().unwrap().fence().await?)
 }
 
 fn lock_err(r: Result<impl std::fmt::Debug, AppError>) -> Error {
@@ -66,12 +68,12 @@ async fn busy_fails_fast_and_body_does_not_run(locks: Locks) {
 
 #[distributed_lock(key = "job:<id>", ttl = "10s", wait = "5s", client = locks)]
 async fn hold_waiting(locks: &Locks, id: u32) -> Result<u64, AppError> {
-    Ok(distlock::current_lock().unwrap().fence())
+    Ok(distlock::current_lock().unwrap().fence().await?)
 }
 
 async fn wait_takes_the_lock_once_released(locks: Locks) {
     let guard = locks.lock("job:2").acquire().await.unwrap();
-    let first = guard.fence();
+    let first = guard.fence().await.unwrap();
     let waiter = tokio::spawn({
         let locks = locks.clone();
         async move { hold_waiting(&locks, 2).await }
@@ -114,13 +116,82 @@ async fn fence_grows_with_every_acquisition(locks: Locks) {
     let mut last = 0;
     for _ in 0..5 {
         let g = locks.lock("fenced").acquire().await.unwrap();
-        assert!(g.fence() > last);
-        last = g.fence();
+        let fence = g.fence().await.unwrap();
+        assert!(fence > last);
+        assert_eq!(g.fence().await.unwrap(), fence, "one fence per acquisition");
+        assert_eq!(g.info().cached_fence(), Some(fence));
+        last = fence;
         g.release().await.unwrap();
     }
+    // An acquisition that never asks takes no number.
+    let quiet = locks.lock("fenced").acquire().await.unwrap();
+    assert_eq!(quiet.info().cached_fence(), None);
+    quiet.release().await.unwrap();
+    let g = locks.lock("fenced").acquire().await.unwrap();
+    assert_eq!(
+        g.fence().await.unwrap(),
+        last + 1,
+        "no number taken unasked"
+    );
+    g.release().await.unwrap();
     let other = locks.lock("other-key").acquire().await.unwrap();
-    assert_eq!(other.fence(), 1, "fences count per key");
+    assert_eq!(other.fence().await.unwrap(), 1, "fences count per key");
     other.release().await.unwrap();
+}
+
+/// A holder paused past its ttl while another holder took the lock: it either got its
+/// fence before (smaller than the next holder's) or gets `Lost` when it asks. Control:
+/// the fence asked for while still held is the smaller one.
+async fn a_paused_holder_gets_a_smaller_fence_or_lost(locks: Locks) {
+    let ttl = Duration::from_millis(100);
+    let early = locks.lock("paused").ttl(ttl).acquire().await.unwrap();
+    let asked_in_time = early.fence().await.unwrap();
+    let late = locks.lock("paused-late").ttl(ttl).acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await; // both leases run out
+    let next = locks.lock("paused").acquire().await.unwrap();
+    let next_late = locks.lock("paused-late").acquire().await.unwrap();
+    let next_fence = next.fence().await.unwrap();
+    assert!(asked_in_time < next_fence, "{asked_in_time} < {next_fence}");
+    assert_eq!(early.fence().await.unwrap(), asked_in_time, "cached");
+    let e = late.fence().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Lost { key } if key == "lock:paused-late"),
+        "{e:?}"
+    );
+    // The stale holder's failed ask took no number: the next holder's is still 1.
+    assert_eq!(next_late.fence().await.unwrap(), 1);
+    for g in [early, late] {
+        assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+    }
+    next.release().await.unwrap();
+    next_late.release().await.unwrap();
+}
+
+/// A lock handed to the next local waiter has no fence until it asks; its fence is
+/// larger than the previous holder's.
+async fn a_handed_lock_asks_for_its_own_fence(locks: Locks) {
+    let holder = locks.lock("handed").acquire().await.unwrap();
+    let first = holder.fence().await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            let g = locks
+                .lock("handed")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap();
+            let unasked = g.info().cached_fence();
+            let fence = g.fence().await.unwrap();
+            g.release().await.unwrap();
+            (unasked, fence)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    holder.release().await.unwrap();
+    let (unasked, fence) = waiter.await.unwrap();
+    assert_eq!(unasked, None);
+    assert!(fence > first);
 }
 
 async fn token_is_uuid_plus_holder(locks: Locks) {
@@ -160,7 +231,7 @@ async fn expired_lock_reports_lost(locks: Locks) {
 #[distributed_lock(key = "stolen", ttl = "100ms", client = locks)]
 async fn outlives_ttl(locks: &Locks, fail: bool, fence_seen: &AtomicU32) -> Result<(), AppError> {
     fence_seen.store(
-        distlock::current_lock().unwrap().fence() as u32,
+        distlock::current_lock().unwrap().fence().await? as u32,
         Ordering::SeqCst,
     );
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -180,7 +251,7 @@ async fn stolen_lock_reports_lost_and_body_error_wins(locks: Locks) {
         tokio::time::sleep(Duration::from_millis(150)).await;
         // The lease ran out: another holder takes the lock while the body still runs.
         let thief = locks.lock("stolen").acquire().await.unwrap();
-        assert!(u64::from(fence.load(Ordering::SeqCst)) < thief.fence());
+        assert!(u64::from(fence.load(Ordering::SeqCst)) < thief.fence().await.unwrap());
         let result = call.await.unwrap();
         if fail {
             assert!(
@@ -301,8 +372,11 @@ async fn value_is_plain_utf8_readable_by_any_client() {
     let mut raw = server.raw().await;
     let stored: String = raw.get("lock:order:42").await.unwrap();
     assert_eq!(stored, g.token());
-    let fence: u64 = raw.get("{lock:order:42}:fence").await.unwrap();
-    assert_eq!(fence, g.fence());
+    let unasked: Option<u64> = raw.get("{lock:order:42}:fence").await.unwrap();
+    assert_eq!(unasked, None, "no fence until asked for");
+    let fence = g.fence().await.unwrap();
+    let counter: u64 = raw.get("{lock:order:42}:fence").await.unwrap();
+    assert_eq!(counter, fence);
     let pttl: i64 = raw.pttl("lock:order:42").await.unwrap();
     assert!(
         pttl > 0 && pttl <= 30_000,
@@ -427,79 +501,77 @@ async fn unreachable_redis_is_a_backend_error() {
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 }
 
-/// The release script itself. A retry of a release whose reply was lost (it carries the
-/// acquisition's fence) reports success when the key is gone and nobody took the lock
-/// since, and "unknown" (never `Lost`) when it has changed hands; a first try on a
-/// foreign token is `Lost`.
+/// The release scripts themselves. A first try on a foreign token (or a second try after
+/// the first released) answers "not ours", which the client reads by time (see
+/// `tests/proxy.rs`); a handoff found already made answers "handed".
 #[tokio::test]
-async fn retried_release_is_not_misreported_as_lost() {
+async fn release_scripts_answer_by_what_the_key_holds() {
     let server = RedisServer::start();
     let locks = Locks::connect(&server.url()).await.unwrap();
     let g = locks.lock("retry").acquire().await.unwrap();
-    let (token, fence) = (g.token().to_owned(), g.fence());
+    let token = g.token().to_owned();
     std::mem::forget(g);
+    let unlock = redis::Script::new(include_str!("../lockcore/src/scripts/unlock.lua"));
     let script = redis::Script::new(include_str!("../lockcore/src/scripts/release.lua"));
     let mut raw = server.raw().await;
-    let release = |token: &str, retry_of: &str| {
-        let mut inv = script.prepare_invoke();
-        inv.key("lock:retry")
-            .key("{lock:retry}:fence")
-            .key("{lock:retry}:turns")
-            .arg(token)
-            .arg("lock:retry:released")
-            .arg(retry_of)
-            .arg(&["test:client", "10", "", "0", "", "0"][..]);
+    let fast = |token: &str| {
+        let mut inv = unlock.prepare_invoke();
+        inv.key("lock:retry").key("{lock:retry}:waiting").arg(token);
         inv
     };
-    let fence_arg = fence.to_string();
-    let first: Vec<i64> = release(&token, "").invoke_async(&mut raw).await.unwrap();
-    // The reply of `first` is lost: the retry must not say Lost.
-    let retry: Vec<i64> = release(&token, &fence_arg)
-        .invoke_async(&mut raw)
-        .await
-        .unwrap();
-    // Control: without the retry's fence, the same call is a plain loss.
-    let plain: Vec<i64> = release(&token, "").invoke_async(&mut raw).await.unwrap();
-    assert_eq!((first, retry, plain), (vec![1], vec![2], vec![0]));
-    // Someone takes and releases the lock before the retry arrives: unknown, not Lost.
-    let another_process = Locks::connect(&server.url()).await.unwrap();
-    let other = another_process.lock("retry").acquire().await.unwrap();
-    other.release().await.unwrap();
-    let late: Vec<i64> = release(&token, &fence_arg)
-        .invoke_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(late, vec![3]);
-    // A handoff to a local waiter whose reply was lost: the retry finds the waiter's
-    // token and reports the handoff with the fence it got; without the retry's fence the
-    // same call is a loss. (A client of its own: the forgotten guard above still has
-    // its client's local turn.)
+    let first: i64 = fast(&token).invoke_async(&mut raw).await.unwrap();
+    let again: i64 = fast(&token).invoke_async(&mut raw).await.unwrap();
+    assert_eq!((first, again), (1, 0));
+    // A registered waiter: the fast path leaves the lock held for the full release. (A
+    // client of its own each time: a forgotten guard keeps its client's local turn.)
     let locks = Locks::connect(&server.url()).await.unwrap();
     let g = locks.lock("retry").acquire().await.unwrap();
-    let (token, fence) = (g.token().to_owned(), g.fence());
+    let token = g.token().to_owned();
     std::mem::forget(g);
-    let hand = |retry_of: &str| {
+    let _: () = redis::cmd("SET")
+        .arg("{lock:retry}:waiting")
+        .arg("1")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let waited: i64 = fast(&token).invoke_async(&mut raw).await.unwrap();
+    assert_eq!(waited, 2);
+    let full = |token: &str, next: &str| {
         let mut inv = script.prepare_invoke();
         inv.key("lock:retry")
-            .key("{lock:retry}:fence")
             .key("{lock:retry}:turns")
-            .arg(&token)
+            .key("{lock:retry}:waiting")
+            .arg(token)
             .arg("lock:retry:released")
-            .arg(retry_of)
-            .arg(&["test:client", "10", "next-token", "30000", "", "0"][..]);
+            .arg(&["test:client", "10"][..])
+            .arg(next)
+            .arg(&["30000", "", "0"][..]);
         inv
     };
-    let handed: Vec<i64> = hand("").invoke_async(&mut raw).await.unwrap();
-    let again: Vec<i64> = hand(&fence.to_string())
+    let released: i64 = full(&token, "").invoke_async(&mut raw).await.unwrap();
+    assert_eq!(released, 1, "nobody listens: deleted");
+    let marker: Option<String> = redis::AsyncCommands::get(&mut raw, "{lock:retry}:waiting")
+        .await
+        .unwrap();
+    assert_eq!(marker, None, "a marker nobody listens behind is cleared");
+    // A handoff to a local waiter whose reply was lost: the retry finds the waiter's
+    // token and reports the handoff; a call without that waiter is "not ours".
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let g = locks.lock("retry").acquire().await.unwrap();
+    let token = g.token().to_owned();
+    std::mem::forget(g);
+    let handed: i64 = full(&token, "next-token")
         .invoke_async(&mut raw)
         .await
         .unwrap();
-    let plain: Vec<i64> = hand("").invoke_async(&mut raw).await.unwrap();
-    let fence = i64::try_from(fence).unwrap();
-    assert_eq!(
-        (handed, again, plain),
-        (vec![4, fence + 1], vec![4, fence + 1], vec![0])
-    );
+    let again: i64 = full(&token, "next-token")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    let plain: i64 = full(&token, "").invoke_async(&mut raw).await.unwrap();
+    assert_eq!((handed, again, plain), (4, 4, 0));
     let holder: String = redis::cmd("GET")
         .arg("lock:retry")
         .query_async(&mut raw)
@@ -516,10 +588,9 @@ async fn retried_release_is_not_misreported_as_lost() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!(
-        keys,
-        vec!["{lock:retry}:fence".to_owned()],
-        "a release writes no marker keys"
+    assert!(
+        keys.is_empty(),
+        "no fence counter unasked, no marker keys: {keys:?}"
     );
 }
 
@@ -600,6 +671,8 @@ async fn a_timed_out_call_never_leaves_its_reply_to_the_next() {
             .await
             .unwrap();
     }
+    let other = Locks::connect(&server.url()).await.unwrap();
+    let held = other.lock("busy-key").acquire().await.unwrap();
     let pid = server_pid(server.port);
     let signal = |sig: &str| {
         std::process::Command::new("kill")
@@ -611,10 +684,13 @@ async fn a_timed_out_call_never_leaves_its_reply_to_the_next() {
     let e = locks.lock("fresh-key").acquire().await.unwrap_err();
     signal("-CONT");
     assert!(matches!(e, Error::Backend { .. }), "{e:?}");
-    // The late reply to `fresh-key` says fence 1; `busy-key`'s next fence is 6.
-    let g = locks.lock("busy-key").acquire().await.unwrap();
-    assert_eq!(g.fence(), 6, "the answer must be this call's own");
-    g.release().await.unwrap();
+    // The late reply to `fresh-key` says "taken"; `busy-key` is held by another client.
+    let e = locks.lock("busy-key").acquire().await.unwrap_err();
+    assert!(
+        matches!(e, Error::Busy { .. }),
+        "the answer must be this call's own: {e:?}"
+    );
+    held.release().await.unwrap();
 
     // Control: on a connection that is reused after a timeout, the next read does get
     // the late reply of the call that gave up.

@@ -120,6 +120,12 @@ async fn a_contender_that_finds_its_own_token_holds_the_lock() {
     // Scripts loaded first: a held NOSCRIPT reply would keep the release from running.
     let warm = locks.lock("warm").acquire().await.unwrap();
     warm.release().await.unwrap();
+    let handoff = redis::Script::new(include_str!("../lockcore/src/scripts/release.lua"));
+    let _: String = handoff
+        .prepare_invoke()
+        .load_async(&mut server.raw().await)
+        .await
+        .unwrap();
     let holder = locks.lock("k").ttl(ttl).acquire().await.unwrap();
     let handed_token = Arc::new(Mutex::new(None));
     let waiter = tokio::spawn({
@@ -135,13 +141,13 @@ async fn a_contender_that_finds_its_own_token_holds_the_lock() {
             let took = started.elapsed();
             let g = g.expect("the waiter takes the lock");
             *handed_token.lock().unwrap() = Some(g.token().to_owned());
-            let fence = g.fence();
+            let fence = g.fence().await.unwrap();
             g.release().await.unwrap();
             (took, fence)
         }
     });
     tokio::time::sleep(Duration::from_millis(100)).await; // the waiter queues locally
-    let (fence, holder_token) = (holder.fence(), holder.token().to_owned());
+    let (fence, holder_token) = (holder.fence().await.unwrap(), holder.token().to_owned());
     proxy.hold_replies();
     let released = holder.release().await;
     assert!(

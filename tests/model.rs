@@ -13,23 +13,27 @@
 //!
 //! `model/explore.rs` is a breadth-first search with a visited set, so a violation comes
 //! with a shortest trace. `model/lock.rs` and `model/idem.rs` are the two protocols as
-//! fixed for the four faults (commit 0b8a0f7); each fault's faulty variant is kept as a
-//! planted bug the checker must find (see below).
+//! fixed for the four faults (commit 0b8a0f7), the lock's with fences on demand (a
+//! holder asks for its fence; acquiring assigns none); each fault's faulty variant is
+//! kept as a planted bug the checker must find (see below).
 //!
 //! **Locks** (`model/lock.rs`): Redis holds the key (a token or a yield marker, with its
 //! expiry) and the fence counter. Tasks `A1` and `A2` share client `A` (one local queue),
-//! `B1` is client `B`'s (renewing); each takes the lock once.
+//! `B1` is client `B`'s (renewing); each takes the lock once, and asks for a fence when
+//! it likes while it holds.
 //!
 //! | model step | code |
 //! |---|---|
 //! | `acquire() enters the local queue` | `LocalQueues::enter`: the turn, or a place in the queue, or (the holder's lease over) contending without the turn |
-//! | `redis runs acquire(T)` | `acquire.lua`: `SET NX PX` + `INCR`; the contender's own token: `PEXPIRE`, the current fence (fault 1, fixed); a yield marker not naming the client: taken over; else busy |
-//! | `gets Taken` / `gets Busy` | `LockRequest::taken` (lease: `ttl` from when the try was *sent*; `Turn::begin`) / trying again later, or giving up at the deadline |
-//! | an acquire try times out | `Error::Backend`, and `spawn_cleanup` (a release without fence) in the background |
-//! | `release()` | `Releasing::finish`: `Turn::next` takes the first waiter out of the queue; `release_raw` sends `release.lua`, and after a transport error once more with `retry_of` = the fence; a second error ends it (`Error::Backend`, the lock left to expire) |
+//! | `redis runs acquire(T)` | `acquire.lua`: `SET NX PX`, no fence; the contender's own token: `PEXPIRE` (fault 1, fixed); a yield marker not naming the client: taken over; else busy |
+//! | `gets Taken` / `gets Busy` | `LockRequest::taken` (lease: `ttl` from when the try was *sent*, no fence yet; `Turn::begin`) / trying again later, or giving up at the deadline |
+//! | an acquire try times out | `Error::Backend`, and `spawn_cleanup` (a release) in the background |
+//! | `asks for a fence` | `LockGuard::fence`, the fence script: the key holds the token → `INCR` of the counter, the new fence, kept for the acquisition (never asked again); else `Err(Lost)`. Asked at any moment while holding, the lease over or not (a paused process does not look at its clock first). One step: the request carries nothing from its send and the answer only sets the fence. It may time out before it ran (and run later: a harmless `INCR`) or after (its reply lost): no fence, asked again later |
+//! | `release()` | `Releasing::finish`: `Turn::next` takes the first waiter out of the queue; `release_raw` sends `release.lua`, and after a transport error once more (a retry, the same call); a second error ends it (`Error::Backend`, the lock left to expire) |
 //! | `the release() future is dropped` | `Releasing::drop` (fault 2, fixed): the release goes on in a task of its own, its first try a retry, its outcome heard by no one |
-//! | `redis runs release(..)` | `release.lua`: compare-and-delete, or handoff to the waiter's token with a new fence, or the yield marker; on a retry `{4, fence}`, `{2}`, `{3}`. `PUBSUB NUMSUB` (others listening) and the turn budget (`turn over`) are free choices |
-//! | `gets Handed` etc. | `Turn::grant` (the waiter holds, its lease from the release's start), or, the waiter gone, the release of its token in turn; `Turn::give_back`; the `Turn` dropped (`Wake::Turn` to the next waiter) |
+//! | `redis runs release(..)` | `release.lua`: the key holds the token → handoff to the waiter's token (no fence, the counter untouched), or the yield marker, or delete (`Now`); else the key holds the waiter's token → `Handed` (only this release's handoff writes it); else `NotOurs`. The uncontended release is `release.lua`'s fast path (compare-and-delete when no waiting marker is set): the free choice of `others` covers whether waiters are registered. `PUBSUB NUMSUB` (others listening) and the turn budget (`turn over`) are free choices |
+//! | `gets NotOurs -> reports ..` | `release_raw` reads `NotOurs`: on a first try `Lost`; on a retry `Earlier` while the lease of the token released has not ended by the client's clock (the key outlives the lease: only a lost try of ours can have removed the token), `Unknown` (`Error::Backend`) once it has |
+//! | `gets Handed` etc. | `Turn::grant` (the waiter holds, without a fence, its lease from the release's start), or, the waiter gone, the release of its token in turn (its lease the same); `Turn::give_back`; the `Turn` dropped (`Wake::Turn` to the next waiter) |
 //! | `the watchdog sends extend` | `watchdog::tick`, `extend.lua`: success → lease end = send + `ttl`; `0` → marked lost; no answer → tried again; the lease end passing → marked lost (fault 4, fixed) |
 //! | `stops waiting in the queue` / `gives up waiting` | `enter`'s timer finding the holder's lease over: the waiter contends (with a fresh token, see below) / its deadline, or its future dropped |
 //! | `the clock ticks` | keys expire (`PX`), leases run out; a client pauses by not acting while it ticks |
@@ -59,20 +63,24 @@
 //! clients a yield marker names only the releaser (the `turns` key is left out). Left out
 //! as well: reentrancy, `max_hold`, more keys, Redis failover, the retention and lifetime
 //! of idempotency records (longer than any run here), what a record stores. Tokens are
-//! unique per acquisition; fences are renumbered 1, 2, ... in each state (only their
-//! order matters; traces show them as a run would). A crashed client is one that pauses
-//! forever.
+//! unique per acquisition; fences are renumbered 1, 2, ... in each state and the counter
+//! lowered to the largest fence held (only their order matters, and that the next fence
+//! is above them all; traces show them as a run would). A crashed client is one that
+//! pauses forever.
 //!
 //! # Invariants, checked in every reachable state
 //!
 //! * Mutual exclusion: no two tasks believe they hold the lock with an unexpired lease (a
 //!   task believes while its lease by its own clock has not ended and it was not marked
 //!   lost; a task whose local lease ended does not count).
-//! * Fences grow: the task holding the token in the key has the fence of the take that
-//!   wrote it, larger than every other holder's; a retried release that reports a handoff
-//!   reports that handoff's fence.
-//! * Release reports: never success when the lock was lost and someone else took it
-//!   since (no silent Ok), never `Lost` for a release that happened (no false Lost).
+//! * Fences grow: a holder that obtains a fence after another holder obtained one gets a
+//!   larger one. The holder whose token is in the key, if it has a fence, has one larger
+//!   than every other holder's (a holder paused past its lease has a smaller fence than
+//!   the next holder's, or is told `Lost` when it asks); no fence is above the counter.
+//! * Release reports, judged where `release()` reads the answer: never success (`Now`,
+//!   `Yielded`, `Earlier`, `Handed`) when none of the release's tries found its token (no
+//!   silent Ok: the lock expired or was taken under it), never `Lost` for a release that
+//!   happened (no false Lost); `Unknown` is neither.
 //! * Every exit releases: once a holder's release has returned with an answer, or its
 //!   `release()` was dropped, the key does not keep its token (a release that ran out of
 //!   tries leaves the lock to expire, as documented).
@@ -82,16 +90,18 @@
 //!   claim was lost; the body never runs with two payload fingerprints for one key.
 //!
 //! `model_covers_the_protocol_paths` shows the explorations are not vacuous: handoffs,
-//! yield take-overs, waiters leaving, each answer of a retried release, delayed requests,
-//! dropped releases, fault 1's own-token path, takeovers, replays, mismatches and lost
-//! claims all happen.
+//! yield take-overs, waiters leaving, each answer of a retried release (`Earlier`,
+//! `Unknown`, `Handed`), fences obtained, a fence refused (`Lost`) to a holder past its
+//! lease after another took the lock, delayed requests, dropped releases, fault 1's
+//! own-token path, takeovers, replays, mismatches and lost claims all happen.
 //!
 //! # Planted bugs, each found (`LockBugs`, `IdemBugs`)
 //!
 //! Release without the token compare; acquire that counts its own token as another
 //! holder's (fault 1); a dropped `release()` abandoned (fault 2); takeover without the
 //! fingerprint check (fault 3); renewal that stops silently, for locks and for claims
-//! (fault 4); a release retry that reports Ok when the key holds another token.
+//! (fault 4); a release retry that reports success whenever the key does not hold its
+//! token, whatever the lease; a fence script without the token compare.
 //!
 //! # Issues the model found in the code, fixed since (`found_*` tests keep them planted)
 //!
@@ -131,7 +141,7 @@ mod model {
 
 use model::explore::{Counterexample, Explored, Model, REACHED, explore};
 use model::idem::{IdemBugs, IdemModel, IdemStep};
-use model::lock::{Found, LockBugs, LockChecks, LockModel, LockStep, Rel, Reply, Req};
+use model::lock::{Found, LockBugs, LockChecks, LockModel, LockStep, Rel, Reply};
 
 /// Far more than any exploration here needs: a model whose bounds were loosened by
 /// mistake fails instead of running for minutes.
@@ -208,6 +218,7 @@ const NO_BUGS: LockBugs = LockBugs {
     reuse_queue_token: false,
     lease_from_reply: false,
     lost_check_waits_for_renewal: false,
+    fence_without_compare: false,
 };
 
 const NO_IDEM_BUGS: IdemBugs = IdemBugs {
@@ -319,26 +330,17 @@ fn model_covers_the_protocol_paths() {
         tasks: [true, true, false],
         ..LockModel::fixed()
     };
-    fn retry(step: &LockStep, rel: fn(&Rel) -> bool) -> bool {
-        match step {
-            LockStep::Exec {
-                req: Req::Release { retry_of, .. },
-                reply: Reply::Released { rel: r, .. },
-                ..
-            } => *retry_of != u8::MAX && rel(r),
-            _ => false,
-        }
+    /// A retried release's answer, as `release()` reports it.
+    fn retry(step: &LockStep, read: Rel) -> bool {
+        matches!(step, LockStep::Answer { read: r, retry: true, .. } if *r == read)
     }
     reaches(
         "lock: a release hands the lock to a local waiter",
         &lock(|s| {
             matches!(
                 s,
-                LockStep::Deliver {
-                    reply: Reply::Released {
-                        rel: Rel::Handed { .. },
-                        ..
-                    },
+                LockStep::Answer {
+                    read: Rel::Handed,
                     ..
                 }
             )
@@ -376,16 +378,43 @@ fn model_covers_the_protocol_paths() {
         }),
     );
     reaches(
-        "lock: a retried release answers Earlier",
-        &faulty(|s| retry(s, |r| *r == Rel::Earlier)),
+        "lock: a retried release answers Earlier (its token gone within its lease)",
+        &faulty(|s| retry(s, Rel::Earlier)),
     );
     reaches(
-        "lock: a retried release answers Unknown",
-        &faulty(|s| retry(s, |r| *r == Rel::Unknown)),
+        "lock: a retried release answers Unknown (its token gone, its lease over)",
+        &faulty(|s| retry(s, Rel::Unknown)),
     );
     reaches(
         "lock: a retried release finds its handoff done",
-        &faulty(|s| retry(s, |r| matches!(r, Rel::Handed { .. }))),
+        &faulty(|s| retry(s, Rel::Handed)),
+    );
+    reaches(
+        "lock: a holder obtains a fence",
+        &lock(|s| {
+            matches!(
+                s,
+                LockStep::Fence {
+                    reply: Reply::Fenced { fence: Some(_), .. },
+                    ..
+                }
+            )
+        }),
+    );
+    reaches(
+        "lock: a holder past its lease asks for a fence after another took the lock: Lost",
+        &lock(|s| {
+            matches!(
+                s,
+                LockStep::Fence {
+                    reply: Reply::Fenced {
+                        fence: None,
+                        other: true
+                    },
+                    ..
+                }
+            )
+        }),
     );
     reaches(
         "lock: a delayed request runs after its client gave up on it",
@@ -472,15 +501,42 @@ fn model_covers_the_protocol_paths() {
 
 // Planted bugs: each must be found.
 
+/// A release (here a timed-out acquire's clean-up) removes the holder's token; the
+/// holder's own release then reports success.
 #[test]
 fn planted_release_without_token_compare_is_found() {
+    let model = lock_bugs(LockBugs {
+        release_no_compare: true,
+        ..NO_BUGS
+    });
     found(
         "planted: release without the token compare",
+        &model,
+        &["silent Ok"],
+    );
+    found(
+        "planted: release without the token compare (looking past the report)",
+        &LockModel {
+            checks: LockChecks {
+                reports: false,
+                orphans: true,
+            },
+            ..model
+        },
+        &["both believe they hold", "fences out of order"],
+    );
+}
+
+/// A holder paused past its lease asks for a fence after the next holder got one.
+#[test]
+fn planted_fence_without_compare_is_found() {
+    found(
+        "planted: the fence script does not compare the token",
         &lock_bugs(LockBugs {
-            release_no_compare: true,
+            fence_without_compare: true,
             ..NO_BUGS
         }),
-        &["both believe they hold", "fence"],
+        &["fences out of order"],
     );
 }
 
@@ -525,10 +581,11 @@ fn planted_lock_renewal_stopping_silently_is_found() {
     );
 }
 
+/// A retry whose lease ended reports `Earlier` for a token that expired.
 #[test]
 fn planted_retry_reporting_ok_when_taken_is_found() {
     found(
-        "planted: release retry that reports Ok when the key holds another token",
+        "planted: release retry that reports Ok whenever the key does not hold its token",
         &lock_bugs(LockBugs {
             retry_ok_when_taken: true,
             ..NO_BUGS
@@ -566,9 +623,9 @@ fn planted_idempotency_renewal_stopping_silently_is_found() {
 // Issues the model found in the code (fixed since; planted here).
 
 /// `local.rs`: a waiter that stops waiting because the holder's lease ended contends
-/// with the token it queued with; the holder's late release (a retry) finds that token
-/// in the key and reports a handoff (Ok) although the lock had expired and the waiter
-/// took it afresh; the holder then releases "the waiter's" lock, which the waiter holds.
+/// with the token it queued with; the holder's late release finds that token in the key
+/// and reports a handoff (Ok) although the lock had expired and the waiter took it
+/// afresh; the holder then releases "the waiter's" lock, which the waiter holds.
 #[test]
 fn found_queue_token_reuse_is_found() {
     let model = LockModel {

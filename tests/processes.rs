@@ -327,26 +327,31 @@ fn holder_role(rt: &tokio::runtime::Runtime, url: &str) {
             .await
             .expect("acquire victim")
     });
-    println!("@@ready fence={}", guard.fence());
+    let fence = rt.block_on(guard.fence()).expect("fence");
+    println!("@@ready fence={fence}");
     let _ = wait_for_parent();
     let _ = rt.block_on(guard.release());
 }
 
+/// Asks for the fence before the pause (`late` false), or only after it, right before
+/// it would write (`late` true).
 #[distributed_lock(key = "paused", ttl = "1s", client = locks)]
-async fn paused_section(locks: &Locks, body: Duration) -> Result<u64, AppError> {
-    let fence = distlock::current_lock().expect("inside the lock").fence();
-    println!("@@in-body fence={fence}");
+async fn paused_section(locks: &Locks, body: Duration, late: bool) -> Result<u64, AppError> {
+    let held = distlock::current_lock().expect("inside the lock");
+    let early = if late { 0 } else { held.fence().await? };
+    println!("@@in-body fence={early}");
     tokio::time::sleep(body).await;
-    Ok(fence)
+    Ok(held.fence().await?)
 }
 
-/// Env: `DISTLOCK_BODY_MS`. Runs `paused_section` and prints `@@result lost` or
-/// `@@result <something else>`.
+/// Env: `DISTLOCK_BODY_MS`, `DISTLOCK_ASK_LATE` (0 or 1). Runs `paused_section` and
+/// prints `@@result lost` or `@@result <something else>`.
 fn paused_role(rt: &tokio::runtime::Runtime, url: &str) {
     let body = Duration::from_millis(env_u64("DISTLOCK_BODY_MS"));
+    let late = env_u64("DISTLOCK_ASK_LATE") == 1;
     let result = rt.block_on(async {
         let locks = Locks::connect(url).await.expect("Locks::connect");
-        paused_section(&locks, body).await
+        paused_section(&locks, body, late).await
     });
     match result {
         Err(AppError::Lock(distlock::Error::Lost { .. })) => println!("@@result lost"),
@@ -457,9 +462,9 @@ async fn sigkilled_holder_expires_after_ttl() {
         .await
         .expect("the lock of a SIGKILLed holder never came free");
     let after_kill = killed_at.elapsed();
+    let fence = guard.fence().await.unwrap();
     eprintln!(
-        "sigkill: reaped in {reaped:?}, pttl after kill {pttl} ms, reacquired {after_kill:?} after kill, fences {child_fence} -> {}",
-        guard.fence()
+        "sigkill: reaped in {reaped:?}, pttl after kill {pttl} ms, reacquired {after_kill:?} after kill, fences {child_fence} -> {fence}",
     );
     assert!(
         after_kill <= TTL + MARGIN,
@@ -471,9 +476,8 @@ async fn sigkilled_holder_expires_after_ttl() {
         "reacquired {after_kill:?} after the kill, but {pttl} ms of lease were left"
     );
     assert!(
-        guard.fence() > child_fence,
-        "fence {} not above the dead holder's {child_fence}",
-        guard.fence()
+        fence > child_fence,
+        "fence {fence} not above the dead holder's {child_fence}",
     );
     guard.release().await.unwrap();
 }
@@ -485,49 +489,63 @@ async fn sigstopped_holder_loses_its_lock() {
     let server = RedisServer::start();
     let locks = Locks::connect(&server.url()).await.unwrap();
 
-    let mut child = ChildProc::spawn(
-        "paused",
-        &server.url(),
-        &[("DISTLOCK_BODY_MS", BODY.as_millis().to_string())],
-    );
-    let child_fence = field(&child.expect("in-body", START_TIMEOUT), "fence");
-    let in_body_at = Instant::now();
-    child.signal("STOP");
-    let stop_deadline = Instant::now() + Duration::from_secs(2);
-    while is_stopped(child.pid()) == Some(false) {
-        assert!(Instant::now() < stop_deadline, "child did not stop");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    // The paused holder asked for its fence before the pause (it must be the smaller),
+    // or asks only after it (it must be told `Lost`).
+    for late in [false, true] {
+        let mut child = ChildProc::spawn(
+            "paused",
+            &server.url(),
+            &[
+                ("DISTLOCK_BODY_MS", BODY.as_millis().to_string()),
+                ("DISTLOCK_ASK_LATE", u8::from(late).to_string()),
+            ],
+        );
+        let child_fence = field(&child.expect("in-body", START_TIMEOUT), "fence");
+        let in_body_at = Instant::now();
+        child.signal("STOP");
+        let stop_deadline = Instant::now() + Duration::from_secs(2);
+        while is_stopped(child.pid()) == Some(false) {
+            assert!(Instant::now() < stop_deadline, "child did not stop");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+
+        // Past the child's ttl, while it cannot run: take the lock over.
+        tokio::time::sleep_until((in_body_at + TTL + Duration::from_millis(100)).into()).await;
+        let guard = locks
+            .lock("paused")
+            .ttl(Duration::from_secs(30))
+            .wait(Duration::from_secs(3))
+            .acquire()
+            .await
+            .expect("the paused child's lock did not expire");
+        let taken_after = in_body_at.elapsed();
+        let parent_fence = guard.fence().await.unwrap();
+
+        child.signal("CONT");
+        let result = child.expect("result", Duration::from_secs(10));
+        let result_after = in_body_at.elapsed();
+        eprintln!(
+            "sigstop (fence asked {}): took over {taken_after:?} after in-body, child result `{result}` {result_after:?} after in-body, fences {child_fence} -> {parent_fence}",
+            if late {
+                "after the pause"
+            } else {
+                "before the pause"
+            }
+        );
+        assert_eq!(
+            result, "lost",
+            "the resumed child did not report its lock lost"
+        );
+        if !late {
+            assert!(
+                child_fence < parent_fence,
+                "fence {parent_fence} not above the paused holder's {child_fence}"
+            );
+        }
+        assert!(child.wait_exit(Duration::from_secs(10)).success());
+        guard
+            .release()
+            .await
+            .expect("the parent's lock was disturbed by the resumed child");
     }
-
-    // Past the child's ttl, while it cannot run: take the lock over.
-    tokio::time::sleep_until((in_body_at + TTL + Duration::from_millis(100)).into()).await;
-    let guard = locks
-        .lock("paused")
-        .ttl(Duration::from_secs(30))
-        .wait(Duration::from_secs(3))
-        .acquire()
-        .await
-        .expect("the paused child's lock did not expire");
-    let taken_after = in_body_at.elapsed();
-    let parent_fence = guard.fence();
-
-    child.signal("CONT");
-    let result = child.expect("result", Duration::from_secs(10));
-    let result_after = in_body_at.elapsed();
-    eprintln!(
-        "sigstop: took over {taken_after:?} after in-body, child result `{result}` {result_after:?} after in-body, fences {child_fence} -> {parent_fence}"
-    );
-    assert_eq!(
-        result, "lost",
-        "the resumed child did not report its lock lost"
-    );
-    assert!(
-        child_fence < parent_fence,
-        "fence {parent_fence} not above the paused holder's {child_fence}"
-    );
-    assert!(child.wait_exit(Duration::from_secs(10)).success());
-    guard
-        .release()
-        .await
-        .expect("the parent's lock was disturbed by the resumed child");
 }

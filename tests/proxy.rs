@@ -1,6 +1,6 @@
 //! The fault-injecting proxy of `common::proxy`, checked against a real redis-server:
 //! pass-through, latency, held replies delivered late, dropped replies, resets, stalls,
-//! and a distlock client whose release reply is held past its command timeout.
+//! and distlock clients whose release replies are held past the command timeout or lost.
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
@@ -285,4 +285,48 @@ async fn distlock_release_with_held_reply_is_a_backend_error() {
         .await
         .unwrap();
     g.release().await.unwrap();
+}
+
+/// A release whose first reply is lost and whose retry is answered: the retry finds the
+/// key no longer holding the token. Within the lease only the first try can have removed
+/// it, so the release succeeds (never `Lost`); answered after the lease could have ended,
+/// a release cannot be told from an expiry, so it is a `Backend` error (never `Lost`,
+/// never a silent `Ok`). Either way the first try released the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_is_lost_is_judged_by_the_lease() {
+    let timeout = Duration::from_millis(200);
+    for (ttl, within) in [
+        (Duration::from_secs(10), true),
+        (Duration::from_millis(150), false),
+    ] {
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start(server.port);
+        let locks = distlock::Locks::builder(proxy.url())
+            .command_timeout(timeout)
+            .build()
+            .unwrap();
+        // Scripts loaded first (a dropped NOSCRIPT reply would keep the release from running).
+        let warm = locks.lock("judged").acquire().await.unwrap();
+        warm.release().await.unwrap();
+        let g = locks.lock("judged").ttl(ttl).acquire().await.unwrap();
+        proxy.drop_replies(true);
+        let (released, ()) = tokio::join!(g.release(), async {
+            tokio::time::sleep(timeout / 2).await; // after the first try, before the retry
+            proxy.drop_replies(false);
+        });
+        assert_eq!(get(&server, "lock:judged").await, None, "the first try ran");
+        if within {
+            assert!(released.is_ok(), "ttl {ttl:?}: {released:?}");
+        } else {
+            match &released {
+                Err(distlock::Error::Backend { source, .. }) => {
+                    assert!(source.to_string().contains("cannot be told"), "{source}")
+                }
+                other => panic!("ttl {ttl:?}: expected a Backend error, got {other:?}"),
+            }
+        }
+        // The next holder gets the lock at once.
+        let next = locks.lock("judged").acquire().await.unwrap();
+        next.release().await.unwrap();
+    }
 }

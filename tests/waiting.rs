@@ -338,8 +338,14 @@ async fn renewal_detects_a_stolen_lock() {
 
 #[distributed_lock(key = "acct:<id>", client = locks)]
 async fn outer(locks: &Locks, id: u32, server_url: String) -> Result<(u64, u64, bool), AppError> {
-    let outer_fence = distlock::current_lock().unwrap().fence();
+    // The nested call asks first: the outer one sees the fence it got, with no round trip.
+    assert_eq!(distlock::current_lock().unwrap().cached_fence(), None);
     let inner_fence = inner(locks, id).await?;
+    let outer_fence = distlock::current_lock().unwrap().cached_fence().unwrap();
+    assert_eq!(
+        distlock::current_lock().unwrap().fence().await?,
+        outer_fence
+    );
     // After the nested call returned, the lock is still held in Redis.
     let mut raw = redis::Client::open(server_url)
         .unwrap()
@@ -354,7 +360,7 @@ async fn outer(locks: &Locks, id: u32, server_url: String) -> Result<(u64, u64, 
 
 #[distributed_lock(key = "acct:<id>", client = locks)]
 async fn inner(locks: &Locks, id: u32) -> Result<u64, AppError> {
-    Ok(distlock::current_lock().unwrap().fence())
+    Ok(distlock::current_lock().unwrap().fence().await?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,7 +376,7 @@ async fn nested_call_on_the_same_key_reenters() {
     assert!(held_after_inner, "only the outermost exit releases");
     // And the outermost exit did release.
     let g = locks.lock("acct:1").acquire().await.unwrap();
-    assert_eq!(g.fence(), outer_fence + 1);
+    assert_eq!(g.fence().await.unwrap(), outer_fence + 1);
     g.release().await.unwrap();
 }
 

@@ -57,7 +57,7 @@ pub(crate) enum Client {
     },
     RawLua {
         conn: MultiplexedConnection,
-        acquire: redis::Script,
+        fence: redis::Script,
         release: redis::Script,
     },
     Floor {
@@ -72,11 +72,10 @@ pub(crate) enum Held {
     Floor(tokio::sync::OwnedMutexGuard<()>),
 }
 
-/// distlock's scripts, sent by hand.
-pub(crate) const LUA_ACQUIRE: &str = distlock::__private::scripts::ACQUIRE;
-pub(crate) const LUA_RELEASE: &str = distlock::__private::scripts::RELEASE;
-/// A client id for the raw+lua client (it never waits, so it is never yielded to).
-pub(crate) const LUA_CLIENT_ID: &str = "bench:raw-lua";
+/// distlock's uncontended scripts, sent by hand (its free-key acquire is a plain
+/// `SET NX PX GET`).
+pub(crate) const LUA_UNLOCK: &str = distlock::__private::scripts::UNLOCK;
+pub(crate) const LUA_FENCE: &str = distlock::__private::scripts::FENCE;
 
 #[derive(Debug)]
 pub(crate) enum AcqError {
@@ -105,11 +104,11 @@ impl Client {
             }
             Kind::RawLua => {
                 let mut conn = raw_connection(url).await;
-                let (acquire, release) = (
-                    redis::Script::new(LUA_ACQUIRE),
-                    redis::Script::new(LUA_RELEASE),
+                let (fence, release) = (
+                    redis::Script::new(LUA_FENCE),
+                    redis::Script::new(LUA_UNLOCK),
                 );
-                for s in [&acquire, &release] {
+                for s in [&fence, &release] {
                     s.prepare_invoke()
                         .load_async(&mut conn)
                         .await
@@ -117,7 +116,7 @@ impl Client {
                 }
                 Client::RawLua {
                     conn,
-                    acquire,
+                    fence,
                     release,
                 }
             }
@@ -162,23 +161,23 @@ impl Client {
                     tokio::time::sleep_until((now + POLL).min(deadline)).await;
                 }
             }
-            Client::RawLua { conn, acquire, .. } => {
+            Client::RawLua { conn, .. } => {
                 let mut conn = conn.clone();
                 let key = format!("lua:{key}");
                 let token = raw_token();
-                let reply: i64 = acquire
-                    .key(&key)
-                    .key(format!("{{{key}}}:fence"))
+                let found: Option<String> = redis::cmd("SET")
+                    .arg(&key)
                     .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
                     .arg(TTL.as_millis() as u64)
-                    .arg(LUA_CLIENT_ID)
-                    .invoke_async(&mut conn)
+                    .arg("GET")
+                    .query_async(&mut conn)
                     .await
                     .map_err(|e| AcqError::Failed(e.to_string()))?;
-                if reply >= 1 {
-                    Ok(Held::Raw { key, token })
-                } else {
-                    Err(AcqError::Busy) // uncontended workloads only: no waiting
+                match found {
+                    None => Ok(Held::Raw { key, token }),
+                    Some(_) => Err(AcqError::Busy), // uncontended workloads only: no waiting
                 }
             }
             Client::Floor { conn, queue } => {
@@ -210,24 +209,15 @@ impl Client {
             }
             (Client::RawLua { conn, release, .. }, Held::Raw { key, token }) => {
                 let mut conn = conn.clone();
-                // The arguments distlock sends for an uncontended release.
-                let released: Vec<i64> = release
+                // What distlock sends for an uncontended release.
+                let released: i64 = release
                     .key(&key)
-                    .key(format!("{{{key}}}:fence"))
-                    .key(format!("{{{key}}}:turns"))
+                    .key(format!("{{{key}}}:waiting"))
                     .arg(&token)
-                    .arg(format!("{key}:released"))
-                    .arg("")
-                    .arg(LUA_CLIENT_ID)
-                    .arg(10)
-                    .arg("")
-                    .arg(0)
-                    .arg("")
-                    .arg(0)
                     .invoke_async(&mut conn)
                     .await
                     .map_err(|e| e.to_string())?;
-                if released == [1] {
+                if released == 1 {
                     Ok(())
                 } else {
                     Err(format!("{key}: lost"))
@@ -239,6 +229,29 @@ impl Client {
                 pinged
             }
             _ => unreachable!("a guard released through the other implementation"),
+        }
+    }
+
+    /// The fencing token of a held lock: distlock's `fence()`, the baseline's `INCR` of
+    /// `{key}:fence`, raw+lua's `fence.lua`.
+    pub(crate) async fn fence(&self, held: &Held) -> Result<u64, String> {
+        match (self, held) {
+            (Client::Distlock(_), Held::Distlock(guard)) => {
+                guard.fence().await.map_err(|e| e.to_string())
+            }
+            (Client::Raw { conn, .. }, Held::Raw { key, .. }) => redis::cmd("INCR")
+                .arg(format!("{{{key}}}:fence"))
+                .query_async(&mut conn.clone())
+                .await
+                .map_err(|e| e.to_string()),
+            (Client::RawLua { conn, fence, .. }, Held::Raw { key, token }) => fence
+                .key(key)
+                .key(format!("{{{key}}}:fence"))
+                .arg(token)
+                .invoke_async(&mut conn.clone())
+                .await
+                .map_err(|e| e.to_string()),
+            _ => Err("no fence here".into()),
         }
     }
 

@@ -1,7 +1,8 @@
 //! distlock against a raw redis-rs baseline, in the same run, on a private redis-server.
 //!
 //! Run with `scripts/bench.sh` (or `cargo bench --bench locks`). `DISTLOCK_BENCH_QUICK=1`
-//! divides every count by 10 for a quick look. Benchmarks never fail: the targets are
+//! divides every count by 10 for a quick look; `DISTLOCK_BENCH_ONLY=uncontended` runs RT,
+//! W1, W2 and W2F only, `DISTLOCK_BENCH_ONLY=w5` W5 only. Benchmarks never fail: the targets are
 //! printed as met or not, and the exit status only reflects whether the bench could run.
 //!
 //! The baseline is what a careful user writes by hand: `SET key token NX PX 30000` to
@@ -12,7 +13,8 @@
 //! - RT: commands on the wire per uncontended acquire+release, counted with `MONITOR`
 //!   (lines from the client's connection; lines that Lua ran, `[0 lua]`, are not round trips).
 //! - W1: one task, 1,000 warm-up then 20,000 sequential pairs on keys `w1:<i mod 100>`.
-//! - W2: 64 tasks, each on its own key, 100,000 pairs in total.
+//! - W2: 64 tasks, each on its own key, 100,000 pairs in total. W2F: the same with a
+//!   fence taken in every pair (distlock `fence()`, the baseline an `INCR`).
 //!   W1 and W2 run in 20 rounds of blocks (raw, distlock, raw+lua; then the reverse) so
 //!   that the drift of a shared, noisy machine falls on every side alike. `raw+lua` is a
 //!   diagnostic third column: raw redis-rs sending distlock's own Lua scripts, which

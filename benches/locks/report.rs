@@ -76,6 +76,116 @@ pub(crate) fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
 }
 
+/// W2F: the fenced cycle (acquire, fence, release) of each implementation.
+fn print_w2f(w2f: &[Uncontended; 3]) {
+    let [d, r, l] = w2f;
+    println!("\nW2F: fenced cycles (acquire, fence, release), 64 tasks on their own keys:");
+    println!(
+        "  {:<36} {:>10} {:>10} {:>10}",
+        "", "raw", "raw+lua", "distlock"
+    );
+    println!(
+        "  {:<36} {:>10.0} {:>10.0} {:>10.0}",
+        "cycles/s",
+        r.rate(),
+        l.rate(),
+        d.rate()
+    );
+    println!(
+        "  {:<36} {:>10.1} {:>10.1} {:>10.1}",
+        "redis-server CPU us per cycle",
+        r.server_us(),
+        l.server_us(),
+        d.server_us()
+    );
+    let (mid, lo, hi) = round_ratios(d, r);
+    println!("  distlock / raw per round: median {mid:.2}x, range {lo:.2}x-{hi:.2}x");
+    for (name, u) in [("distlock", d), ("raw", r), ("raw+lua", l)] {
+        if u.errors > 0 {
+            println!("  W2F errors: {name} {}", u.errors);
+        }
+    }
+}
+
+/// The uncontended targets: RT, W1, W2 (rate and redis-server CPU), W2F.
+fn print_uncontended_targets(
+    wire: &[WireCount],
+    w1: &[Uncontended; 3],
+    w2: &[Uncontended; 3],
+    w2f: &[Uncontended; 3],
+) {
+    let r1x = w1[0].rate() / w1[1].rate();
+    let r2x = w2[0].rate() / w2[1].rate();
+    let cpu2x = w2[0].server_us() / w2[1].server_us();
+    // "A fenced cycle at most 1.1x": its time per cycle against the baseline's.
+    let fx = w2f[1].rate() / w2f[0].rate();
+    println!(
+        "  RT  2 round trips per acquire+release:   distlock {:.2} {}   (raw {:.2})",
+        wire[0].per_pair,
+        verdict(wire[0].per_pair == 2.0),
+        wire[1].per_pair
+    );
+    println!(
+        "  W1  pairs/s >= 1.0x raw:                  {r1x:.2}x {}",
+        verdict(r1x >= 1.0)
+    );
+    println!(
+        "  W2  pairs/s >= 0.95x raw:                 {r2x:.2}x {}",
+        verdict(r2x >= 0.95)
+    );
+    println!(
+        "  W2  redis-server CPU per pair <= 1.15x:   {cpu2x:.2}x {}   ({:.1} us vs {:.1} us)",
+        verdict(cpu2x <= 1.15),
+        w2[0].server_us(),
+        w2[1].server_us()
+    );
+    println!(
+        "  W2F time per fenced cycle <= 1.1x raw:    {fx:.2}x {}   (SET NX PX + INCR + compare-and-delete)",
+        verdict(fx <= 1.1)
+    );
+}
+
+/// `DISTLOCK_BENCH_ONLY=uncontended`: RT, W1, W2 and W2F only.
+fn print_uncontended(
+    wire: &[WireCount],
+    w1: &[Uncontended; 3],
+    w2: &[Uncontended; 3],
+    w2f: &[Uncontended; 3],
+) {
+    println!(
+        "\n  {:<4} {:>30} {:>10} {:>10} {:>10}",
+        "", "", "raw", "raw+lua", "distlock"
+    );
+    for (name, [d, r, l]) in [("W1", w1), ("W2", w2)] {
+        println!(
+            "  {name:<4} {:>30} {:>10.0} {:>10.0} {:>10.0}",
+            "pairs/s",
+            r.rate(),
+            l.rate(),
+            d.rate()
+        );
+        println!(
+            "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
+            "redis-server CPU us per pair",
+            r.server_us(),
+            l.server_us(),
+            d.server_us()
+        );
+        println!(
+            "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
+            "client (bench process) CPU us",
+            r.client_us(),
+            l.client_us(),
+            d.client_us()
+        );
+        let (mid, lo, hi) = round_ratios(d, r);
+        println!("  {name} distlock / raw per round: median {mid:.2}x, range {lo:.2}x-{hi:.2}x");
+    }
+    print_w2f(w2f);
+    println!("\nTargets (informational; a bench never fails):");
+    print_uncontended_targets(wire, w1, w2, w2f);
+}
+
 pub(crate) fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
 }
@@ -122,9 +232,15 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
     ];
     let w1 = run_w1(cfg, &url, &clients).await;
     println!("  W1 done");
-    let w2 = run_w2(cfg, &url, &clients).await;
+    let w2 = run_w2(cfg, &url, &clients, false).await;
     println!("  W2 done");
+    let w2f = run_w2(cfg, &url, &clients, true).await;
+    println!("  W2F done");
     drop(clients);
+    if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("uncontended")) {
+        print_uncontended(&wire, &w1, &w2, &w2f);
+        return;
+    }
 
     let pings = ping_rtts(&url, cfg.ping_samples).await;
     let ping_us = |q: f64| pct(&pings, q).unwrap_or(0) as f64 / 1e3;
@@ -186,6 +302,7 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
     t.num("W1", "p99 us", p(d1, 0.99), p(r1, 0.99), 1);
     let [d2, r2, l2] = &w2;
     t.num("W2", "pairs/s", d2.rate(), r2.rate(), 0);
+    t.num("W2F", "fenced cycles/s", w2f[0].rate(), w2f[1].rate(), 0);
     for (w, d, r) in [("W3", &w3d, &w3r), ("W4", &w4d, &w4r)] {
         t.num(w, "acquisitions/s", d.rate, r.rate, 0);
         t.num(w, "ideal 1/(hold + 1 RTT)/s", d.ideal, r.ideal, 0);
@@ -395,23 +512,9 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
         p(l1, 0.5),
         p(d1, 0.5)
     );
+    print_w2f(&w2f);
     println!("\nTargets (informational; a bench never fails):");
-    let r1x = d1.rate() / r1.rate();
-    let r2x = d2.rate() / r2.rate();
-    println!(
-        "  RT  2 round trips per acquire+release:   distlock {:.2} {}   (raw {:.2})",
-        wire[0].per_pair,
-        verdict(wire[0].per_pair == 2.0),
-        wire[1].per_pair
-    );
-    println!(
-        "  W1  pairs/s >= 0.97x raw:                 {r1x:.2}x {}",
-        verdict(r1x >= 0.97)
-    );
-    println!(
-        "  W2  pairs/s >= 0.97x raw:                 {r2x:.2}x {}",
-        verdict(r2x >= 0.97)
-    );
+    print_uncontended_targets(&wire, &w1, &w2, &w2f);
     for (w, d, r) in [("W3", &w3d, &w3r), ("W4", &w4d, &w4r)] {
         println!(
             "  {w}  handoff p99 < 1 ms:                   distlock {} us {}   (raw {} us {})",

@@ -37,20 +37,29 @@ pub(crate) async fn w1_block(
     (start.elapsed(), errors)
 }
 
-/// `tasks` tasks each on its own key, `pairs` pairs in all; returns elapsed and errors.
-pub(crate) async fn w2_block(client: &Arc<Client>, tasks: usize, pairs: usize) -> (Duration, u64) {
+/// `tasks` tasks each on its own key, `pairs` pairs in all (each pair also takes a fence
+/// when `fenced`); returns elapsed and errors.
+pub(crate) async fn w2_block(
+    client: &Arc<Client>,
+    tasks: usize,
+    pairs: usize,
+    fenced: bool,
+) -> (Duration, u64) {
     let barrier = Arc::new(tokio::sync::Barrier::new(tasks + 1));
     let mut handles = Vec::with_capacity(tasks);
     for t in 0..tasks {
         let n = pairs / tasks + usize::from(t < pairs % tasks);
         let (client, barrier) = (client.clone(), barrier.clone());
         handles.push(tokio::spawn(async move {
-            let key = format!("w2:{t}");
+            let key = format!("{}:{t}", if fenced { "w2f" } else { "w2" });
             barrier.wait().await;
             let mut errors = 0u64;
             for _ in 0..n {
                 match client.acquire(&key, WAIT).await {
                     Ok(h) => {
+                        if fenced && client.fence(&h).await.is_err() {
+                            errors += 1;
+                        }
                         if client.release(h).await.is_err() {
                             errors += 1;
                         }
@@ -203,7 +212,12 @@ pub(crate) async fn run_w1(cfg: &Config, url: &str, clients: &[Arc<Client>; 3]) 
     out
 }
 
-pub(crate) async fn run_w2(cfg: &Config, url: &str, clients: &[Arc<Client>; 3]) -> Three {
+pub(crate) async fn run_w2(
+    cfg: &Config,
+    url: &str,
+    clients: &[Arc<Client>; 3],
+    fenced: bool,
+) -> Three {
     let mut stats = raw_connection(url).await;
     let mut out: Three = Default::default();
     let per_block = cfg.w2_pairs / ROUNDS;
@@ -212,7 +226,7 @@ pub(crate) async fn run_w2(cfg: &Config, url: &str, clients: &[Arc<Client>; 3]) 
             let i = slot(kind);
             let cpu = server_cpu(&mut stats).await;
             let own = own_cpu();
-            let (elapsed, errors) = w2_block(&clients[i], cfg.w2_tasks, per_block).await;
+            let (elapsed, errors) = w2_block(&clients[i], cfg.w2_tasks, per_block, fenced).await;
             out[i].client_cpu += own_cpu() - own;
             out[i].server_cpu += server_cpu(&mut stats).await - cpu;
             out[i].add_block(per_block, elapsed, errors);

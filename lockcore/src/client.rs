@@ -34,7 +34,7 @@ pub const DEFAULT_YIELD_WINDOW: Duration = Duration::from_millis(10);
 ///     .wait(Duration::from_secs(3))
 ///     .acquire()
 ///     .await?;
-/// println!("fence {}", guard.fence());
+/// println!("fence {}", guard.fence().await?);
 /// guard.release().await?; // Err(Error::Lost) if the lease ran out meanwhile
 /// # Ok(()) }
 /// ```

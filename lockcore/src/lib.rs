@@ -11,7 +11,7 @@
 //! use std::time::Duration;
 //! let locks = lockcore::Locks::in_memory(); // Locks::connect("redis://...") in production
 //! let guard = locks.lock("stock:7").ttl(Duration::from_secs(10)).acquire().await?;
-//! assert_eq!(guard.fence(), 1);
+//! assert_eq!(guard.fence().await?, 1); // assigned when asked for
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```

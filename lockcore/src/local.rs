@@ -4,7 +4,7 @@
 //! queue, and only the task whose turn it is contends in Redis. A task that has just
 //! released cannot barge ahead of local waiters: it queues behind them. When the holder
 //! releases while a local task waits, the release script gives the lock straight to that
-//! task (its token, its ttl, a new fence) in the same round trip, and the task is woken
+//! task (its token and its ttl) in the same round trip, and the task is woken
 //! in process holding it: one round trip per local handoff.
 //!
 //! A client's turn is bounded: it hands the lock down at most once to each task that was
@@ -70,8 +70,8 @@ struct Waiter {
 enum Wake {
     /// Contend in Redis.
     Turn,
-    /// The previous holder handed the lock over, with this fence, at this instant.
-    Granted(u64, Instant),
+    /// The previous holder handed the lock over at this instant.
+    Granted(Instant),
 }
 
 /// How long the holder of a turn holds its lock.
@@ -108,14 +108,14 @@ pub(crate) enum Entered {
     /// token this task queued with, find it gone and release it: the lock must never
     /// count as this task's then.
     LeaseOver(Turn),
-    /// The previous holder handed the lock over: held with this fence since this instant.
-    Granted(Turn, u64, Instant),
+    /// The previous holder handed the lock over: held since this instant.
+    Granted(Turn, Instant),
     /// The deadline passed first.
     Busy,
 }
 
 /// What to do with a lock that was handed to a waiter which had just given up.
-pub(crate) type Orphan = Box<dyn FnOnce(Turn, u64, Instant) + Send>;
+pub(crate) type Orphan = Box<dyn FnOnce(Turn, Instant) + Send>;
 
 /// A task's turn at the head of a key's local queue; dropping it passes the turn on.
 pub(crate) struct Turn {
@@ -190,9 +190,9 @@ impl Turn {
 
     /// The release handed the lock to `next`: its turn starts now. `false` when it had
     /// given up meanwhile (the lock, under its token, is then the caller's to release).
-    pub(crate) fn grant(&mut self, next: Next, fence: u64, at: Instant) -> bool {
+    pub(crate) fn grant(&mut self, next: Next, at: Instant) -> bool {
         let mut st = lock(&self.entry);
-        if next.tx.send(Wake::Granted(fence, at)).is_err() {
+        if next.tx.send(Wake::Granted(at)).is_err() {
             return false;
         }
         st.lease = Some(HolderLease::Until(at + next.ttl));
@@ -289,9 +289,9 @@ impl Drop for Place {
         turn.owns = true;
         match wake {
             Wake::Turn => drop(turn),
-            Wake::Granted(fence, at) => {
+            Wake::Granted(at) => {
                 if let Some(orphan) = self.orphan.take() {
-                    orphan(turn, fence, at);
+                    orphan(turn, at);
                 }
             }
         }
@@ -316,7 +316,7 @@ impl LocalQueues {
         token: &Arc<str>,
         ttl: Duration,
         deadline: Instant,
-        orphan: impl FnOnce(Turn, u64, Instant) + Send + 'static,
+        orphan: impl FnOnce(Turn, Instant) + Send + 'static,
     ) -> Entered {
         let entry = self.entry(key);
         let turn = |owns| Turn {
@@ -401,9 +401,9 @@ impl LocalQueues {
                     turn.owns = true;
                     Entered::Contend(turn)
                 }
-                Some(Wake::Granted(fence, at)) => {
+                Some(Wake::Granted(at)) => {
                     turn.owns = true;
-                    Entered::Granted(turn, fence, at)
+                    Entered::Granted(turn, at)
                 }
                 None => Entered::Contend(turn),
             };
@@ -421,7 +421,7 @@ impl LocalQueues {
 mod tests {
     use super::*;
 
-    fn never(_: Turn, _: u64, _: Instant) {}
+    fn never(_: Turn, _: Instant) {}
 
     async fn enter(q: &Arc<LocalQueues>, deadline: Instant) -> Entered {
         q.enter(
@@ -513,7 +513,7 @@ mod tests {
             let q = q.clone();
             async move {
                 match enter(&q, far).await {
-                    Entered::Granted(turn, fence, _) => (turn, fence),
+                    Entered::Granted(turn, at) => (turn, at),
                     _ => panic!("expected a grant"),
                 }
             }
@@ -524,10 +524,11 @@ mod tests {
         assert!(leaver.await.unwrap(), "the leaver timed out");
         let next = holder.next().expect("the waiter");
         assert!(!next.turn_over, "one handoff left in this turn");
-        assert!(holder.grant(next, 7, Instant::now()));
+        let at = Instant::now();
+        assert!(holder.grant(next, at));
         drop(holder);
-        let (turn, fence) = waiter.await.unwrap();
-        assert_eq!(fence, 7);
+        let (turn, granted_at) = waiter.await.unwrap();
+        assert_eq!(granted_at, at);
         assert!(turn.next().is_none());
         drop(turn);
         assert_eq!(q.len(), 0);
@@ -549,8 +550,8 @@ mod tests {
                     &Arc::from("w"),
                     Duration::from_secs(1),
                     far,
-                    move |t, f, _| {
-                        tx.send((t.owns, f)).unwrap();
+                    move |t, at| {
+                        tx.send((t.owns, at)).unwrap();
                     },
                 )
                 .await
@@ -559,8 +560,9 @@ mod tests {
         let queued = tokio::time::timeout(Duration::from_millis(10), waiting.as_mut()).await;
         assert!(queued.is_err(), "still waiting");
         let next = holder.next().unwrap();
-        assert!(holder.grant(next, 9, Instant::now()));
+        let at = Instant::now();
+        assert!(holder.grant(next, at));
         drop(waiting);
-        assert_eq!(rx.try_recv().unwrap(), (true, 9));
+        assert_eq!(rx.try_recv().unwrap(), (true, at));
     }
 }

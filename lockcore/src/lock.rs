@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{ReleaseCall, Released, Successor, Try};
+use crate::backend::{Attempt, ReleaseCall, Released, Successor, Try};
 use crate::client::{Inner, Locks};
 use crate::error::{Error, Result};
 use crate::key;
@@ -23,7 +23,8 @@ tokio::task_local! {
     static CURRENT: Arc<[LockInfo]>;
 }
 
-/// What is known about a held lock: its key, token and fencing token.
+/// What is known about a held lock: its key, its token, and its fencing token once
+/// asked for.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -31,7 +32,7 @@ tokio::task_local! {
 /// let guard = locks.lock("job").acquire().await.unwrap();
 /// let info = guard.info().clone();
 /// assert_eq!(info.key(), "lock:job");
-/// assert_eq!(info.fence(), 1);
+/// assert_eq!(info.fence().await.unwrap(), 1);
 /// # guard.release().await.unwrap();
 /// # }
 /// ```
@@ -39,21 +40,25 @@ tokio::task_local! {
 pub struct LockInfo {
     key: Arc<str>,
     token: Arc<str>,
-    fence: u64,
+    /// This acquisition's fence, assigned on the first [`LockInfo::fence`] call and
+    /// shared by every clone (a reentrant guard, `current_lock()`).
+    fence: Arc<tokio::sync::OnceCell<u64>>,
+    locks: Locks,
     /// Which client took it (reentrancy is per client and key).
     client: usize,
     state: Arc<HeldState>,
 }
 
 impl LockInfo {
-    /// A lock just acquired through `locks`.
-    fn new(locks: &Locks, key: String, token: Arc<str>, fence: u64) -> Self {
+    /// A lock just acquired through `locks`, its lease running `ttl` from `since`.
+    fn new(locks: &Locks, key: String, token: Arc<str>, since: Instant, ttl: Duration) -> Self {
         LockInfo {
             key: key.into(),
             token,
-            fence,
+            fence: Arc::default(),
+            locks: locks.clone(),
             client: Arc::as_ptr(&locks.inner) as usize,
-            state: HeldState::new(),
+            state: HeldState::new(since, ttl),
         }
     }
 
@@ -67,15 +72,72 @@ impl LockInfo {
         &self.token
     }
 
-    /// The fencing token: grows with every acquisition of this key, so storage can
-    /// reject a write from a holder whose lease has already passed to someone else.
+    /// The fencing token of this acquisition, assigned on the first call: pass it to
+    /// storage that keeps the largest fence it has seen per resource and rejects writes
+    /// that carry a smaller one.
+    ///
+    /// The first call runs one script that checks this lock still holds the key and then
+    /// increments the key's fence counter; later calls (on any clone of this info, a
+    /// reentrant guard or [`current_lock`] included) return the same number without a
+    /// round trip. A lock that does not ask pays nothing.
+    ///
+    /// What it guarantees: a holder that obtains a fence after another holder obtained
+    /// one gets a larger one. A holder paused past its ttl, whose lock another holder has
+    /// taken since, either got its fence before (smaller than the next holder's, so its
+    /// late write is rejected) or gets [`Error::Lost`] when it asks. Asking just before a
+    /// commit is therefore also the "check that you still hold the lock" step; the
+    /// fence is what makes that check safe against a pause between asking and writing.
+    ///
+    /// Errors: [`Error::Lost`] when the key no longer holds this lock's token (or lease
+    /// keeping found it lost), [`Error::Backend`] when Redis fails (the next call tries
+    /// again; a counter value consumed by a call whose reply was lost is skipped).
     ///
     /// The counter (`{<key>}:fence`) has no ttl on purpose. A Redis whose
     /// `maxmemory-policy` is `allkeys-*` may evict it, and `FLUSHDB` deletes it: the next
     /// fence then starts again from 1. Run Redis with `noeviction` or a `volatile-*`
     /// policy; the client warns through `tracing` when it connects to one that may evict.
-    pub fn fence(&self) -> u64 {
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockcore::Error> {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let guard = locks.lock("stock:7").acquire().await?;
+    /// let fence = guard.fence().await?; // one round trip; storage rejects smaller fences
+    /// assert_eq!(guard.fence().await?, fence); // cached
+    /// guard.release().await?;
+    /// let next = locks.lock("stock:7").acquire().await?;
+    /// assert!(next.fence().await? > fence);
+    /// # next.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn fence(&self) -> Result<u64> {
+        let lost = || Error::Lost {
+            key: self.key.to_string(),
+        };
+        if self.state.is_lost() {
+            return Err(lost());
+        }
+        let backend = &self.locks.inner.backend;
         self.fence
+            .get_or_try_init(|| async {
+                match backend.fence(&self.key, &self.token).await {
+                    Ok(Some(fence)) => {
+                        tracing::trace!(target: "distlock", key = &*self.key, fence, "lock fence assigned");
+                        Ok(fence)
+                    }
+                    Ok(None) => {
+                        tracing::warn!(target: "distlock", key = &*self.key, token = self.token_prefix(), "lock lost while held: found when asking for its fence");
+                        Err(lost())
+                    }
+                    Err(e) => Err(Error::backend(&self.key, e)),
+                }
+            })
+            .await
+            .copied()
+    }
+
+    /// The fence if [`fence`](Self::fence) already assigned one, without a round trip.
+    pub fn cached_fence(&self) -> Option<u64> {
+        self.fence.get().copied()
     }
 
     /// Whether the lock is still believed held: `false` once lease keeping (`renew`)
@@ -101,7 +163,7 @@ impl fmt::Debug for LockInfo {
         f.debug_struct("LockInfo")
             .field("key", &self.key)
             .field("token", &self.token)
-            .field("fence", &self.fence)
+            .field("fence", &self.cached_fence())
             .finish()
     }
 }
@@ -114,9 +176,10 @@ impl fmt::Debug for LockInfo {
 /// let locks = lockcore::Locks::in_memory();
 /// let guard = locks.lock("job").acquire().await.unwrap();
 /// let fence = guard
-///     .scope(async { lockcore::current_lock().unwrap().fence() })
-///     .await;
-/// assert_eq!(fence, guard.fence());
+///     .scope(async { lockcore::current_lock().unwrap().fence().await })
+///     .await
+///     .unwrap();
+/// assert_eq!(fence, guard.fence().await.unwrap());
 /// # guard.release().await.unwrap();
 /// # }
 /// ```
@@ -249,8 +312,9 @@ impl<'a> LockRequest<'a> {
         self
     }
 
-    /// Takes the lock: one atomic `SET NX PX` plus fencing `INCR` per try, retried
-    /// until `wait` runs out.
+    /// Takes the lock: one plain `SET key token NX PX ttl` when the key is free, retried
+    /// (through a script that also takes over yield markers) until `wait` runs out. The
+    /// fence is assigned only when asked for ([`LockGuard::fence`]).
     ///
     /// Errors: [`Error::Busy`] when still held by someone else at the deadline,
     /// [`Error::Backend`] when Redis fails (returned at once, within the command timeout),
@@ -270,7 +334,7 @@ impl<'a> LockRequest<'a> {
         }
         let client = Arc::as_ptr(inner) as usize;
         if let Some(outer) = held_in_task(&key, client) {
-            tracing::trace!(target: "distlock", key, fence = outer.fence, "lock re-entered");
+            tracing::trace!(target: "distlock", key, "lock re-entered");
             return Ok(LockGuard {
                 locks: self.locks.clone(),
                 info: outer,
@@ -287,7 +351,8 @@ impl<'a> LockRequest<'a> {
         let mut token = new_token();
         let orphan = {
             let (locks, key, token) = (self.locks.clone(), key.clone(), token.clone());
-            move |turn, fence, at| drop(LockGuard::orphan(locks, key, token, fence, at, turn))
+            let ttl = self.ttl;
+            move |turn, at| drop(LockGuard::orphan(locks, key, token, at, ttl, turn))
         };
         let turn = match inner
             .queues
@@ -299,8 +364,8 @@ impl<'a> LockRequest<'a> {
                 token = new_token();
                 turn
             }
-            Entered::Granted(turn, fence, at) => {
-                return Ok(self.taken(key, token, fence, started, 0, turn, Taken::Handed(at)));
+            Entered::Granted(turn, at) => {
+                return Ok(self.taken(key, token, started, 0, turn, Taken::Handed(at)));
             }
             Entered::Busy => {
                 let waited = started.elapsed();
@@ -308,7 +373,6 @@ impl<'a> LockRequest<'a> {
                 return Err(Error::Busy { key, waited });
             }
         };
-        let fence_key = key::companion(&key, ":fence");
         let mut wake: Option<Subscription> = None;
         let mut subscribed = false;
         // Wake-ups are wanted: when the subscription cannot be had, poll with short
@@ -330,15 +394,21 @@ impl<'a> LockRequest<'a> {
             // The lease is counted from before the try is sent: Redis starts it later, so
             // it never outlives the key.
             let sent = Instant::now();
+            let how = if subscribed {
+                // A waiter woken by messages registers, so the holder's release wakes it.
+                Attempt::Again(wake.is_some().then_some(WAITING_MARK))
+            } else {
+                Attempt::First
+            };
             let left = match inner
                 .backend
-                .try_acquire(&key, &fence_key, &token, self.ttl, &inner.client_id)
+                .try_acquire(&key, &token, self.ttl, &inner.client_id, how)
                 .await
             {
-                Ok(Try::Taken(fence)) => {
+                Ok(Try::Taken) => {
                     drop(wake);
                     let taken = Taken::Sent(sent);
-                    return Ok(self.taken(key, token, fence, started, attempt, turn, taken));
+                    return Ok(self.taken(key, token, started, attempt, turn, taken));
                 }
                 Ok(Try::Busy(left)) => left,
                 Err(source) => {
@@ -385,7 +455,6 @@ impl<'a> LockRequest<'a> {
         self,
         key: String,
         token: Arc<str>,
-        fence: u64,
         started: Instant,
         attempt: u32,
         turn: Turn,
@@ -396,13 +465,12 @@ impl<'a> LockRequest<'a> {
             Taken::Sent(at) => (at, false),
             Taken::Handed(at) => (at, true),
         };
-        let info = LockInfo::new(self.locks, key, token, fence);
+        let info = LockInfo::new(self.locks, key, token, acquired_at, self.ttl);
         let waited = started.elapsed();
         tracing::debug!(
             target: "distlock",
             key = info.key(),
             token = info.token_prefix(),
-            fence,
             waited_ms = waited.as_secs_f64() * 1e3,
             tries = attempt + 1,
             renew = self.renew,
@@ -455,10 +523,17 @@ enum Taken {
 /// and a holder whose lease ran out without a release.
 const LOCK_RETRY_CAP: Duration = Duration::from_millis(100);
 
+/// How long a waiter's try keeps the key's waiting marker: many times the longest sleep
+/// between its tries, which renew it. A release that finds no marker wakes nobody; a
+/// waiter it missed tries again within [`LOCK_RETRY_CAP`].
+const WAITING_MARK: Duration = Duration::from_secs(1);
+
 fn spawn_cleanup(locks: Locks, key: String, token: Arc<str>) {
     // Outside a runtime the handed token stays until its ttl.
     crate::util::spawn_here(async move {
-        let _ = release_raw(&locks.inner, &key, &token, None, None, None).await;
+        if !matches!(locks.inner.backend.delete_if(&key, &token).await, Ok(true)) {
+            let _ = release_raw(&locks.inner, &key, &token, None, false, None).await;
+        }
     });
 }
 
@@ -484,12 +559,12 @@ impl LockGuard {
         locks: Locks,
         key: String,
         token: Arc<str>,
-        fence: u64,
         at: Instant,
+        ttl: Duration,
         turn: Turn,
     ) -> Self {
         LockGuard {
-            info: LockInfo::new(&locks, key, token, fence),
+            info: LockInfo::new(&locks, key, token, at, ttl),
             locks,
             acquired_at: at,
             done: false,
@@ -508,9 +583,10 @@ impl LockGuard {
         self.info.token()
     }
 
-    /// The fencing token of this acquisition.
-    pub fn fence(&self) -> u64 {
-        self.info.fence()
+    /// The fencing token of this acquisition, assigned on the first call; see
+    /// [`LockInfo::fence`].
+    pub async fn fence(&self) -> Result<u64> {
+        self.info.fence().await
     }
 
     /// Key, token and fence together.
@@ -547,7 +623,7 @@ impl LockGuard {
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let locks = lockcore::Locks::in_memory();
     /// let guard = locks.lock("order:42").acquire().await.unwrap();
-    /// // ... the critical section, passing guard.fence() to storage ...
+    /// // ... the critical section, passing guard.fence().await? to storage ...
     /// guard.release().await.unwrap();
     /// # }
     /// ```
@@ -555,10 +631,11 @@ impl LockGuard {
     /// Returns [`Error::Lost`] when the key was gone or held another token: the lease
     /// ran out (or was taken) while the lock was held, so the critical section may have
     /// overlapped with another holder's. A release whose reply is lost is retried once,
-    /// and the retry never reports a release that happened as `Lost`: when the key is
-    /// gone and the fence is unchanged nobody held the lock since, which is success; when
-    /// the lock has changed hands since, the outcome cannot be told and the error is
-    /// [`Error::Backend`].
+    /// and the retry never reports a release that happened as `Lost`: a retry that finds
+    /// the key no longer holding the token before the lease could have ended (by this
+    /// client's clock, counted from the try that took the lock or the last renewal, less
+    /// a margin) knows the lost try released it, which is success; past that, the
+    /// outcome cannot be told and the error is [`Error::Backend`].
     ///
     /// When another task of the same client waits for the key, the release hands the
     /// lock to it in the same round trip (see [`LocksBuilder::yield_window`] for how turns
@@ -590,7 +667,7 @@ impl LockGuard {
         Releasing {
             locks: self.locks.clone(),
             token: self.info.token.clone(),
-            fence: self.info.fence(),
+            state: self.info.state.clone(),
             info: self.info.clone(),
             held: self.acquired_at.elapsed(),
             turn: self.turn.take(),
@@ -620,7 +697,7 @@ impl fmt::Debug for LockGuard {
     }
 }
 
-/// A release under way, owning all it needs to finish: the lock's token and fence, this
+/// A release under way, owning all it needs to finish: the lock's token and lease, this
 /// task's turn in the local queue and the waiter the release may hand the lock to.
 ///
 /// Dropped before it finished (the caller's `release()` was cancelled at an await, or a
@@ -636,9 +713,9 @@ struct Releasing {
     /// The local waiter the try under way hands the lock to.
     next: Option<Next>,
     /// Whose lock the next try releases: the caller's, then a waiter's that gave up as
-    /// the lock reached it.
+    /// the lock reached it; and that lock's lease.
     token: Arc<str>,
-    fence: u64,
+    state: Arc<HeldState>,
     /// When the first try that may have reached Redis was sent: a handoff a retry
     /// reports may date from then, and the waiter's lease is counted from it.
     sent: Option<Instant>,
@@ -659,14 +736,14 @@ impl Releasing {
                 self.next = self.turn.as_ref().and_then(Turn::next);
             }
             let inner = &self.locks.inner;
-            let retry_of = self.sent.is_some().then_some(self.fence);
+            let retry = self.sent.is_some();
             let at = *self.sent.get_or_insert_with(Instant::now);
             let outcome = release_raw(
                 inner,
                 self.info.key(),
                 &self.token,
-                Some(self.fence),
-                retry_of,
+                Some(&self.state),
+                retry,
                 self.next.as_ref().map(Next::successor),
             )
             .await;
@@ -675,7 +752,7 @@ impl Releasing {
                 turn.left_to_others(at + inner.yield_window);
             }
             let handed = match (&outcome, self.next.take()) {
-                (Ok(Released::Handed(new_fence)), Some(next)) => Some((*new_fence, next)),
+                (Ok(Released::Handed), Some(next)) => Some(next),
                 (_, Some(next)) => {
                     let left = self.turn.as_ref().and_then(|turn| turn.give_back(next));
                     if let (Err(_), Some(token)) = (&outcome, left) {
@@ -690,20 +767,16 @@ impl Releasing {
             if result.is_none() {
                 result = Some(report(&self.info, self.held, outcome));
             }
-            let Some((new_fence, next)) = handed else {
+            let Some(next) = handed else {
                 break;
             };
-            let next_token = next.token().clone();
-            if self
-                .turn
-                .as_mut()
-                .is_some_and(|turn| turn.grant(next, new_fence, at))
-            {
+            let (next_token, next_ttl) = (next.token().clone(), next.successor().ttl);
+            if self.turn.as_mut().is_some_and(|turn| turn.grant(next, at)) {
                 break;
             }
-            tracing::trace!(target: "distlock", key = self.info.key(), fence = new_fence, "local waiter left as the lock reached it; releasing it");
+            tracing::trace!(target: "distlock", key = self.info.key(), "local waiter left as the lock reached it; releasing it");
             self.token = next_token;
-            self.fence = new_fence;
+            self.state = HeldState::new(at, next_ttl);
             self.sent = None;
         }
         self.finished = true;
@@ -731,7 +804,7 @@ impl Drop for Releasing {
             turn: self.turn.take(),
             next: self.next.take(),
             token: self.token.clone(),
-            fence: self.fence,
+            state: self.state.clone(),
             sent: self.sent,
             recovering: true,
             finished: false,
@@ -745,27 +818,28 @@ impl Drop for Releasing {
 }
 
 /// One release (compare-and-delete, or a handoff to `next`), retried once on a
-/// transport failure. `retry_of` is set when an earlier try may have run. A retry
-/// tells a release that happened from a lost lock by the fence: no marker key is
-/// written.
+/// transport failure. `retry` is set when an earlier try may have run.
+///
+/// A retry that finds the key no longer holding `token` is told apart from a lost lock
+/// by time, with no marker key written: before the lease in `lease` could have ended,
+/// the key cannot have expired, and only this client's handoff writes `next`'s token,
+/// so the earlier try released it (`Earlier`); after, it cannot be told (`Unknown`).
+/// Without `lease` (a clean-up of a try whose reply was lost) it is never `Earlier`.
 async fn release_raw(
     inner: &Inner,
     key: &str,
     token: &str,
-    fence: Option<u64>,
-    retry_of: Option<u64>,
+    lease: Option<&HeldState>,
+    mut retry: bool,
     next: Option<Successor<'_>>,
 ) -> std::result::Result<Released, Error> {
-    let fence_key = key::companion(key, ":fence");
     let channel = channel_of(key);
     let yield_to =
         (!inner.yield_window.is_zero()).then_some((inner.client_id.as_str(), inner.yield_window));
-    let mut call = ReleaseCall {
+    let call = ReleaseCall {
         key,
-        fence_key: &fence_key,
         token,
         channel: &channel,
-        retry_of,
         successor: next,
         yield_to,
         // Only a yielding release counts the channel's subscribers.
@@ -778,10 +852,19 @@ async fn release_raw(
     let mut retried = false;
     loop {
         match inner.backend.release(&call).await {
+            Ok(Released::NotOurs) if retry => {
+                // The reply arrived now, so Redis ran the call before now.
+                let within = lease.is_some_and(|l| Instant::now() < l.surely_held_until());
+                return Ok(if within {
+                    Released::Earlier
+                } else {
+                    Released::Unknown
+                });
+            }
             Ok(found) => return Ok(found),
             Err(e) if !retried && e.is_transient() => {
                 retried = true;
-                call.retry_of = fence;
+                retry = true;
             }
             Err(e) => return Err(Error::backend(key, e)),
         }
@@ -796,24 +879,24 @@ fn report(
 ) -> Result<()> {
     let held_ms = held.as_secs_f64() * 1e3;
     match outcome {
-        Ok(Released::Now | Released::Yielded | Released::Earlier | Released::Handed(_)) => {
+        Ok(Released::Now | Released::Yielded | Released::Earlier | Released::Handed) => {
             tracing::debug!(
                 target: "distlock",
                 key = info.key(),
                 token = info.token_prefix(),
-                fence = info.fence(),
+                fence = info.cached_fence(),
                 held_ms,
-                handed = matches!(outcome, Ok(Released::Handed(_))),
+                handed = matches!(outcome, Ok(Released::Handed)),
                 "lock released"
             );
             Ok(())
         }
-        Ok(Released::Lost) => {
+        Ok(Released::NotOurs) => {
             tracing::warn!(
                 target: "distlock",
                 key = info.key(),
                 token = info.token_prefix(),
-                fence = info.fence(),
+                fence = info.cached_fence(),
                 held_ms,
                 "lock lost while held: it expired or another holder took it"
             );
@@ -826,8 +909,8 @@ fn report(
                 info.key(),
                 crate::error::BackendError::new(
                     crate::error::BackendErrorKind::Timeout,
-                    "the release reply was lost and the lock has changed hands since: \
-                     whether this release came first cannot be told",
+                    "the release reply was lost and the retry came after the lease could \
+                     have ended: whether this release came before the expiry cannot be told",
                 ),
             );
             tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release outcome unknown");

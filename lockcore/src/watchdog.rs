@@ -27,14 +27,34 @@ use crate::error::BackendError;
 pub(crate) struct HeldState {
     lost: watch::Sender<bool>,
     released: AtomicBool,
+    /// The lease by this client's clock: since when (a try's or renewal's send) and for
+    /// how long. The key cannot expire before its end (see [`HeldState::surely_held_until`]).
+    lease: Mutex<(Instant, Duration)>,
 }
 
 impl HeldState {
-    pub(crate) fn new() -> Arc<HeldState> {
+    /// The state of a lock whose lease runs `ttl` from `since`.
+    pub(crate) fn new(since: Instant, ttl: Duration) -> Arc<HeldState> {
         Arc::new(HeldState {
             lost: watch::Sender::new(false),
             released: AtomicBool::new(false),
+            lease: Mutex::new((since, ttl)),
         })
+    }
+
+    /// A renewal sent at `since` extended the lease to `ttl` from then.
+    pub(crate) fn renewed(&self, since: Instant, ttl: Duration) {
+        *crate::util::lock(&self.lease) = (since, ttl);
+    }
+
+    /// Until when the key surely still holds this lock's token unless a release or
+    /// another holder's take removed it: the lease's end by this client's clock, less a
+    /// margin for the two clocks' rates and Redis's millisecond expiry (2 ms + 1 % of
+    /// the ttl).
+    pub(crate) fn surely_held_until(&self) -> Instant {
+        let (since, ttl) = *crate::util::lock(&self.lease);
+        let margin = Duration::from_millis(2) + ttl / 100;
+        (since + ttl).checked_sub(margin).unwrap_or(since)
     }
 
     pub(crate) fn mark_lost(&self) {
@@ -270,6 +290,7 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
                 let t = &mut tracked[i];
                 if extended {
                     t.lease_end = sent + t.lease.ttl;
+                    t.lease.state.renewed(sent, t.lease.ttl);
                     t.due = sent + t.lease.ttl / 3;
                     tracing::trace!(target: "distlock", key = &*t.lease.key, "lock lease renewed");
                 } else {

@@ -520,13 +520,17 @@ async fn locked(ctx: &Ctx, p: &LockPlan, call: &str, phase: &AtomicU8, after_acq
             return;
         }
     };
+    // The fence, asked for on entry (a round trip; `Lost` or a backend error is logged).
+    let fence = match guard.fence().await {
+        Ok(f) => f.to_string(),
+        Err(e) => kind(&e).to_owned(),
+    };
     ctx.log.emit(
         "lk_enter",
         format_args!(
-            "call={call} key={} token={} fence={} dur={took} reentrant={}",
+            "call={call} key={} token={} fence={fence} dur={took} reentrant={}",
             p.key,
             guard.token(),
-            guard.fence(),
             u8::from(guard.is_reentrant())
         ),
     );
@@ -642,17 +646,13 @@ async fn nested(ctx: &Ctx, p: &LockPlan, call: &str, outer: &LockGuard, d: Durat
         .await
     {
         Ok(inner) => {
-            if !inner.is_reentrant()
-                || inner.fence() != outer.fence()
-                || inner.token() != outer.token()
-            {
+            let (fence, outer_fence) = (inner.info().cached_fence(), outer.info().cached_fence());
+            if !inner.is_reentrant() || fence != outer_fence || inner.token() != outer.token() {
                 ctx.log.emit(
                     "lk_bad",
                     format_args!(
-                        "call={call} what=nested_not_reentrant reentrant={} fence={} outer_fence={}",
+                        "call={call} what=nested_not_reentrant reentrant={} fence={fence:?} outer_fence={outer_fence:?}",
                         u8::from(inner.is_reentrant()),
-                        inner.fence(),
-                        outer.fence()
                     ),
                 );
             }

@@ -1,11 +1,13 @@
-//! The lock protocol: `acquire.lua`, `release.lua`, `extend.lua` on the server; the local
-//! queue of `local.rs`, `LockRequest::acquire`, `Releasing` and `release_raw` of
-//! `lock.rs` and the watchdog of `watchdog.rs` on the clients.
+//! The lock protocol: `acquire.lua`, `release.lua`, `extend.lua` and the fence script on
+//! the server; the local queue of `local.rs`, `LockRequest::acquire`, `LockGuard::fence`
+//! (a fence on demand), `Releasing` and `release_raw` of `lock.rs` and the watchdog of
+//! `watchdog.rs` on the clients.
 //!
 //! Three tasks: `A1` and `A2` share client `A` (one local queue, so a release can hand
 //! the lock to the other), `B1` is client `B`'s. Each task takes the lock once: enters
 //! its client's local queue, contends in Redis (or is handed the lock), holds it
-//! (renewing it when its client renews), releases it, and is done.
+//! (renewing it when its client renews, asking for a fence at any moment when its
+//! client asks for fences), releases it, and is done.
 //!
 //! Time is kept relative: every deadline is the number of ticks left until it (the key's
 //! expiry, a lease's end), so states that differ only in the clock's reading are one,
@@ -38,8 +40,9 @@ pub(crate) struct LockBugs {
     /// started it, or a failed renewal dropped) without marking the lock lost: the holder
     /// believes it holds forever.
     pub(crate) renewal_stops_silently: bool,
-    /// The retry of a release whose reply was lost reports success (`{2}`) whenever the
-    /// key does not hold its token, even when another holder has it.
+    /// A retried release reports success whenever the key does not hold its token
+    /// (`NotOurs` read as `Earlier` without looking at the lease), even when its lease
+    /// ended and another holder has taken the lock since.
     pub(crate) retry_ok_when_taken: bool,
     /// Fault 2 before its fix: a `release()` whose future is dropped (cancelled) while a
     /// try is in flight is abandoned: the try may still run or not (the lock then stays
@@ -59,6 +62,9 @@ pub(crate) struct LockBugs {
     /// so a renewal still in flight when the lease ends keeps the lock "held" until its
     /// reply (up to the command timeout) although the key may have expired.
     pub(crate) lost_check_waits_for_renewal: bool,
+    /// The fence script increments and returns the counter whatever the key holds: a
+    /// holder paused past its lease gets a fence larger than the next holder's.
+    pub(crate) fence_without_compare: bool,
 }
 
 /// Which invariants are checked (all, but for tests that look past one).
@@ -92,6 +98,8 @@ pub(crate) struct LockModel {
     pub(crate) cancels: bool,
     /// Which of `A1`, `A2`, `B1` take part.
     pub(crate) tasks: [bool; TASKS],
+    /// Which clients' holders ask for a fence (at any moment while they hold).
+    pub(crate) fences: [bool; 2],
     /// Whose requests may time out.
     pub(crate) faulty: [bool; TASKS],
     pub(crate) checks: LockChecks,
@@ -114,6 +122,7 @@ impl LockModel {
             waiters_give_up: true,
             cancels: true,
             tasks: [true; TASKS],
+            fences: [true; 2],
             faulty: [true; TASKS],
             checks: LockChecks {
                 reports: true,
@@ -148,9 +157,6 @@ struct Key {
     val: Val,
     /// Ticks until it expires (at least 1).
     left: u8,
-    /// The fence counter right after the take that wrote this token (`NO` for a yield
-    /// marker): what a retried release's `GET` of the counter must find.
-    fence: u8,
 }
 
 /// A script call.
@@ -158,55 +164,63 @@ struct Key {
 pub(crate) enum Req {
     /// `acquire.lua` with this token.
     Acquire { tok: u8 },
-    /// `release.lua`: the token, `retry_of` (`NO`: first try), the next local waiter's
-    /// token (`NO`: none) and whether this client's turn is over.
-    Release {
-        tok: u8,
-        retry_of: u8,
-        next: u8,
-        turn_over: bool,
-    },
+    /// `release.lua`: the token, the next local waiter's token (`NO`: none) and whether
+    /// this client's turn is over.
+    Release { tok: u8, next: u8, turn_over: bool },
     /// `extend.lua` (the watchdog's renewal).
     Extend { tok: u8 },
+    /// The fence script: the next fence if the key holds this token.
+    Fence { tok: u8 },
 }
 
-/// `release.lua`'s answer (the `Released` of `backend/mod.rs`).
+/// `release.lua`'s answer, and what `release()` makes of it (the `Released` of
+/// `backend/mod.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Rel {
+    /// Deleted (the script's answer, reported as is).
     Now,
+    /// Left to the other clients for the yield window (idem).
     Yielded,
+    /// Handed to the next local waiter (idem).
+    Handed,
+    /// The script's answer when the key is gone or holds something else; the client
+    /// reads it as one of the three below.
+    NotOurs,
+    /// `NotOurs` on a retry within the lease: an earlier try released it.
     Earlier,
+    /// `NotOurs` on a first try.
     Lost,
+    /// `NotOurs` on a retry after the lease ended: whether an earlier try released it
+    /// cannot be told (`Error::Backend`).
     Unknown,
-    /// Handed to the next local waiter, with this fence.
-    Handed {
-        fence: u8,
-    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Reply {
     /// Taken; `found` (ghost): what the key held.
     Taken {
-        fence: u8,
         found: Found,
     },
     /// Held by someone else; `own` (ghost): the key held the contender's own token.
     Busy {
         own: bool,
     },
-    /// `flaw` (ghost): what is wrong with this answer, were it the one reported.
+    /// The script's answer (`Now`, `Yielded`, `Handed` or `NotOurs`).
     Released {
         rel: Rel,
-        flaw: Option<Flaw>,
     },
     Extended(bool),
+    /// The new fence, or `None`: lost; `other` (ghost): the key holds another token.
+    Fenced {
+        fence: Option<u8>,
+        other: bool,
+    },
 }
 
 /// What is wrong with a release's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Flaw {
-    /// Success, though the lock was lost and taken by another holder.
+    /// Success, though no try of the release found its token (the lock was lost).
     SilentOk,
     /// Lost, though the release happened.
     FalseLost,
@@ -216,8 +230,8 @@ impl Flaw {
     fn message(self) -> &'static str {
         match self {
             Flaw::SilentOk => {
-                "a release reported success although the lock was lost and taken by another \
-                 holder (silent Ok)"
+                "a release reported success although none of its tries found its token: the \
+                 lock was lost, expired or taken by another holder (silent Ok)"
             }
             Flaw::FalseLost => "a release that happened was reported Lost (false Lost)",
         }
@@ -246,6 +260,7 @@ enum Net {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Holding {
     tok: u8,
+    /// The fence it obtained (`NO`: none yet; asked for on demand, once obtained kept).
     fence: u8,
     /// Ticks left on the lease by this client's clock (`NEVER`: no longer watched).
     left: u8,
@@ -262,8 +277,10 @@ struct Holding {
 struct Releasing {
     /// The token released by this try (the task's own, or a waiter's that left).
     tok: u8,
-    /// The fence sent as `retry_of` on a retry.
-    fence: u8,
+    /// Ticks left by this client's clock on the lease of the token released (`NEVER`:
+    /// not watched, so not ended): a retry's `NotOurs` within it means an earlier try
+    /// released it.
+    left: u8,
     /// The local waiter taken out of the queue for this release (`NO`: none), and its
     /// token.
     next: u8,
@@ -272,7 +289,7 @@ struct Releasing {
     /// The lease a handed-over lock has left (ttl from when this release began).
     grant: u8,
     net: Option<Net>,
-    /// A try may have reached Redis: the next one is sent with `retry_of`.
+    /// A try may have reached Redis: the next one is a retry.
     sent: bool,
     /// This `release_raw` call already retried once: the next transport error ends it.
     second: bool,
@@ -283,7 +300,7 @@ struct Releasing {
     own: u8,
     /// This is the release whose outcome the caller gets (the first of `finish`).
     report: bool,
-    /// Ghost: some try of it found the token and released it.
+    /// Ghost: some try of it found the token and released (handed, yielded) it.
     happened: bool,
 }
 
@@ -389,9 +406,22 @@ pub(crate) enum LockStep {
         reply: Reply,
         gives_up: bool,
     },
+    /// A release's answer reaches `release()` (`rel`: the script's), which reports `read`;
+    /// `retry`: the try was a retry.
+    Answer {
+        task: u8,
+        rel: Rel,
+        read: Rel,
+        retry: bool,
+    },
+    /// A holder asks for a fence and gets the script's answer.
+    Fence {
+        task: u8,
+        reply: Reply,
+    },
     Timeout {
         task: u8,
-        renewal: bool,
+        what: &'static str,
         ran: bool,
     },
 }
@@ -431,16 +461,13 @@ impl fmt::Display for Req {
         match *self {
             Req::Acquire { tok } => write!(f, "acquire({})", tok_name(tok)),
             Req::Extend { tok } => write!(f, "extend({})", tok_name(tok)),
+            Req::Fence { tok } => write!(f, "fence({})", tok_name(tok)),
             Req::Release {
                 tok,
-                retry_of,
                 next,
                 turn_over,
             } => {
                 write!(f, "release({}", tok_name(tok))?;
-                if retry_of != NO {
-                    write!(f, ", retry_of={retry_of}")?;
-                }
                 if next != NO {
                     write!(f, ", next={}", tok_name(next))?;
                     if turn_over {
@@ -456,19 +483,26 @@ impl fmt::Display for Req {
 impl fmt::Display for Reply {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Reply::Taken { fence, found } => match found {
-                Found::Nothing => write!(f, "Taken(fence {fence})"),
-                Found::Yield => write!(f, "Taken(fence {fence}) over a yield marker"),
-                Found::Own => write!(f, "Taken(fence {fence}) finding its own token"),
+            Reply::Taken { found } => match found {
+                Found::Nothing => write!(f, "Taken"),
+                Found::Yield => write!(f, "Taken over a yield marker"),
+                Found::Own => write!(f, "Taken finding its own token"),
             },
             Reply::Busy { own: false } => write!(f, "Busy"),
             Reply::Busy { own: true } => write!(f, "Busy (the key holds its OWN token)"),
-            Reply::Released {
-                rel: Rel::Handed { fence, .. },
-                ..
-            } => write!(f, "Handed(fence {fence})"),
-            Reply::Released { rel, .. } => write!(f, "{rel:?}"),
+            Reply::Released { rel } => write!(f, "{rel:?}"),
             Reply::Extended(ok) => write!(f, "Extended({ok})"),
+            Reply::Fenced {
+                fence: Some(fence), ..
+            } => write!(f, "Fenced({fence})"),
+            Reply::Fenced {
+                fence: None,
+                other: false,
+            } => write!(f, "Fenced: Lost (the key is gone)"),
+            Reply::Fenced {
+                fence: None,
+                other: true,
+            } => write!(f, "Fenced: Lost (the key holds another token)"),
         }
     }
 }
@@ -519,15 +553,28 @@ impl fmt::Display for LockStep {
                 name(task),
                 if *gives_up { ", gives up" } else { "" }
             ),
-            LockStep::Timeout { task, renewal, ran } => write!(
+            LockStep::Answer {
+                task,
+                rel,
+                read,
+                retry,
+            } => {
+                write!(f, "{}: gets {rel:?}", name(task))?;
+                if *retry {
+                    write!(f, " on a retry")?;
+                }
+                if rel != read {
+                    write!(f, " -> reports {read:?}")?;
+                }
+                Ok(())
+            }
+            LockStep::Fence { task, reply } => {
+                write!(f, "{}: asks for a fence -> {reply}", name(task))
+            }
+            LockStep::Timeout { task, what, ran } => write!(
                 f,
-                "{}: {} times out ({})",
+                "{}: {what} times out ({})",
                 name(task),
-                if *renewal {
-                    "the renewal"
-                } else {
-                    "the request"
-                },
                 if *ran {
                     "it ran; the reply is lost"
                 } else {
@@ -590,7 +637,6 @@ impl LockModel {
                 Phase::Release(r) if r.net.is_none() => {
                     r.net = Some(Net::Sent(Req::Release {
                         tok: r.tok,
-                        retry_of: if r.sent { r.fence } else { NO },
                         next: r.next_tok,
                         turn_over: r.turn_over,
                     }));
@@ -627,14 +673,11 @@ impl LockModel {
         }
     }
 
-    fn take(&self, s: &mut LockState, val: Val) -> u8 {
-        s.counter += 1;
+    fn take(&self, s: &mut LockState, val: Val) {
         s.key = Some(Key {
             val,
             left: self.ttl,
-            fence: s.counter,
         });
-        s.counter
     }
 
     /// Runs one script on the server for task `task`.
@@ -649,21 +692,18 @@ impl LockModel {
                     Some(Val::Tok(t)) => t == tok && !self.bugs.acquire_ignores_own_token,
                 };
                 if free && held == Some(Val::Tok(tok)) {
-                    // Its own token: the lease starts again, with the current fence.
+                    // Its own token: the lease starts again.
                     if let Some(k) = s.key.as_mut() {
                         k.left = self.ttl;
                     }
-                    Reply::Taken {
-                        fence: s.counter,
-                        found: Found::Own,
-                    }
+                    Reply::Taken { found: Found::Own }
                 } else if free {
                     let found = match held {
                         Some(Val::Yield(_)) => Found::Yield,
                         _ => Found::Nothing,
                     };
-                    let fence = self.take(s, Val::Tok(tok));
-                    Reply::Taken { fence, found }
+                    self.take(s, Val::Tok(tok));
+                    Reply::Taken { found }
                 } else {
                     Reply::Busy {
                         own: held == Some(Val::Tok(tok)),
@@ -680,39 +720,36 @@ impl LockModel {
                     Reply::Extended(false)
                 }
             }
+            Req::Fence { tok } => {
+                if held == Some(Val::Tok(tok)) || self.bugs.fence_without_compare {
+                    s.counter += 1;
+                    Reply::Fenced {
+                        fence: Some(s.counter),
+                        other: false,
+                    }
+                } else {
+                    Reply::Fenced {
+                        fence: None,
+                        other: matches!(held, Some(Val::Tok(_))),
+                    }
+                }
+            }
             Req::Release {
                 tok,
-                retry_of,
                 next,
                 turn_over,
-            } => {
-                let rel = self.release_script(s, task, tok, retry_of, next, turn_over, others);
-                // Judge the answer where it is made: what the caller would learn from it.
-                let flaw = match s.tasks[task] {
-                    Phase::Release(r) if r.report && r.tok == tok => match rel {
-                        Rel::Lost if r.happened => Some(Flaw::FalseLost),
-                        Rel::Now | Rel::Yielded | Rel::Earlier | Rel::Handed { .. }
-                            if !r.happened && s.counter != r.fence =>
-                        {
-                            Some(Flaw::SilentOk)
-                        }
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                Reply::Released { rel, flaw }
-            }
+            } => Reply::Released {
+                rel: self.release_script(s, task, tok, next, turn_over, others),
+            },
         }
     }
 
     /// `release.lua`; `others`: whether other clients' waiters listen on the channel.
-    #[allow(clippy::too_many_arguments)]
     fn release_script(
         &self,
         s: &mut LockState,
         task: usize,
         tok: u8,
-        retry_of: u8,
         next: u8,
         turn_over: bool,
         others: bool,
@@ -729,39 +766,37 @@ impl LockModel {
                 r.happened = true;
             }
             if next != NO && (!turn_over || !others) {
-                let fence = self.take(s, Val::Tok(next));
-                return Rel::Handed { fence };
+                // Handed over without a fence: the waiter asks for one when it needs it.
+                self.take(s, Val::Tok(next));
+                return Rel::Handed;
             }
             if self.yield_window > 0 && others {
                 s.key = Some(Key {
                     val: Val::Yield(client),
                     left: self.yield_window,
-                    fence: NO,
                 });
                 return Rel::Yielded;
             }
             s.key = None;
             return Rel::Now;
         }
-        if retry_of == NO {
-            return Rel::Lost;
-        }
         if next != NO && held == Some(Val::Tok(next)) {
-            // The fence this answer reports must be that of the take that wrote the
-            // waiter's token (a later take would have changed the key).
-            if s.key.is_some_and(|k| k.fence != s.counter) {
-                s.bad = Some(
-                    "a retried release reported a handoff with a fence other than the \
-                     handoff's (fences out of order)",
-                );
-            }
-            return Rel::Handed { fence: s.counter };
+            // Only this release's handoff writes the queued waiter's token.
+            return Rel::Handed;
         }
-        let mine = self.yield_window > 0 && held == Some(Val::Yield(client));
-        if self.bugs.retry_ok_when_taken || ((held.is_none() || mine) && s.counter == retry_of) {
-            Rel::Earlier
-        } else {
-            Rel::Unknown
+        Rel::NotOurs
+    }
+
+    /// What `release()` makes of the script's answer `rel` to a try of `r`: `NotOurs` is
+    /// `Lost` on a first try; on a retry (an earlier try may have run), `Earlier` while
+    /// the lease of the token released has not ended by this client's clock (the key
+    /// cannot have expired: only our own try can have removed the token), else `Unknown`.
+    fn read(&self, r: &Releasing, rel: Rel) -> Rel {
+        match rel {
+            Rel::NotOurs if !r.sent => Rel::Lost,
+            Rel::NotOurs if r.left > 0 || self.bugs.retry_ok_when_taken => Rel::Earlier,
+            Rel::NotOurs => Rel::Unknown,
+            rel => rel,
         }
     }
 
@@ -795,20 +830,28 @@ impl LockModel {
         }
     }
 
-    /// A release try of task `i` ended with `outcome` (`None`: a transport error, given
-    /// up): the rest of `Releasing::finish`.
+    /// A release try of task `i` ended with `outcome` (what `release()` reports; `None`:
+    /// a transport error, given up): the rest of `Releasing::finish`.
     fn finish(
         &self,
         mut s: LockState,
         i: usize,
         mut r: Releasing,
         outcome: Option<Rel>,
-        flaw: Option<Flaw>,
         out: &mut Vec<LockState>,
     ) {
         let c = CLIENT_OF[i];
         if r.report {
             r.report = false;
+            // Judged where the caller learns it: a success none of whose tries found the
+            // token, a `Lost` for a release that happened.
+            let flaw = match outcome {
+                Some(Rel::Lost) if r.happened => Some(Flaw::FalseLost),
+                Some(Rel::Now | Rel::Yielded | Rel::Earlier | Rel::Handed) if !r.happened => {
+                    Some(Flaw::SilentOk)
+                }
+                _ => None,
+            };
             if let Some(flaw) = flaw
                 && self.checks.reports
             {
@@ -817,12 +860,12 @@ impl LockModel {
         }
         let next = usize::from(r.next);
         match outcome {
-            Some(Rel::Handed { fence }) if r.next != NO => {
+            Some(Rel::Handed) if r.next != NO => {
                 if s.tasks[next] == (Phase::Queued { tok: r.next_tok }) {
-                    // `Turn::grant`: the waiter holds it, with the turn.
+                    // `Turn::grant`: the waiter holds it, with the turn, without a fence.
                     s.tasks[next] = Phase::Hold(Holding {
                         tok: r.next_tok,
-                        fence,
+                        fence: NO,
                         left: r.grant,
                         lost: false,
                         owns: true,
@@ -842,7 +885,7 @@ impl LockModel {
                         let mut s = s;
                         s.tasks[i] = Phase::Release(Releasing {
                             tok: r.next_tok,
-                            fence,
+                            left: r.grant,
                             next: then,
                             next_tok: then_tok,
                             turn_over,
@@ -992,7 +1035,7 @@ impl LockModel {
                                 out.push((exec_step(t, req, reply), n));
                             }
                         }
-                        Net::Replied(reply @ Reply::Taken { fence, .. }) => {
+                        Net::Replied(reply @ Reply::Taken { .. }) => {
                             let mut n = *s;
                             let left = if self.bugs.lease_from_reply {
                                 self.ttl
@@ -1001,7 +1044,7 @@ impl LockModel {
                             };
                             n.tasks[i] = Phase::Hold(Holding {
                                 tok,
-                                fence,
+                                fence: NO,
                                 left,
                                 lost: false,
                                 owns,
@@ -1052,7 +1095,6 @@ impl LockModel {
                             i,
                             Req::Release {
                                 tok,
-                                retry_of: NO,
                                 next: NO,
                                 turn_over: false,
                             },
@@ -1060,110 +1102,14 @@ impl LockModel {
                         if owns {
                             self.drop_turn(&mut n, c);
                         }
-                        out.push((timeout_step(t, false, ran), n));
+                        out.push((timeout_step(t, "the acquire", ran), n));
                     }
                 }
             },
-            Phase::Hold(h) => match h.renew {
-                None => {
-                    if self.renew[c] && !h.lost && h.left != NEVER {
-                        let mut n = *s;
-                        n.tasks[i] = Phase::Hold(Holding {
-                            renew: Some(Net::Sent(Req::Extend { tok: h.tok })),
-                            rleft: self.ttl,
-                            ..h
-                        });
-                        out.push((LockStep::Renew(t), n));
-                    }
-                    // `release()`: the first waiter still waiting is taken out of the queue
-                    // (`Turn::next`) for the script to hand the lock to.
-                    let next = if h.owns { s.queues[c].waiters[0] } else { NO };
-                    let next_tok = s.queued_token(next);
-                    for turn_over in [false, true] {
-                        if turn_over && next == NO {
-                            continue;
-                        }
-                        let mut n = *s;
-                        if h.owns {
-                            n.queues[c].pop_front();
-                        }
-                        if n.queues[c].lease == QLease::Renewed(t) {
-                            // Released: the watchdog forgets it; lost or not, it stays so.
-                            n.queues[c].lease = QLease::Until(if h.lost { 0 } else { NEVER });
-                        }
-                        n.tasks[i] = Phase::Release(Releasing {
-                            tok: h.tok,
-                            fence: h.fence,
-                            next,
-                            next_tok,
-                            turn_over,
-                            grant: self.ttl,
-                            net: None,
-                            sent: false,
-                            second: false,
-                            cancelled: false,
-                            owns: h.owns,
-                            own: h.tok,
-                            report: true,
-                            happened: false,
-                        });
-                        out.push((LockStep::Release(t, turn_over), n));
-                    }
-                }
-                Some(net) => {
-                    match net {
-                        Net::Sent(req) => {
-                            let mut n = *s;
-                            let reply = self.exec(&mut n, i, req, false);
-                            n.tasks[i] = Phase::Hold(Holding {
-                                renew: Some(Net::Replied(reply)),
-                                ..h
-                            });
-                            out.push((exec_step(t, req, reply), n));
-                        }
-                        Net::Replied(reply) => {
-                            let mut n = *s;
-                            let h2 = match reply {
-                                Reply::Extended(true) if !h.lost => Holding {
-                                    left: h.rleft,
-                                    renew: None,
-                                    ..h
-                                },
-                                Reply::Extended(true) => Holding { renew: None, ..h },
-                                _ if self.bugs.renewal_stops_silently => Holding {
-                                    left: NEVER,
-                                    renew: None,
-                                    ..h
-                                },
-                                _ => Holding {
-                                    lost: true,
-                                    renew: None,
-                                    ..h
-                                },
-                            };
-                            n.tasks[i] = Phase::Hold(h2);
-                            out.push((deliver_step(t, reply, false), n));
-                        }
-                    }
-                    if can_fail {
-                        // The watchdog retries later (the lease ends on its own); the
-                        // faulty one stops watching the lease.
-                        let mut n = *s;
-                        let ran = self.time_out(&mut n, i, net);
-                        let left = if self.bugs.renewal_stops_silently {
-                            NEVER
-                        } else {
-                            h.left
-                        };
-                        n.tasks[i] = Phase::Hold(Holding {
-                            left,
-                            renew: None,
-                            ..h
-                        });
-                        out.push((timeout_step(t, true, ran), n));
-                    }
-                }
-            },
+            Phase::Hold(h) => {
+                self.fence_steps(s, i, h, can_fail, out);
+                self.hold_steps(s, i, h, can_fail, out);
+            }
             Phase::Release(r) => {
                 let Some(net) = r.net else {
                     unreachable!("sent at once")
@@ -1184,23 +1130,30 @@ impl LockModel {
                         }
                     }
                     Net::Replied(reply) => {
-                        let Reply::Released { rel, flaw } = reply else {
+                        let Reply::Released { rel } = reply else {
                             unreachable!("release replies")
                         };
+                        let read = self.read(&r, rel);
                         let r2 = Releasing { net: None, ..r };
-                        self.finish(*s, i, r2, Some(rel), flaw, &mut states);
+                        self.finish(*s, i, r2, Some(read), &mut states);
                         for n in states.drain(..) {
-                            out.push((deliver_step(t, reply, false), n));
+                            let answer = LockStep::Answer {
+                                task: t,
+                                rel,
+                                read,
+                                retry: r.sent,
+                            };
+                            out.push((answer, n));
                         }
                     }
                 }
                 if can_fail {
-                    // `release_raw`: retried once with `retry_of`, then an error.
+                    // `release_raw`: retried once, then an error.
                     let mut n = *s;
                     let ran = self.time_out(&mut n, i, net);
                     if r.second {
                         let r2 = Releasing { net: None, ..r };
-                        self.finish(n, i, r2, None, None, &mut states);
+                        self.finish(n, i, r2, None, &mut states);
                     } else {
                         n.tasks[i] = Phase::Release(Releasing {
                             net: None,
@@ -1211,7 +1164,7 @@ impl LockModel {
                         states.push(n);
                     }
                     for n in states.drain(..) {
-                        out.push((timeout_step(t, false, ran), n));
+                        out.push((timeout_step(t, "the release", ran), n));
                     }
                 }
                 if self.cancels && !r.cancelled && s.faults < self.max_faults {
@@ -1221,47 +1174,175 @@ impl LockModel {
             Phase::Done { .. } => {}
         }
     }
+
+    /// A holder without a fence asks for one at any moment (its client asking for
+    /// fences), its lease over or not (a paused process does not look at its clock
+    /// first): the fence script's answer sets it, or leaves it unset (`Err(Lost)`). The
+    /// round trip is one step: the request carries nothing from its send (no lease is
+    /// counted from it) and its answer only sets the fence, so a reply on its way is the
+    /// same as one delivered. It may time out, not run yet (it may still run: a ghost)
+    /// or run with its reply lost; the fence stays unset (asked for again later).
+    fn fence_steps(
+        &self,
+        s: &LockState,
+        i: usize,
+        h: Holding,
+        can_fail: bool,
+        out: &mut Vec<(LockStep, LockState)>,
+    ) {
+        if h.fence != NO || !self.fences[CLIENT_OF[i]] {
+            return;
+        }
+        let t = i as u8;
+        let req = Req::Fence { tok: h.tok };
+        let mut n = *s;
+        let reply = self.exec(&mut n, i, req, false);
+        let Reply::Fenced { fence, .. } = reply else {
+            unreachable!("fence replies")
+        };
+        n.tasks[i] = Phase::Hold(Holding {
+            fence: fence.unwrap_or(NO),
+            ..h
+        });
+        out.push((LockStep::Fence { task: t, reply }, n));
+        if can_fail {
+            let mut n = *s;
+            self.time_out(&mut n, i, Net::Sent(req));
+            out.push((timeout_step(t, "a fence request", false), n));
+            // A lost reply of a `Lost` answer changes nothing but the faults left.
+            if fence.is_some() {
+                let mut n = *s;
+                self.exec(&mut n, i, req, false);
+                self.time_out(&mut n, i, Net::Replied(reply));
+                out.push((timeout_step(t, "a fence request", true), n));
+            }
+        }
+    }
+
+    /// A holder's watchdog renews; it releases (no renewal in flight).
+    fn hold_steps(
+        &self,
+        s: &LockState,
+        i: usize,
+        h: Holding,
+        can_fail: bool,
+        out: &mut Vec<(LockStep, LockState)>,
+    ) {
+        let c = CLIENT_OF[i];
+        let t = i as u8;
+        match h.renew {
+            None => {
+                if self.renew[c] && !h.lost && h.left != NEVER {
+                    let mut n = *s;
+                    n.tasks[i] = Phase::Hold(Holding {
+                        renew: Some(Net::Sent(Req::Extend { tok: h.tok })),
+                        rleft: self.ttl,
+                        ..h
+                    });
+                    out.push((LockStep::Renew(t), n));
+                }
+                // `release()`: the first waiter still waiting is taken out of the queue
+                // (`Turn::next`) for the script to hand the lock to.
+                let next = if h.owns { s.queues[c].waiters[0] } else { NO };
+                let next_tok = s.queued_token(next);
+                for turn_over in [false, true] {
+                    if turn_over && next == NO {
+                        continue;
+                    }
+                    let mut n = *s;
+                    if h.owns {
+                        n.queues[c].pop_front();
+                    }
+                    if n.queues[c].lease == QLease::Renewed(t) {
+                        // Released: the watchdog forgets it; lost or not, it stays so.
+                        n.queues[c].lease = QLease::Until(if h.lost { 0 } else { NEVER });
+                    }
+                    n.tasks[i] = Phase::Release(Releasing {
+                        tok: h.tok,
+                        left: h.left,
+                        next,
+                        next_tok,
+                        turn_over,
+                        grant: self.ttl,
+                        net: None,
+                        sent: false,
+                        second: false,
+                        cancelled: false,
+                        owns: h.owns,
+                        own: h.tok,
+                        report: true,
+                        happened: false,
+                    });
+                    out.push((LockStep::Release(t, turn_over), n));
+                }
+            }
+            Some(net) => {
+                match net {
+                    Net::Sent(req) => {
+                        let mut n = *s;
+                        let reply = self.exec(&mut n, i, req, false);
+                        n.tasks[i] = Phase::Hold(Holding {
+                            renew: Some(Net::Replied(reply)),
+                            ..h
+                        });
+                        out.push((exec_step(t, req, reply), n));
+                    }
+                    Net::Replied(reply) => {
+                        let mut n = *s;
+                        let h2 = match reply {
+                            Reply::Extended(true) if !h.lost => Holding {
+                                left: h.rleft,
+                                renew: None,
+                                ..h
+                            },
+                            Reply::Extended(true) => Holding { renew: None, ..h },
+                            _ if self.bugs.renewal_stops_silently => Holding {
+                                left: NEVER,
+                                renew: None,
+                                ..h
+                            },
+                            _ => Holding {
+                                lost: true,
+                                renew: None,
+                                ..h
+                            },
+                        };
+                        n.tasks[i] = Phase::Hold(h2);
+                        out.push((deliver_step(t, reply, false), n));
+                    }
+                }
+                if can_fail {
+                    // The watchdog retries later (the lease ends on its own); the
+                    // faulty one stops watching the lease.
+                    let mut n = *s;
+                    let ran = self.time_out(&mut n, i, net);
+                    let left = if self.bugs.renewal_stops_silently {
+                        NEVER
+                    } else {
+                        h.left
+                    };
+                    n.tasks[i] = Phase::Hold(Holding {
+                        left,
+                        renew: None,
+                        ..h
+                    });
+                    out.push((timeout_step(t, "the renewal", ran), n));
+                }
+            }
+        }
+    }
 }
 
-/// Every fence held in `s` (the counter first), for `f` to read or rewrite.
+/// Every fence held in `s` (the counter first, then the holders'), for `f` to read or
+/// rewrite (a fence reply is delivered as it is made: none is on its way).
 fn each_fence(s: &mut LockState, mut f: impl FnMut(&mut u8)) {
-    fn in_req(req: &mut Req, f: &mut impl FnMut(&mut u8)) {
-        if let Req::Release { retry_of, .. } = req
-            && *retry_of != NO
-        {
-            f(retry_of);
-        }
-    }
-    fn in_net(net: &mut Option<Net>, f: &mut impl FnMut(&mut u8)) {
-        match net {
-            Some(Net::Sent(req)) => in_req(req, f),
-            Some(Net::Replied(Reply::Taken { fence, .. }))
-            | Some(Net::Replied(Reply::Released {
-                rel: Rel::Handed { fence },
-                ..
-            })) => f(fence),
-            _ => {}
-        }
-    }
     f(&mut s.counter);
-    if let Some(k) = s.key.as_mut()
-        && k.fence != NO
-    {
-        f(&mut k.fence);
-    }
     for p in s.tasks.iter_mut() {
-        match p {
-            Phase::Contend { net, .. } => in_net(net, &mut f),
-            Phase::Hold(h) => f(&mut h.fence),
-            Phase::Release(r) => {
-                f(&mut r.fence);
-                in_net(&mut r.net, &mut f);
-            }
-            _ => {}
+        if let Phase::Hold(h) = p
+            && h.fence != NO
+        {
+            f(&mut h.fence);
         }
-    }
-    for (_, req) in s.ghosts.iter_mut().flatten() {
-        in_req(req, &mut f);
     }
 }
 
@@ -1269,7 +1350,13 @@ fn each_fence(s: &mut LockState, mut f: impl FnMut(&mut u8)) {
 /// fences (equal, larger) and takes the next one, so states that differ only in the
 /// numbers are one.
 fn compress_fences(s: &mut LockState) {
-    // Fences stay far below 64: one take per acquisition and handoff.
+    // The counter matters only as above every fence present (the next fence is larger
+    // than all of them): it is taken down to the largest.
+    s.counter = 0;
+    let mut top = 0;
+    each_fence(s, |f| top = top.max(*f));
+    s.counter = top;
+    // Fences stay far below 64: one per fence request, at most one a holder.
     let mut seen = 0u64;
     each_fence(s, |f| seen |= 1 << *f);
     let seen = seen & !1;
@@ -1353,8 +1440,8 @@ fn deliver_step(task: u8, reply: Reply, gives_up: bool) -> LockStep {
     }
 }
 
-fn timeout_step(task: u8, renewal: bool, ran: bool) -> LockStep {
-    LockStep::Timeout { task, renewal, ran }
+fn timeout_step(task: u8, what: &'static str, ran: bool) -> LockStep {
+    LockStep::Timeout { task, what, ran }
 }
 
 impl Model for LockModel {
@@ -1403,7 +1490,10 @@ impl Model for LockModel {
                     tick(&mut h.left);
                     tick(&mut h.rleft);
                 }
-                Phase::Release(r) => tick(&mut r.grant),
+                Phase::Release(r) => {
+                    tick(&mut r.grant);
+                    tick(&mut r.left);
+                }
                 _ => {}
             }
         }
@@ -1459,23 +1549,27 @@ impl Model for LockModel {
                 TASK_NAMES[believers[0]], TASK_NAMES[believers[1]]
             ));
         }
-        // Fences grow: the holder whose token is in the key has the fence of the take
-        // that wrote it, larger than every other holder's (whose takes came before).
-        let holders = || (0..TASKS).filter_map(|i| holds(i).map(|h| (i, h)));
-        for (i, h) in holders() {
-            let Some(k) = s.key.filter(|k| k.val == Val::Tok(h.tok)) else {
+        // Fences grow: a holder that obtains a fence after another holder obtained one
+        // gets a larger one. The holder whose token is in the key, if it has a fence, has
+        // one larger than every other holder's (a holder paused past its lease has a
+        // smaller one, or is told `Lost` when it asks); no fence is above the counter.
+        let fenced =
+            || (0..TASKS).filter_map(|i| holds(i).filter(|h| h.fence != NO).map(|h| (i, h)));
+        if let Some((i, h)) = fenced().find(|(_, h)| h.fence > s.counter) {
+            return Some(format!(
+                "{} holds with fence {}, above the counter {}",
+                TASK_NAMES[i], h.fence, s.counter
+            ));
+        }
+        for (i, h) in fenced() {
+            if s.key.is_none_or(|k| k.val != Val::Tok(h.tok)) {
                 continue;
-            };
-            if h.fence != k.fence {
-                return Some(format!(
-                    "{} holds with fence {}, but the take that wrote its token had fence {}",
-                    TASK_NAMES[i], h.fence, k.fence
-                ));
             }
-            if let Some((j, g)) = holders().find(|&(j, g)| j != i && g.fence >= h.fence) {
+            if let Some((j, g)) = fenced().find(|&(j, g)| j != i && g.fence >= h.fence) {
                 return Some(format!(
-                    "{} holds with fence {}, not below the current holder {}'s {}",
-                    TASK_NAMES[j], g.fence, TASK_NAMES[i], h.fence
+                    "{} holds with fence {}, not below the fence {} of {}, whose token is in \
+                     the key (fences out of order)",
+                    TASK_NAMES[j], g.fence, h.fence, TASK_NAMES[i]
                 ));
             }
         }
@@ -1531,16 +1625,21 @@ impl Model for LockModel {
                     show_net(net)
                 ),
                 Phase::Hold(h) => format!(
-                    "HOLDS {} fence {} ({}){}{}",
+                    "HOLDS {} {} ({}){}{}",
                     tok_name(h.tok),
-                    h.fence,
+                    if h.fence == NO {
+                        "without a fence".to_string()
+                    } else {
+                        format!("fence {}", h.fence)
+                    },
                     ticks(h.left),
                     if h.lost { ", known lost" } else { "" },
                     show_net(&h.renew)
                 ),
                 Phase::Release(r) => format!(
-                    "releases {}{}{}",
+                    "releases {} ({}){}{}",
                     tok_name(r.tok),
+                    ticks(r.left),
                     if r.sent { " (retrying)" } else { "" },
                     show_net(&r.net)
                 ),

@@ -132,13 +132,7 @@ impl RedisBackend {
                     }
                 }
                 // Redis before 7.0 refuses NX with GET: the script does it all.
-                Err(e)
-                    if e.kind() == BackendErrorKind::Response
-                        && e.to_string().to_ascii_lowercase().contains("syntax") =>
-                {
-                    self.set_nx_get.store(false, Ordering::Relaxed);
-                    tracing::debug!(target: "distlock", error = %e, "this Redis refuses SET NX GET: claims run in a script");
-                }
+                Err(e) if self.refuses_nx_get(&e) => {}
                 Err(e) => return Err(e),
             }
         }

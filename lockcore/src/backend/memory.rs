@@ -36,13 +36,25 @@ impl MemoryBackend {
             }
             // Handed to this token by a release whose caller gave up (see acquire.lua).
             *until = now + ttl;
-            return Try::Taken(st.fences.get(key).copied().unwrap_or(0));
+            return Try::Taken;
         }
         st.held
             .insert(key.to_owned(), (token.to_owned(), now + ttl));
-        let fence = st.fences.entry(key.to_owned()).or_insert(0);
-        *fence += 1;
-        Try::Taken(*fence)
+        Try::Taken
+    }
+
+    /// The next fence of `key` while it holds `token` (see fence.lua).
+    pub(crate) fn fence(&self, key: &str, token: &str) -> Option<u64> {
+        let now = Instant::now();
+        let mut st = crate::util::lock(&self.state);
+        match st.held.get(key) {
+            Some((held, until)) if held == token && *until > now => {
+                let fence = st.fences.entry(key.to_owned()).or_insert(0);
+                *fence += 1;
+                Some(*fence)
+            }
+            _ => None,
+        }
     }
 
     /// In process there are no other clients to leave the lock to: a successor always
@@ -55,16 +67,19 @@ impl MemoryBackend {
                 if let Some(next) = call.successor {
                     st.held
                         .insert(key.to_owned(), (next.token.to_owned(), now + next.ttl));
-                    let fence = st.fences.entry(key.to_owned()).or_insert(0);
-                    *fence += 1;
-                    return Released::Handed(*fence);
+                    return Released::Handed;
                 }
                 st.held.remove(key);
                 drop(st);
                 self.waiters.publish(call.channel);
                 Released::Now
             }
-            _ => Released::Lost,
+            Some((held, until))
+                if *until > now && call.successor.is_some_and(|s| s.token == held) =>
+            {
+                Released::Handed
+            }
+            _ => Released::NotOurs,
         }
     }
 

@@ -10,10 +10,16 @@
 //!
 //! - `try_acquire`: set the key to the token if free (or a yield marker that does not
 //!   name this client, or the caller's own token: a lost handoff reply), with the ttl;
-//!   the fencing counter (`<key>:fence`, same hash slot) increments on each taking.
+//!   a free key costs one plain `SET NX PX`. A waiter that will be woken by a message
+//!   sets the key's waiting marker (`<key>:waiting`, same hash slot) while it finds the
+//!   key held.
+//! - `fence`: when the key holds the token, the next value of the fencing counter
+//!   (`<key>:fence`, same hash slot), else nothing (lost).
 //! - `release`: compare the token, then delete, hand to the next local waiter, or leave a
-//!   yield marker; publish on the key's channel when someone listens; answer a retry of
-//!   a release whose reply was lost as `release.lua` does.
+//!   yield marker; publish on the key's channel when someone listens. Without a
+//!   successor and without a waiting marker, a compare-and-delete and nothing more.
+//!   The key gone or holding another token is `NotOurs` (the caller reads it, see
+//!   `lock.rs`); the key holding the successor's token is `Handed`.
 //! - `extend_many`: compare-and-extend many leases in one round trip.
 //! - the idempotency operations (`idem.rs`): claim, complete, release, renew, each
 //!   checking the owner token, as `idem_*.lua`.
@@ -31,14 +37,15 @@ use crate::error::BackendError;
 pub(crate) mod direct;
 pub(crate) mod idem;
 pub(crate) mod memory;
+pub(crate) mod native;
 pub(crate) mod redis;
 pub mod scripts;
 
 /// What one acquire try found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Try {
-    /// Taken, with this fencing token.
-    Taken(u64),
+    /// Taken.
+    Taken,
     /// Held by someone else, for about this much longer (`None`: unknown).
     Busy(Option<Duration>),
 }
@@ -51,28 +58,36 @@ pub(crate) enum Released {
     /// The token matched and the lock was left to the other clients waiting for it, for
     /// this client's yield window.
     Yielded,
-    /// On a retry: the key is gone and nobody took the lock since (the lost try
-    /// released it, or it expired with no other holder: no overlap either way).
+    /// The key was gone or held another token: on a first try, the lock was lost; on a
+    /// retry, see [`Released::Earlier`] and [`Released::Unknown`] (the caller decides).
+    NotOurs,
+    /// On a retry, the key no longer held the token before this lease could have ended:
+    /// the lost try released it.
     Earlier,
-    /// The key was gone or held another token.
-    Lost,
-    /// On a retry: someone took the lock since; whether the lost try released it first
-    /// cannot be told.
+    /// On a retry past the lease's end: whether the lost try released the lock before it
+    /// expired cannot be told.
     Unknown,
-    /// The token matched and the lock now belongs to the next local waiter, with this
-    /// fencing token.
-    Handed(u64),
+    /// The lock now belongs to the next local waiter.
+    Handed,
+}
+
+/// How one acquire try is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The first: a plain `SET NX PX GET`, the script only when the key holds something
+    /// this caller may take over.
+    First,
+    /// A later one, through the script; `Some(d)`: the caller will be woken by a message,
+    /// so the script keeps the key's waiting marker for `d`.
+    Again(Option<Duration>),
 }
 
 /// One release: whose lock, and what to do with it.
 pub(crate) struct ReleaseCall<'a> {
     pub(crate) key: &'a str,
-    pub(crate) fence_key: &'a str,
     pub(crate) token: &'a str,
     /// The channel that wakes the key's waiters.
     pub(crate) channel: &'a str,
-    /// This acquisition's fence when an earlier try's reply was lost.
-    pub(crate) retry_of: Option<u64>,
     /// The next local waiter to hand the lock to, if any.
     pub(crate) successor: Option<Successor<'a>>,
     /// This client's id and yield window (`None`: never yield).
@@ -100,14 +115,22 @@ impl Backend {
     pub(crate) async fn try_acquire(
         &self,
         key: &str,
-        fence_key: &str,
         token: &str,
         ttl: Duration,
         client: &str,
+        attempt: Attempt,
     ) -> Result<Try, BackendError> {
         match self {
-            Backend::Redis(r) => r.try_acquire(key, fence_key, token, ttl, client).await,
+            Backend::Redis(r) => r.try_acquire(key, token, ttl, client, attempt).await,
             Backend::Memory(m) => Ok(m.try_acquire(key, token, ttl)),
+        }
+    }
+
+    /// The next fencing token of the lock `key` while it holds `token`; `None`: lost.
+    pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.fence(key, token).await,
+            Backend::Memory(m) => Ok(m.fence(key, token)),
         }
     }
 
@@ -117,6 +140,15 @@ impl Backend {
         match self {
             Backend::Redis(r) => r.release(call).await,
             Backend::Memory(m) => Ok(m.release(call)),
+        }
+    }
+
+    /// A compare-and-delete that wakes nobody, where the server has one natively:
+    /// `false` when it has none (release instead).
+    pub(crate) async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
+        match self {
+            Backend::Redis(r) => r.delete_if(key, token).await,
+            Backend::Memory(_) => Ok(false),
         }
     }
 

@@ -11,10 +11,13 @@ use redis::{AsyncConnectionConfig, FromRedisValue, Script, ScriptInvocation};
 use tokio::runtime::Handle;
 
 use super::direct::{Direct, Place};
-use super::{ReleaseCall, Released, Try, millis};
+use super::native::Native;
+use super::{Attempt, ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::ACQUIRE));
+static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
+static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::UNLOCK));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::RELEASE));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
 
@@ -50,7 +53,7 @@ pub(crate) struct RedisBackend {
     /// [`warn_if_evicting`]).
     policy_checked: AtomicBool,
     /// Whether the server takes `SET ... NX GET` (Redis 7.0+); cleared on its first
-    /// syntax error, after which claims go through the script only.
+    /// syntax error, after which lock tries and claims go through their scripts only.
     pub(super) set_nx_get: AtomicBool,
 }
 
@@ -58,6 +61,8 @@ struct Slot {
     runtime: tokio::runtime::Id,
     conn: MultiplexedConnection,
     generation: u64,
+    /// What the server behind this connection has natively.
+    native: Native,
 }
 
 impl RedisBackend {
@@ -158,6 +163,7 @@ impl RedisBackend {
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let native = detect_native(conn.clone(), self.timeout).await;
         let mut slots = crate::util::lock(&self.slots);
         slots.retain(|s| s.runtime != runtime);
         if slots.len() >= MAX_RUNTIMES {
@@ -167,8 +173,9 @@ impl RedisBackend {
             runtime,
             conn: conn.clone(),
             generation,
+            native,
         });
-        tracing::debug!(target: "distlock", generation, "connected to redis");
+        tracing::debug!(target: "distlock", generation, ?native, "connected to redis");
         Ok((conn, generation))
     }
 
@@ -182,6 +189,24 @@ impl RedisBackend {
         }
         if let Ok((conn, _)) = self.connection().await {
             tokio::spawn(warn_if_evicting(conn, self.timeout));
+        }
+    }
+
+    /// What the server behind the connection of `generation` has natively.
+    fn native(&self, generation: u64) -> Native {
+        let slots = crate::util::lock(&self.slots);
+        slots
+            .iter()
+            .find(|s| s.generation == generation)
+            .map_or(Native::default(), |s| s.native)
+    }
+
+    /// The server refused a native command: scripts only on that connection from now.
+    fn refuse_native(&self, generation: u64, e: &redis::RedisError) {
+        tracing::debug!(target: "distlock", error = %e, "redis refused a native conditional command; using scripts");
+        let mut slots = crate::util::lock(&self.slots);
+        if let Some(slot) = slots.iter_mut().find(|s| s.generation == generation) {
+            slot.native = Native::default();
         }
     }
 
@@ -267,73 +292,151 @@ impl RedisBackend {
     pub(crate) async fn try_acquire(
         &self,
         key: &str,
-        fence_key: &str,
         token: &str,
         ttl: Duration,
         client: &str,
+        attempt: Attempt,
     ) -> Result<Try, BackendError> {
+        let mark = match attempt {
+            Attempt::First if self.set_nx_get.load(Ordering::Relaxed) => {
+                let mut set = redis::cmd("SET");
+                set.arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(millis(ttl))
+                    .arg("GET");
+                match self.query::<Option<String>>(&set).await {
+                    Ok(None) => return Ok(Try::Taken),
+                    // Held: by someone else, or by something this caller may take over
+                    // (its own token, a yield marker not naming it), which the script does.
+                    Ok(Some(held)) if !may_take_over(&held, token, client) => {
+                        return Ok(Try::Busy(None));
+                    }
+                    Ok(Some(_)) => None,
+                    Err(e) if self.refuses_nx_get(&e) => None,
+                    Err(e) => return Err(e),
+                }
+            }
+            Attempt::First => None,
+            Attempt::Again(mark) => mark,
+        };
         let mut inv = ACQUIRE.prepare_invoke();
         inv.key(key)
-            .key(fence_key)
+            .key(crate::key::companion(key, ":waiting"))
             .arg(token)
             .arg(millis(ttl))
-            .arg(client);
+            .arg(client)
+            .arg(mark.map(|m| millis(m).to_string()).unwrap_or_default());
         let reply: i64 = self.eval(&inv).await?;
         Ok(match reply {
-            fence @ 1.. => Try::Taken(fence.unsigned_abs()),
-            -1 | 0 => Try::Busy(None),
-            left => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
+            0 => Try::Taken,
+            left @ 1.. => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
+            _ => Try::Busy(None),
         })
     }
 
+    /// Whether `e` is this server refusing `SET ... NX GET` (Redis before 7.0); if so,
+    /// remembered: later calls go through the scripts.
+    pub(super) fn refuses_nx_get(&self, e: &BackendError) -> bool {
+        let refused = e.kind() == BackendErrorKind::Response
+            && e.to_string().to_ascii_lowercase().contains("syntax");
+        if refused {
+            self.set_nx_get.store(false, Ordering::Relaxed);
+            tracing::debug!(target: "distlock", error = %e, "this Redis refuses SET NX GET: lock tries and claims run in scripts");
+        }
+        refused
+    }
+
+    pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+        let mut inv = FENCE.prepare_invoke();
+        inv.key(key)
+            .key(crate::key::companion(key, ":fence"))
+            .arg(token);
+        let fence: u64 = self.eval(&inv).await?;
+        Ok((fence > 0).then_some(fence))
+    }
+
+    /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
+    /// release runs only when that finds waiters registered.
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
+        let waiting = crate::key::companion(call.key, ":waiting");
+        if call.successor.is_none() {
+            let mut inv = UNLOCK.prepare_invoke();
+            inv.key(call.key).key(&waiting).arg(call.token);
+            match self.eval::<i64>(&inv).await? {
+                1 => return Ok(Released::Now),
+                0 => return Ok(Released::NotOurs),
+                _ => {}
+            }
+        }
         let mut inv = RELEASE.prepare_invoke();
         let (client, window) = call.yield_to.map_or(("", 0), |(c, w)| (c, millis(w)));
         let (next, next_ttl, turn_over) = call
             .successor
             .map_or(("", 0, false), |s| (s.token, millis(s.ttl), s.turn_over));
         inv.key(call.key)
-            .key(call.fence_key)
             .key(crate::key::companion(call.key, ":turns"))
+            .key(&waiting)
             .arg(call.token)
             .arg(call.channel)
-            .arg(call.retry_of.map(|f| f.to_string()).unwrap_or_default())
             .arg(client)
             .arg(window)
             .arg(next)
             .arg(next_ttl)
             .arg(if turn_over { "1" } else { "" })
             .arg(u8::from(call.self_subscribed));
-        let reply: Vec<i64> = self.eval(&inv).await?;
-        Ok(match reply.as_slice() {
-            [1] => Released::Now,
-            [2] => Released::Earlier,
-            [3] => Released::Unknown,
-            [4, fence] => Released::Handed(fence.unsigned_abs()),
-            [5] => Released::Yielded,
-            _ => Released::Lost,
+        let reply: i64 = self.eval(&inv).await?;
+        Ok(match reply {
+            1 => Released::Now,
+            4 => Released::Handed,
+            5 => Released::Yielded,
+            _ => Released::NotOurs,
         })
     }
 
-    /// One pipeline of compare-and-extend calls (EVALSHA; on NOSCRIPT the script is
-    /// loaded and the pipeline sent once more).
+    /// One pipeline of compare-and-extend calls: `SET ... IFEQ` where the server has it,
+    /// else EVALSHA (on NOSCRIPT the script is loaded and the pipeline sent once more).
     pub(crate) async fn extend_many(
         &self,
         leases: &[(&str, &str, Duration)],
     ) -> Result<Vec<bool>, BackendError> {
-        let mut pipe = redis::pipe();
-        for (key, token, ttl) in leases {
-            pipe.cmd("EVALSHA")
-                .arg(EXTEND.get_hash())
-                .arg(1)
-                .arg(*key)
-                .arg(*token)
-                .arg(millis(*ttl));
-        }
+        let scripted = || {
+            let mut pipe = redis::pipe();
+            for (key, token, ttl) in leases {
+                pipe.cmd("EVALSHA")
+                    .arg(EXTEND.get_hash())
+                    .arg(1)
+                    .arg(*key)
+                    .arg(*token)
+                    .arg(millis(*ttl));
+            }
+            pipe
+        };
         let used = AtomicU64::new(0);
         let call = async {
             let (mut conn, generation) = self.connection().await?;
             used.store(generation, Ordering::Relaxed);
+            let native = self.native(generation);
+            if native.set_ifeq {
+                let mut pipe = redis::pipe();
+                for (key, token, ttl) in leases {
+                    if let Some(cmd) = native.extend(key, token, *ttl) {
+                        pipe.add_command(cmd);
+                    }
+                }
+                match pipe.query_async::<Vec<Option<String>>>(&mut conn).await {
+                    Ok(replies) => return Ok(replies.into_iter().map(|r| r.is_some()).collect()),
+                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                        self.refuse_native(generation, &e);
+                    }
+                    Err(e) => {
+                        self.forget(generation);
+                        return Err(BackendError::from(e));
+                    }
+                }
+            }
+            let pipe = scripted();
             let mut reply = pipe.query_async::<Vec<i64>>(&mut conn).await;
             if let Err(e) = &reply
                 && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
@@ -341,15 +444,43 @@ impl RedisBackend {
                 EXTEND.prepare_invoke().load_async(&mut conn).await?;
                 reply = pipe.query_async::<Vec<i64>>(&mut conn).await;
             }
-            reply.map_err(|e| {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                    self.forget(generation);
-                }
-                BackendError::from(e)
-            })
+            reply
+                .map(|r| r.into_iter().map(|r| r == 1).collect())
+                .map_err(|e| {
+                    if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                        self.forget(generation);
+                    }
+                    BackendError::from(e)
+                })
         };
-        let replies = self.within_timeout(&used, call).await?;
-        Ok(replies.into_iter().map(|r| r == 1).collect())
+        self.within_timeout(&used, call).await
+    }
+
+    /// Deletes `key` if it holds `token` with the server's native compare-and-delete,
+    /// waking nobody (waiters try again within their fallback): the clean-up of a try
+    /// whose reply was lost. `false` when the server has none (the caller releases
+    /// through the scripts).
+    pub(crate) async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
+        let used = AtomicU64::new(0);
+        let call = async {
+            let (mut conn, generation) = self.connection().await?;
+            used.store(generation, Ordering::Relaxed);
+            let Some(cmd) = self.native(generation).delete(key, token) else {
+                return Ok(false);
+            };
+            match cmd.query_async::<i64>(&mut conn).await {
+                Ok(_) => Ok(true),
+                Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                    self.refuse_native(generation, &e);
+                    Ok(false)
+                }
+                Err(e) => {
+                    self.forget(generation);
+                    Err(BackendError::from(e))
+                }
+            }
+        };
+        self.within_timeout(&used, call).await
     }
 
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
@@ -368,6 +499,18 @@ impl RedisBackend {
         };
         self.within_timeout(&used, call).await
     }
+}
+
+/// Whether a key holding `held` can be taken by `token` of client `client` (see
+/// `acquire.lua`): it is that token (a handoff whose reply was lost), or a yield marker
+/// that does not name the client.
+fn may_take_over(held: &str, token: &str, client: &str) -> bool {
+    held == token
+        || held.strip_prefix("yield: ").is_some_and(|names| {
+            !names
+                .split(' ')
+                .any(|name| !name.is_empty() && name == client)
+        })
 }
 
 /// Whether Redis may evict keys that have no ttl under `policy` (`maxmemory-policy`).
@@ -401,6 +544,17 @@ async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
             tracing::debug!(target: "distlock", error = %e, "cannot read redis maxmemory-policy")
         }
         Err(_) => tracing::debug!(target: "distlock", "reading redis maxmemory-policy timed out"),
+    }
+}
+
+/// Reads `INFO server` on a new connection to learn which conditional commands the
+/// server has; none when it cannot be read.
+async fn detect_native(mut conn: MultiplexedConnection, timeout: Duration) -> Native {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("server");
+    match tokio::time::timeout(timeout, cmd.query_async::<String>(&mut conn)).await {
+        Ok(Ok(info)) => Native::from_info(&info),
+        _ => Native::default(),
     }
 }
 

@@ -1,9 +1,13 @@
 //! The Lua scripts, as text: the Redis backend loads them, and the benchmarks send the
 //! same ones from a raw client (through `__private::scripts`).
 
-/// Take a lock (see the script's header).
+/// A contended try for a lock (see the script's header).
 pub const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
-/// Release, hand over or yield a lock.
+/// The fencing token of a held lock.
+pub const FENCE: &str = include_str!("../scripts/fence.lua");
+/// The uncontended release: compare-and-delete unless someone waits.
+pub const UNLOCK: &str = include_str!("../scripts/unlock.lua");
+/// Release, hand over or yield a lock, waking its waiters.
 pub const RELEASE: &str = include_str!("../scripts/release.lua");
 /// Compare-and-extend leases.
 pub const EXTEND: &str = include_str!("../scripts/extend.lua");

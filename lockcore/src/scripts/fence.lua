@@ -1,0 +1,7 @@
+-- The fencing token of a held lock. KEYS[1] lock key, KEYS[2] its fencing counter (same
+-- slot); ARGV[1] the holder's token. Returns the next value of the counter when the key
+-- holds the token, else 0 (the lock is lost).
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('INCR', KEYS[2])
+end
+return 0
