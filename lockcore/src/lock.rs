@@ -12,7 +12,7 @@ use crate::client::{Inner, Locks};
 use crate::error::{Error, Result};
 use crate::key;
 use crate::local::{Entered, Next, Turn};
-use crate::notify::{Subscription, channel_of};
+use crate::notify::Subscription;
 use crate::watchdog::{HeldState, RenewedLease};
 
 /// Default lease when `ttl` is not given.
@@ -833,21 +833,16 @@ async fn release_raw(
     mut retry: bool,
     next: Option<Successor<'_>>,
 ) -> std::result::Result<Released, Error> {
-    let channel = channel_of(key);
     let yield_to =
         (!inner.yield_window.is_zero()).then_some((inner.client_id.as_str(), inner.yield_window));
+    let notifier = inner.notifier.as_ref();
     let call = ReleaseCall {
         key,
         token,
-        channel: &channel,
         successor: next,
         yield_to,
-        // Only a yielding release counts the channel's subscribers.
-        self_subscribed: yield_to.is_some()
-            && inner
-                .notifier
-                .as_ref()
-                .is_some_and(|n| n.may_count_self(&channel)),
+        // Only a yielding release that wakes waiters counts the channel's subscribers.
+        self_subscribed: &|channel| notifier.is_some_and(|n| n.may_count_self(channel)),
     };
     let mut retried = false;
     loop {

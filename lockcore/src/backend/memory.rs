@@ -71,7 +71,7 @@ impl MemoryBackend {
                 }
                 st.held.remove(key);
                 drop(st);
-                self.waiters.publish(call.channel);
+                self.waiters.publish(&crate::notify::channel_of(key));
                 Released::Now
             }
             Some((held, until))

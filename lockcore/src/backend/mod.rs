@@ -86,14 +86,13 @@ pub(crate) enum Attempt {
 pub(crate) struct ReleaseCall<'a> {
     pub(crate) key: &'a str,
     pub(crate) token: &'a str,
-    /// The channel that wakes the key's waiters.
-    pub(crate) channel: &'a str,
     /// The next local waiter to hand the lock to, if any.
     pub(crate) successor: Option<Successor<'a>>,
     /// This client's id and yield window (`None`: never yield).
     pub(crate) yield_to: Option<(&'a str, Duration)>,
-    /// Whether this client's own Pub/Sub connection may be subscribed to the key's channel.
-    pub(crate) self_subscribed: bool,
+    /// Whether this client's own Pub/Sub connection may be subscribed to the key's
+    /// channel (`crate::notify::channel_of`): asked only by a release that wakes waiters.
+    pub(crate) self_subscribed: &'a (dyn Fn(&str) -> bool + Sync),
 }
 
 /// The next local waiter of a release.

@@ -375,17 +375,20 @@ impl RedisBackend {
         let (next, next_ttl, turn_over) = call
             .successor
             .map_or(("", 0, false), |s| (s.token, millis(s.ttl), s.turn_over));
+        let channel = crate::notify::channel_of(call.key);
         inv.key(call.key)
             .key(crate::key::companion(call.key, ":turns"))
             .key(&waiting)
             .arg(call.token)
-            .arg(call.channel)
+            .arg(&channel)
             .arg(client)
             .arg(window)
             .arg(next)
             .arg(next_ttl)
             .arg(if turn_over { "1" } else { "" })
-            .arg(u8::from(call.self_subscribed));
+            .arg(u8::from(
+                call.yield_to.is_some() && (call.self_subscribed)(&channel),
+            ));
         let reply: i64 = self.eval(&inv).await?;
         Ok(match reply {
             1 => Released::Now,
