@@ -130,6 +130,26 @@ pub(crate) fn companion(key: &str, suffix: &str) -> String {
     }
 }
 
+/// [`companion`] as a command argument, written in place (no `String` per call).
+pub(crate) struct Companion<'a>(pub(crate) &'a str, pub(crate) &'static str);
+
+impl std::fmt::Display for Companion<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Companion(key, suffix) = *self;
+        if hash_tag(key).is_some() {
+            write!(f, "{key}{suffix}")
+        } else {
+            write!(f, "{{{key}}}{suffix}")
+        }
+    }
+}
+
+impl redis::ToRedisArgs for Companion<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +161,12 @@ mod tests {
         assert_eq!(hash_tag("lock:order:1"), None);
         assert_eq!(companion("lock:order:1", ":fence"), "{lock:order:1}:fence");
         assert_eq!(companion("lock:{u}:1", ":fence"), "lock:{u}:1:fence");
+        for key in ["lock:order:1", "lock:{u}:1"] {
+            assert_eq!(
+                Companion(key, ":waiting").to_string(),
+                companion(key, ":waiting")
+            );
+        }
         assert!(check_key("a}b").is_err());
         assert!(check_key("").is_err());
         assert!(check_key("{a}}").is_ok());

@@ -28,7 +28,7 @@ use crate::watchdog::HeldState;
 
 #[derive(Default)]
 pub(crate) struct LocalQueues {
-    keys: Mutex<HashMap<String, Arc<Entry>>>,
+    keys: Mutex<HashMap<Arc<str>, Arc<Entry>>>,
 }
 
 #[derive(Default)]
@@ -120,7 +120,7 @@ pub(crate) type Orphan = Box<dyn FnOnce(Turn, Instant) + Send>;
 /// A task's turn at the head of a key's local queue; dropping it passes the turn on.
 pub(crate) struct Turn {
     entry: Arc<Entry>,
-    key: String,
+    key: Arc<str>,
     queues: Arc<LocalQueues>,
     /// Whether this is the queue's turn (false: contending because a lease ran out).
     owns: bool,
@@ -257,10 +257,10 @@ impl Drop for Turn {
             let mut keys = crate::util::lock(&self.queues.keys);
             // Only the map and this turn hold it (every waiter holds it too, and taking it
             // from the map needs this lock): nobody can have changed it since, forget it.
-            if keys.get(&self.key).is_some_and(|entry| {
+            if keys.get(&*self.key).is_some_and(|entry| {
                 Arc::ptr_eq(entry, &self.entry) && Arc::strong_count(entry) == 2
             }) {
-                keys.remove(&self.key);
+                keys.remove(&*self.key);
             }
         }
     }
@@ -299,12 +299,12 @@ impl Drop for Place {
 }
 
 impl LocalQueues {
-    fn entry(&self, key: &str) -> Arc<Entry> {
+    fn entry(&self, key: &Arc<str>) -> Arc<Entry> {
         let mut keys = crate::util::lock(&self.keys);
-        if let Some(entry) = keys.get(key) {
+        if let Some(entry) = keys.get(&**key) {
             return entry.clone();
         }
-        keys.entry(key.to_owned()).or_default().clone()
+        keys.entry(key.clone()).or_default().clone()
     }
 
     /// Waits for this task's turn until `deadline` (with `deadline` already past: one
@@ -312,7 +312,7 @@ impl LocalQueues {
     /// writes; `orphan` takes a lock handed over just as this wait was given up.
     pub(crate) async fn enter(
         self: &Arc<Self>,
-        key: &str,
+        key: &Arc<str>,
         token: &Arc<str>,
         ttl: Duration,
         deadline: Instant,
@@ -321,7 +321,7 @@ impl LocalQueues {
         let entry = self.entry(key);
         let turn = |owns| Turn {
             entry: entry.clone(),
-            key: key.to_owned(),
+            key: key.clone(),
             queues: self.clone(),
             owns,
         };
@@ -425,7 +425,7 @@ mod tests {
 
     async fn enter(q: &Arc<LocalQueues>, deadline: Instant) -> Entered {
         q.enter(
-            "k",
+            &Arc::from("k"),
             &Arc::from("t"),
             Duration::from_secs(1),
             deadline,
@@ -546,7 +546,7 @@ mod tests {
             let q = q.clone();
             async move {
                 q.enter(
-                    "k",
+                    &Arc::from("k"),
                     &Arc::from("w"),
                     Duration::from_secs(1),
                     far,

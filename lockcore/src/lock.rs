@@ -40,9 +40,6 @@ tokio::task_local! {
 pub struct LockInfo {
     key: Arc<str>,
     token: Arc<str>,
-    /// This acquisition's fence, assigned on the first [`LockInfo::fence`] call and
-    /// shared by every clone (a reentrant guard, `current_lock()`).
-    fence: Arc<tokio::sync::OnceCell<u64>>,
     locks: Locks,
     /// Which client took it (reentrancy is per client and key).
     client: usize,
@@ -51,11 +48,10 @@ pub struct LockInfo {
 
 impl LockInfo {
     /// A lock just acquired through `locks`, its lease running `ttl` from `since`.
-    fn new(locks: &Locks, key: String, token: Arc<str>, since: Instant, ttl: Duration) -> Self {
+    fn new(locks: &Locks, key: Arc<str>, token: Arc<str>, since: Instant, ttl: Duration) -> Self {
         LockInfo {
-            key: key.into(),
+            key,
             token,
-            fence: Arc::default(),
             locks: locks.clone(),
             client: Arc::as_ptr(&locks.inner) as usize,
             state: HeldState::new(since, ttl),
@@ -117,7 +113,9 @@ impl LockInfo {
             return Err(lost());
         }
         let backend = &self.locks.inner.backend;
-        self.fence
+        // Shared by every clone (a reentrant guard, `current_lock()`).
+        self.state
+            .fence
             .get_or_try_init(|| async {
                 match backend.fence(&self.key, &self.token).await {
                     Ok(Some(fence)) => {
@@ -137,7 +135,7 @@ impl LockInfo {
 
     /// The fence if [`fence`](Self::fence) already assigned one, without a round trip.
     pub fn cached_fence(&self) -> Option<u64> {
-        self.fence.get().copied()
+        self.state.fence.get().copied()
     }
 
     /// Whether the lock is still believed held: `false` once lease keeping (`renew`)
@@ -325,16 +323,16 @@ impl<'a> LockRequest<'a> {
     /// round trip; only the outermost holder releases.
     pub async fn acquire(self) -> Result<LockGuard> {
         let inner = &self.locks.inner;
-        let key = format!("{}{}", inner.prefix, self.name);
+        let key = crate::util::arc_str(format_args!("{}{}", inner.prefix, self.name));
         if let Err(reason) = key::check_key(&self.name).and(key::check_key(&key)) {
             return Err(Error::InvalidKey {
-                key,
+                key: key.to_string(),
                 reason: reason.to_owned(),
             });
         }
         let client = Arc::as_ptr(inner) as usize;
         if let Some(outer) = held_in_task(&key, client) {
-            tracing::trace!(target: "distlock", key, "lock re-entered");
+            tracing::trace!(target: "distlock", key = &*key, "lock re-entered");
             return Ok(LockGuard {
                 locks: self.locks.clone(),
                 info: outer,
@@ -346,8 +344,9 @@ impl<'a> LockRequest<'a> {
         }
         let started = Instant::now();
         let deadline = started + self.wait;
-        let new_token =
-            || -> Arc<str> { format!("{}:{}", uuid::Uuid::new_v4(), inner.holder).into() };
+        let new_token = || -> Arc<str> {
+            crate::util::arc_str(format_args!("{}:{}", uuid::Uuid::new_v4(), inner.holder))
+        };
         let mut token = new_token();
         let orphan = {
             let (locks, key, token) = (self.locks.clone(), key.clone(), token.clone());
@@ -369,8 +368,11 @@ impl<'a> LockRequest<'a> {
             }
             Entered::Busy => {
                 let waited = started.elapsed();
-                tracing::debug!(target: "distlock", key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy (held in this process)");
-                return Err(Error::Busy { key, waited });
+                tracing::debug!(target: "distlock", key = &*key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy (held in this process)");
+                return Err(Error::Busy {
+                    key: key.to_string(),
+                    waited,
+                });
             }
         };
         let mut wake: Option<Subscription> = None;
@@ -416,15 +418,18 @@ impl<'a> LockRequest<'a> {
                         // The SET may have landed with its reply lost: take it back.
                         spawn_cleanup(self.locks.clone(), key.clone(), token);
                     }
-                    tracing::warn!(target: "distlock", key, error = %source, "lock acquire failed");
+                    tracing::warn!(target: "distlock", key = &*key, error = %source, "lock acquire failed");
                     return Err(Error::backend(&key, source));
                 }
             };
             let now = Instant::now();
             if now >= deadline {
                 let waited = now - started;
-                tracing::debug!(target: "distlock", key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy");
-                return Err(Error::Busy { key, waited });
+                tracing::debug!(target: "distlock", key = &*key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy");
+                return Err(Error::Busy {
+                    key: key.to_string(),
+                    waited,
+                });
             }
             if !subscribed {
                 // Subscribe, then try once more at once: a release that happened before
@@ -453,7 +458,7 @@ impl<'a> LockRequest<'a> {
     #[allow(clippy::too_many_arguments)]
     fn taken(
         self,
-        key: String,
+        key: Arc<str>,
         token: Arc<str>,
         started: Instant,
         attempt: u32,
@@ -528,7 +533,7 @@ const LOCK_RETRY_CAP: Duration = Duration::from_millis(100);
 /// waiter it missed tries again within [`LOCK_RETRY_CAP`].
 const WAITING_MARK: Duration = Duration::from_secs(1);
 
-fn spawn_cleanup(locks: Locks, key: String, token: Arc<str>) {
+fn spawn_cleanup(locks: Locks, key: Arc<str>, token: Arc<str>) {
     // Outside a runtime the handed token stays until its ttl.
     crate::util::spawn_here(async move {
         if !matches!(locks.inner.backend.delete_if(&key, &token).await, Ok(true)) {
@@ -557,7 +562,7 @@ impl LockGuard {
     /// it releases the lock (or hands it on).
     fn orphan(
         locks: Locks,
-        key: String,
+        key: Arc<str>,
         token: Arc<str>,
         at: Instant,
         ttl: Duration,
@@ -758,7 +763,7 @@ impl Releasing {
                     if let (Err(_), Some(token)) = (&outcome, left) {
                         // The failed try may have handed the lock to a waiter that has
                         // given up since: nobody would take it before its ttl.
-                        spawn_cleanup(self.locks.clone(), self.info.key().to_owned(), token);
+                        spawn_cleanup(self.locks.clone(), self.info.key.clone(), token);
                     }
                     None
                 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio::time::Instant;
 
 use crate::backend::Backend;
@@ -25,8 +25,12 @@ use crate::error::BackendError;
 /// Shared between a held lock, its `LockInfo`s and the watchdog.
 #[derive(Debug)]
 pub(crate) struct HeldState {
-    lost: watch::Sender<bool>,
+    lost: AtomicBool,
+    /// Wakes the tasks waiting in [`HeldState::lost`].
+    lost_notify: Notify,
     released: AtomicBool,
+    /// The lock's fence, assigned on the first `LockInfo::fence` call.
+    pub(crate) fence: OnceCell<u64>,
     /// The lease by this client's clock: since when (a try's or renewal's send) and for
     /// how long. The key cannot expire before its end (see [`HeldState::surely_held_until`]).
     lease: Mutex<(Instant, Duration)>,
@@ -36,8 +40,10 @@ impl HeldState {
     /// The state of a lock whose lease runs `ttl` from `since`.
     pub(crate) fn new(since: Instant, ttl: Duration) -> Arc<HeldState> {
         Arc::new(HeldState {
-            lost: watch::Sender::new(false),
+            lost: AtomicBool::new(false),
+            lost_notify: Notify::new(),
             released: AtomicBool::new(false),
+            fence: OnceCell::new(),
             lease: Mutex::new((since, ttl)),
         })
     }
@@ -58,11 +64,12 @@ impl HeldState {
     }
 
     pub(crate) fn mark_lost(&self) {
-        self.lost.send_replace(true);
+        self.lost.store(true, Ordering::Release);
+        self.lost_notify.notify_waiters();
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow()
+        self.lost.load(Ordering::Acquire)
     }
 
     pub(crate) fn mark_released(&self) {
@@ -75,8 +82,15 @@ impl HeldState {
 
     /// Resolves when the lock is known to be lost.
     pub(crate) async fn lost(&self) {
-        let mut rx = self.lost.subscribe();
-        let _ = rx.wait_for(|lost| *lost).await;
+        loop {
+            let notified = self.lost_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use super::direct::{Direct, Place};
 use super::native::Native;
 use super::{Attempt, ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
+use crate::key::Companion;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::ACQUIRE));
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
@@ -155,9 +156,12 @@ impl RedisBackend {
         if let Some(found) = self.cached(runtime) {
             return Ok(found);
         }
+        // Every call on it is bounded by `within_timeout`, which also drops the
+        // connection on a timeout: a response timeout of its own would be a second timer
+        // per command.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
+            .set_response_timeout(None);
         let conn = self
             .client
             .get_multiplexed_async_connection_with_config(&config)
@@ -234,6 +238,16 @@ impl RedisBackend {
         self.call(Call::Cmd(cmd)).await
     }
 
+    /// Runs `cmd`, an `EVALSHA` of `script` built by [`evalsha`], loading the script on
+    /// NOSCRIPT: the hot paths' scripts, without a `ScriptInvocation` per call.
+    async fn evalsha_call<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &redis::Cmd,
+    ) -> Result<T, BackendError> {
+        self.call(Call::Evalsha(script, cmd)).await
+    }
+
     async fn call<T: FromRedisValue>(&self, what: Call<'_, '_>) -> Result<T, BackendError> {
         let used = AtomicU64::new(0);
         let call = async {
@@ -266,16 +280,18 @@ impl RedisBackend {
                 BackendError::from(e)
             })
         };
+        tokio::pin!(call);
         self.within_timeout(&used, call).await
     }
 
     /// `call` within the command timeout. On a timeout the multiplexed connection it was
     /// using (its generation in `used`, 0 for none) is dropped: its late reply may still
-    /// come, and must not be read as another call's.
+    /// come, and must not be read as another call's. The call is pinned where its caller
+    /// made it: a large future is not copied into the timer.
     async fn within_timeout<T>(
         &self,
         used: &AtomicU64,
-        call: impl Future<Output = Result<T, BackendError>>,
+        call: std::pin::Pin<&mut impl Future<Output = Result<T, BackendError>>>,
     ) -> Result<T, BackendError> {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result,
@@ -299,8 +315,9 @@ impl RedisBackend {
     ) -> Result<Try, BackendError> {
         let mark = match attempt {
             Attempt::First if self.set_nx_get.load(Ordering::Relaxed) => {
-                let mut set = redis::cmd("SET");
-                set.arg(key)
+                let mut set = redis::Cmd::with_capacity(7, key.len() + token.len() + 32);
+                set.arg("SET")
+                    .arg(key)
                     .arg(token)
                     .arg("NX")
                     .arg("PX")
@@ -321,14 +338,14 @@ impl RedisBackend {
             Attempt::First => None,
             Attempt::Again(mark) => mark,
         };
-        let mut inv = ACQUIRE.prepare_invoke();
-        inv.key(key)
-            .key(crate::key::companion(key, ":waiting"))
+        let mut cmd = evalsha(&ACQUIRE, 2, 4, 2 * key.len() + token.len() + client.len());
+        cmd.arg(key)
+            .arg(Companion(key, ":waiting"))
             .arg(token)
             .arg(millis(ttl))
             .arg(client)
-            .arg(mark.map(|m| millis(m).to_string()).unwrap_or_default());
-        let reply: i64 = self.eval(&inv).await?;
+            .arg(mark.map_or(0, millis));
+        let reply: i64 = self.evalsha_call(&ACQUIRE, &cmd).await?;
         Ok(match reply {
             0 => Try::Taken,
             left @ 1.. => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
@@ -349,22 +366,20 @@ impl RedisBackend {
     }
 
     pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
-        let mut inv = FENCE.prepare_invoke();
-        inv.key(key)
-            .key(crate::key::companion(key, ":fence"))
-            .arg(token);
-        let fence: u64 = self.eval(&inv).await?;
+        let mut cmd = evalsha(&FENCE, 2, 1, 2 * key.len() + token.len());
+        cmd.arg(key).arg(Companion(key, ":fence")).arg(token);
+        let fence: u64 = self.evalsha_call(&FENCE, &cmd).await?;
         Ok((fence > 0).then_some(fence))
     }
 
     /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
     /// release runs only when that finds waiters registered.
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
-        let waiting = crate::key::companion(call.key, ":waiting");
+        let waiting = Companion(call.key, ":waiting");
         if call.successor.is_none() {
-            let mut inv = UNLOCK.prepare_invoke();
-            inv.key(call.key).key(&waiting).arg(call.token);
-            match self.eval::<i64>(&inv).await? {
+            let mut cmd = evalsha(&UNLOCK, 2, 1, 2 * call.key.len() + call.token.len());
+            cmd.arg(call.key).arg(&waiting).arg(call.token);
+            match self.evalsha_call::<i64>(&UNLOCK, &cmd).await? {
                 1 => return Ok(Released::Now),
                 0 => return Ok(Released::NotOurs),
                 _ => {}
@@ -377,7 +392,7 @@ impl RedisBackend {
             .map_or(("", 0, false), |s| (s.token, millis(s.ttl), s.turn_over));
         let channel = crate::notify::channel_of(call.key);
         inv.key(call.key)
-            .key(crate::key::companion(call.key, ":turns"))
+            .key(Companion(call.key, ":turns"))
             .key(&waiting)
             .arg(call.token)
             .arg(&channel)
@@ -456,6 +471,7 @@ impl RedisBackend {
                     BackendError::from(e)
                 })
         };
+        tokio::pin!(call);
         self.within_timeout(&used, call).await
     }
 
@@ -483,6 +499,7 @@ impl RedisBackend {
                 }
             }
         };
+        tokio::pin!(call);
         self.within_timeout(&used, call).await
     }
 
@@ -500,6 +517,7 @@ impl RedisBackend {
                     BackendError::from(e)
                 })
         };
+        tokio::pin!(call);
         self.within_timeout(&used, call).await
     }
 }
@@ -587,11 +605,20 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// One call of [`RedisBackend::call`]: a script or a plain command.
+/// `EVALSHA <script's hash> <keys>`, sized for the `args` keys and arguments to come and
+/// about `data` bytes of them.
+fn evalsha(script: &Script, keys: usize, args: usize, data: usize) -> redis::Cmd {
+    let mut cmd = redis::Cmd::with_capacity(3 + keys + args, data + 64);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// One call of [`RedisBackend::call`]: a script, a plain command, or an `EVALSHA`.
 #[derive(Clone, Copy)]
 enum Call<'a, 'b> {
     Script(&'a ScriptInvocation<'b>),
     Cmd(&'a redis::Cmd),
+    Evalsha(&'a Script, &'a redis::Cmd),
 }
 
 impl Call<'_, '_> {
@@ -602,6 +629,15 @@ impl Call<'_, '_> {
         match self {
             Call::Script(inv) => inv.invoke_async::<T>(conn).await,
             Call::Cmd(cmd) => cmd.query_async::<T>(conn).await,
+            Call::Evalsha(script, cmd) => match cmd.query_async::<T>(conn).await {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script.prepare_invoke().load_async(conn).await?;
+                    cmd.query_async::<T>(conn).await
+                }
+                reply => reply,
+            },
         }
     }
 }

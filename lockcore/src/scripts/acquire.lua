@@ -2,7 +2,7 @@
 -- script runs when that found something, and for waiters).
 -- KEYS[1] lock key, KEYS[2] its waiting marker (same slot).
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] this client's id, ARGV[4] how long to keep
--- the waiting marker in ms ('' when the caller will not be woken by a message).
+-- the waiting marker in ms (0 when the caller will not be woken by a message).
 -- Returns 0 when taken; when someone else holds the lock, the holder's remaining ttl in
 -- ms (-1 when it has none).
 local held = redis.call('GET', KEYS[1])
@@ -26,7 +26,7 @@ if string.sub(held, 1, 7) == 'yield: '
   return 0
 end
 -- Held: tell the holder's release that someone waits for a message.
-if ARGV[4] ~= '' then
+if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
 end
 local left = redis.call('PTTL', KEYS[1])
