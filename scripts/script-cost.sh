@@ -2,7 +2,7 @@
 # What each uncontended command costs redis-server itself, in µs of its CPU per call
 # (INFO commandstats, Lua's inner calls included): the baseline's SET NX PX and
 # compare-and-delete against distlock's uncontended acquire (a plain SET NX PX GET) and
-# release (unlock.lua: compare-and-delete that also checks the waiting marker). Starts a private
+# release (unlock.lua: a compare-and-delete that also tells a value a waiter marked). Starts a private
 # redis-server on a free port; 100,000 calls per command on distinct keys, sent with
 # redis-cli --pipe. ROUNDS=n repeats (default 3). Diagnostic only: never fails on a figure.
 set -euo pipefail
@@ -39,12 +39,12 @@ commands() {
     }
     BEGIN {
       for (i = 0; i < n; i++) {
-        k = "k:" i; w = "{k:" i "}:waiting"
+        k = "k:" i
         split("", a)
         if (kind == "set") { a[1]="SET"; a[2]=k; a[3]="tok"; a[4]="NX"; a[5]="PX"; a[6]="30000"; cmd(6, a) }
         else if (kind == "acquire") { a[1]="SET"; a[2]=k; a[3]="tok"; a[4]="NX"; a[5]="PX"; a[6]="30000"; a[7]="GET"; cmd(7, a) }
         else if (kind == "cad") { a[1]="EVALSHA"; a[2]=cad; a[3]="1"; a[4]=k; a[5]="tok"; cmd(5, a) }
-        else { a[1]="EVALSHA"; a[2]=rel; a[3]="2"; a[4]=k; a[5]=w; a[6]="tok"; cmd(6, a) }
+        else { a[1]="EVALSHA"; a[2]=rel; a[3]="1"; a[4]=k; a[5]="tok"; cmd(5, a) }
       }
     }'
 }

@@ -516,33 +516,52 @@ async fn release_scripts_answer_by_what_the_key_holds() {
     let mut raw = server.raw().await;
     let fast = |token: &str| {
         let mut inv = unlock.prepare_invoke();
-        inv.key("lock:retry").key("{lock:retry}:waiting").arg(token);
+        inv.key("lock:retry").arg(token);
         inv
     };
     let first: i64 = fast(&token).invoke_async(&mut raw).await.unwrap();
     let again: i64 = fast(&token).invoke_async(&mut raw).await.unwrap();
     assert_eq!((first, again), (1, 0));
-    // A registered waiter: the fast path leaves the lock held for the full release. (A
-    // client of its own each time: a forgotten guard keeps its client's local turn.)
+    // Another client waits: its try marks the holder's value, and the fast path leaves
+    // the lock held for the full release, which wakes it. (A client of its own each
+    // time: a forgotten guard keeps its client's local turn.)
     let locks = Locks::connect(&server.url()).await.unwrap();
     let g = locks.lock("retry").acquire().await.unwrap();
     let token = g.token().to_owned();
     std::mem::forget(g);
-    let _: () = redis::cmd("SET")
-        .arg("{lock:retry}:waiting")
-        .arg("1")
-        .arg("PX")
-        .arg(10_000)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let other = Locks::connect(&server.url()).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = other
+            .lock("retry")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        let taken = Instant::now();
+        g.release().await.unwrap();
+        taken
+    });
+    let marked = format!("{token} waiting");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let held: Option<String> = redis::AsyncCommands::get(&mut raw, "lock:retry")
+            .await
+            .unwrap();
+        if held.as_deref() == Some(marked.as_str()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never marked: {held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let waited: i64 = fast(&token).invoke_async(&mut raw).await.unwrap();
-    assert_eq!(waited, 2);
+    assert_eq!(waited, 2, "marked: the full release must run");
     let full = |token: &str, next: &str| {
         let mut inv = script.prepare_invoke();
         inv.key("lock:retry")
             .key("{lock:retry}:turns")
-            .key("{lock:retry}:waiting")
             .arg(token)
             .arg("lock:retry:released")
             .arg(&["test:client", "10"][..])
@@ -550,12 +569,15 @@ async fn release_scripts_answer_by_what_the_key_holds() {
             .arg(&["30000", "", "0"][..]);
         inv
     };
+    let released_at = Instant::now();
     let released: i64 = full(&token, "").invoke_async(&mut raw).await.unwrap();
-    assert_eq!(released, 1, "nobody listens: deleted");
-    let marker: Option<String> = redis::AsyncCommands::get(&mut raw, "{lock:retry}:waiting")
-        .await
-        .unwrap();
-    assert_eq!(marker, None, "a marker nobody listens behind is cleared");
+    assert_eq!(released, 5, "another client listens: left to it (yield)");
+    let taken = waiter.await.unwrap();
+    assert!(
+        taken.duration_since(released_at) < Duration::from_millis(80),
+        "woken by the message, not the 100 ms fallback: {:?}",
+        taken.duration_since(released_at)
+    );
     // A handoff to a local waiter whose reply was lost: the retry finds the waiter's
     // token and reports the handoff; a call without that waiter is "not ours".
     let locks = Locks::connect(&server.url()).await.unwrap();
@@ -588,9 +610,11 @@ async fn release_scripts_answer_by_what_the_key_holds() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    assert!(
-        keys.is_empty(),
-        "no fence counter unasked, no marker keys: {keys:?}"
+    // The yield above recorded its turn; nothing else is written beside the lock key.
+    assert_eq!(
+        keys,
+        vec!["{lock:retry}:turns".to_owned()],
+        "no fence counter unasked, no marker keys"
     );
 }
 

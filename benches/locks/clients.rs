@@ -212,7 +212,6 @@ impl Client {
                 // What distlock sends for an uncontended release.
                 let released: i64 = release
                     .key(&key)
-                    .key(format!("{{{key}}}:waiting"))
                     .arg(&token)
                     .invoke_async(&mut conn)
                     .await

@@ -398,7 +398,7 @@ impl<'a> LockRequest<'a> {
             let sent = Instant::now();
             let how = if subscribed {
                 // A waiter woken by messages registers, so the holder's release wakes it.
-                Attempt::Again(wake.is_some().then_some(WAITING_MARK))
+                Attempt::Again(wake.is_some())
             } else {
                 Attempt::First
             };
@@ -527,11 +527,6 @@ enum Taken {
 /// Longest sleep between lock tries while subscribed: covers a missed release message
 /// and a holder whose lease ran out without a release.
 const LOCK_RETRY_CAP: Duration = Duration::from_millis(100);
-
-/// How long a waiter's try keeps the key's waiting marker: many times the longest sleep
-/// between its tries, which renew it. A release that finds no marker wakes nobody; a
-/// waiter it missed tries again within [`LOCK_RETRY_CAP`].
-const WAITING_MARK: Duration = Duration::from_secs(1);
 
 fn spawn_cleanup(locks: Locks, key: Arc<str>, token: Arc<str>) {
     // Outside a runtime the handed token stays until its ttl.

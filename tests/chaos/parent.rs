@@ -631,14 +631,11 @@ fn end_state(port: u16) -> Vec<String> {
         let value: Option<String> = redis::cmd("GET").arg(&key).query(&mut con).unwrap_or(None);
         let fence = key.ends_with(":fence");
         let turns = key.ends_with(":turns");
-        let waiting = key.ends_with(":waiting");
         let idem = key.starts_with(&format!("{}idem:", cfg::PREFIX));
         let ok = if fence {
             true
         } else if turns {
             (1..=60_000).contains(&pttl)
-        } else if waiting {
-            (1..=1_000).contains(&pttl)
         } else if idem {
             (1..=idem_max).contains(&pttl)
         } else {

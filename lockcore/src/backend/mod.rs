@@ -11,13 +11,13 @@
 //! - `try_acquire`: set the key to the token if free (or a yield marker that does not
 //!   name this client, or the caller's own token: a lost handoff reply), with the ttl;
 //!   a free key costs one plain `SET NX PX`. A waiter that will be woken by a message
-//!   sets the key's waiting marker (`<key>:waiting`, same hash slot) while it finds the
-//!   key held.
+//!   marks the holder's value (`<token> waiting`) when it finds the key held; every
+//!   compare accepts a token with or without that mark.
 //! - `fence`: when the key holds the token, the next value of the fencing counter
 //!   (`<key>:fence`, same hash slot), else nothing (lost).
 //! - `release`: compare the token, then delete, hand to the next local waiter, or leave a
 //!   yield marker; publish on the key's channel when someone listens. Without a
-//!   successor and without a waiting marker, a compare-and-delete and nothing more.
+//!   successor and without a waiter's mark, a compare-and-delete and nothing more.
 //!   The key gone or holding another token is `NotOurs` (the caller reads it, see
 //!   `lock.rs`); the key holding the successor's token is `Handed`.
 //! - `extend_many`: compare-and-extend many leases in one round trip.
@@ -77,9 +77,9 @@ pub(crate) enum Attempt {
     /// The first: a plain `SET NX PX GET`, the script only when the key holds something
     /// this caller may take over.
     First,
-    /// A later one, through the script; `Some(d)`: the caller will be woken by a message,
-    /// so the script keeps the key's waiting marker for `d`.
-    Again(Option<Duration>),
+    /// A later one, through the script; `true`: the caller will be woken by a message,
+    /// so the script marks the holder's value.
+    Again(bool),
 }
 
 /// One release: whose lock, and what to do with it.

@@ -5,8 +5,9 @@
 //!
 //! Where they fit: the renewal (`SET key token IFEQ token PX ttl` is a compare-and-extend
 //! without a script) and the clean-up of a try whose reply was lost (a compare-and-delete
-//! that wakes nobody). The release itself stays a script: it must see the key's waiting
-//! marker in the same step as the compare.
+//! that wakes nobody). A value a waiter marked (`<token> waiting`) does not match them:
+//! the scripts then decide. The release itself stays a script: it must tell a marked
+//! value (wake the waiters) from a plain one in the same step as the compare.
 
 use std::time::Duration;
 

@@ -330,21 +330,20 @@ impl RedisBackend {
                     Ok(Some(held)) if !may_take_over(&held, token, client) => {
                         return Ok(Try::Busy(None));
                     }
-                    Ok(Some(_)) => None,
-                    Err(e) if self.refuses_nx_get(&e) => None,
+                    Ok(Some(_)) => false,
+                    Err(e) if self.refuses_nx_get(&e) => false,
                     Err(e) => return Err(e),
                 }
             }
-            Attempt::First => None,
+            Attempt::First => false,
             Attempt::Again(mark) => mark,
         };
-        let mut cmd = evalsha(&ACQUIRE, 2, 4, 2 * key.len() + token.len() + client.len());
+        let mut cmd = evalsha(&ACQUIRE, 1, 4, key.len() + token.len() + client.len());
         cmd.arg(key)
-            .arg(Companion(key, ":waiting"))
             .arg(token)
             .arg(millis(ttl))
             .arg(client)
-            .arg(mark.map_or(0, millis));
+            .arg(u8::from(mark));
         let reply: i64 = self.evalsha_call(&ACQUIRE, &cmd).await?;
         Ok(match reply {
             0 => Try::Taken,
@@ -375,10 +374,9 @@ impl RedisBackend {
     /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
     /// release runs only when that finds waiters registered.
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
-        let waiting = Companion(call.key, ":waiting");
         if call.successor.is_none() {
-            let mut cmd = evalsha(&UNLOCK, 2, 1, 2 * call.key.len() + call.token.len());
-            cmd.arg(call.key).arg(&waiting).arg(call.token);
+            let mut cmd = evalsha(&UNLOCK, 1, 1, call.key.len() + call.token.len());
+            cmd.arg(call.key).arg(call.token);
             match self.evalsha_call::<i64>(&UNLOCK, &cmd).await? {
                 1 => return Ok(Released::Now),
                 0 => return Ok(Released::NotOurs),
@@ -393,7 +391,6 @@ impl RedisBackend {
         let channel = crate::notify::channel_of(call.key);
         inv.key(call.key)
             .key(Companion(call.key, ":turns"))
-            .key(&waiting)
             .arg(call.token)
             .arg(&channel)
             .arg(client)
@@ -444,7 +441,11 @@ impl RedisBackend {
                     }
                 }
                 match pipe.query_async::<Vec<Option<String>>>(&mut conn).await {
-                    Ok(replies) => return Ok(replies.into_iter().map(|r| r.is_some()).collect()),
+                    Ok(replies) if replies.iter().all(Option::is_some) => {
+                        return Ok(vec![true; replies.len()]);
+                    }
+                    // A value a waiter marked does not match: the script decides.
+                    Ok(_) => {}
                     Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
                         self.refuse_native(generation, &e);
                     }
@@ -476,9 +477,9 @@ impl RedisBackend {
     }
 
     /// Deletes `key` if it holds `token` with the server's native compare-and-delete,
-    /// waking nobody (waiters try again within their fallback): the clean-up of a try
-    /// whose reply was lost. `false` when the server has none (the caller releases
-    /// through the scripts).
+    /// waking nobody: the clean-up of a try whose reply was lost. `false` when the server
+    /// has none or it deleted nothing (the caller releases through the scripts, which
+    /// also handle a value a waiter marked).
     pub(crate) async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
         let used = AtomicU64::new(0);
         let call = async {
@@ -488,7 +489,8 @@ impl RedisBackend {
                 return Ok(false);
             };
             match cmd.query_async::<i64>(&mut conn).await {
-                Ok(_) => Ok(true),
+                // 0: gone, another holder's, or marked by a waiter: the release decides.
+                Ok(deleted) => Ok(deleted == 1),
                 Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
                     self.refuse_native(generation, &e);
                     Ok(false)
@@ -526,7 +528,8 @@ impl RedisBackend {
 /// `acquire.lua`): it is that token (a handoff whose reply was lost), or a yield marker
 /// that does not name the client.
 fn may_take_over(held: &str, token: &str, client: &str) -> bool {
-    held == token
+    held.strip_prefix(token)
+        .is_some_and(|rest| rest.is_empty() || rest == " waiting")
         || held.strip_prefix("yield: ").is_some_and(|names| {
             !names
                 .split(' ')

@@ -1,8 +1,8 @@
 -- A contended try (a free key is taken with a plain `SET key token NX PX ttl GET`; this
 -- script runs when that found something, and for waiters).
--- KEYS[1] lock key, KEYS[2] its waiting marker (same slot).
--- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] this client's id, ARGV[4] how long to keep
--- the waiting marker in ms (0 when the caller will not be woken by a message).
+-- KEYS[1] lock key. ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] this client's id, ARGV[4]
+-- '1' when the caller will be woken by a message: it then marks the holder's value
+-- (`<token> waiting`), so the holder's release knows to wake it.
 -- Returns 0 when taken; when someone else holds the lock, the holder's remaining ttl in
 -- ms (-1 when it has none).
 local held = redis.call('GET', KEYS[1])
@@ -13,7 +13,7 @@ end
 -- Our own token: a release handed the lock to this caller (its client's next local
 -- waiter), but the reply never reached the releaser, which told the caller to contend.
 -- It holds the lock; the lease starts again now, as the caller counts it.
-if held == ARGV[1] then
+if held == ARGV[1] or held == ARGV[1] .. ' waiting' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 0
 end
@@ -25,9 +25,11 @@ if string.sub(held, 1, 7) == 'yield: '
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 0
 end
--- Held: tell the holder's release that someone waits for a message.
-if ARGV[4] ~= '0' then
-  redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+-- Held: tell the holder's release that someone waits for a message (a yield marker is
+-- left alone: it ends by itself, and the next holder's value is marked then).
+if ARGV[4] == '1' and string.sub(held, 1, 7) ~= 'yield: '
+    and string.sub(held, -8) ~= ' waiting' then
+  redis.call('SET', KEYS[1], held .. ' waiting', 'KEEPTTL')
 end
 local left = redis.call('PTTL', KEYS[1])
 if left < 1 then

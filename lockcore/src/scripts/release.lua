@@ -1,6 +1,6 @@
 -- Release in one step: compare-and-delete, or hand the lock to this client's next local
 -- waiter, or leave it to the other clients that wait for it; then wake the waiters.
--- KEYS[1] lock key, KEYS[2] the recent turns, KEYS[3] the waiting marker (same slot).
+-- KEYS[1] lock key, KEYS[2] the recent turns (same slot).
 -- ARGV[1] token; ARGV[2] the channel that wakes waiters; ARGV[3] this client's id, ''
 -- to never yield; ARGV[4] the yield window in ms; ARGV[5] the token of the next local
 -- waiter, else ''; ARGV[6] its ttl in ms; ARGV[7] '1' when this client's turn is over
@@ -10,9 +10,10 @@
 -- 4 handed to the next local waiter (also when the key already holds that waiter's
 -- token: only this release's handoff writes it), 0 when the key is gone or holds
 -- another token (the caller tells a lost lock from a retry of a release that happened).
+-- A token may carry a waiter's mark (`<token> waiting`, see acquire.lua).
 local held = redis.call('GET', KEYS[1])
-if held ~= ARGV[1] then
-  if ARGV[5] ~= '' and held == ARGV[5] then
+if held ~= ARGV[1] and held ~= ARGV[1] .. ' waiting' then
+  if ARGV[5] ~= '' and (held == ARGV[5] or held == ARGV[5] .. ' waiting') then
     return 4
   end
   return 0
@@ -26,10 +27,6 @@ local others = listening - tonumber(ARGV[8])
 if ARGV[5] ~= '' and others < 1 then
   redis.call('SET', KEYS[1], ARGV[5], 'PX', ARGV[6])
   return 4
-end
-if others < 1 then
-  -- Nobody else waits: the marker is stale.
-  redis.call('DEL', KEYS[3])
 end
 local message = '1'
 if ARGV[3] ~= '' and others > 0 then
