@@ -471,6 +471,9 @@ impl<'a> LockRequest<'a> {
             Taken::Handed(at) => (at, true),
         };
         let info = LockInfo::new(self.locks, key, token, acquired_at, self.ttl);
+        if handed || attempt > 0 {
+            info.state.mark_contended();
+        }
         let waited = started.elapsed();
         tracing::debug!(
             target: "distlock",
@@ -563,8 +566,10 @@ impl LockGuard {
         ttl: Duration,
         turn: Turn,
     ) -> Self {
+        let info = LockInfo::new(&locks, key, token, at, ttl);
+        info.state.mark_contended(); // handed over
         LockGuard {
-            info: LockInfo::new(&locks, key, token, at, ttl),
+            info,
             locks,
             acquired_at: at,
             done: false,
@@ -777,6 +782,7 @@ impl Releasing {
             tracing::trace!(target: "distlock", key = self.info.key(), "local waiter left as the lock reached it; releasing it");
             self.token = next_token;
             self.state = HeldState::new(at, next_ttl);
+            self.state.mark_contended();
             self.sent = None;
         }
         self.finished = true;
@@ -840,6 +846,7 @@ async fn release_raw(
         key,
         token,
         successor: next,
+        contended: lease.is_none_or(HeldState::was_contended),
         yield_to,
         // Only a yielding release that wakes waiters counts the channel's subscribers.
         self_subscribed: &|channel| notifier.is_some_and(|n| n.may_count_self(channel)),

@@ -31,6 +31,9 @@ pub(crate) struct HeldState {
     released: AtomicBool,
     /// The lock's fence, assigned on the first `LockInfo::fence` call.
     pub(crate) fence: OnceCell<u64>,
+    /// Someone else wanted the lock when it was taken (it was waited for, or handed
+    /// over): its release goes straight to the script that wakes waiters.
+    contended: AtomicBool,
     /// The lease by this client's clock: since when (a try's or renewal's send) and for
     /// how long. The key cannot expire before its end (see [`HeldState::surely_held_until`]).
     lease: Mutex<(Instant, Duration)>,
@@ -44,8 +47,17 @@ impl HeldState {
             lost_notify: Notify::new(),
             released: AtomicBool::new(false),
             fence: OnceCell::new(),
+            contended: AtomicBool::new(false),
             lease: Mutex::new((since, ttl)),
         })
+    }
+
+    pub(crate) fn mark_contended(&self) {
+        self.contended.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn was_contended(&self) -> bool {
+        self.contended.load(Ordering::Relaxed)
     }
 
     /// A renewal sent at `since` extended the lease to `ttl` from then.

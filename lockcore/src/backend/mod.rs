@@ -88,6 +88,9 @@ pub(crate) struct ReleaseCall<'a> {
     pub(crate) token: &'a str,
     /// The next local waiter to hand the lock to, if any.
     pub(crate) successor: Option<Successor<'a>>,
+    /// Others likely wait (the lock was waited for or handed over): skip the plain
+    /// compare-and-delete that would find the waiters' mark and defer anyway.
+    pub(crate) contended: bool,
     /// This client's id and yield window (`None`: never yield).
     pub(crate) yield_to: Option<(&'a str, Duration)>,
     /// Whether this client's own Pub/Sub connection may be subscribed to the key's

@@ -374,7 +374,7 @@ impl RedisBackend {
     /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
     /// release runs only when that finds waiters registered.
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
-        if call.successor.is_none() {
+        if call.successor.is_none() && !call.contended {
             let mut cmd = evalsha(&UNLOCK, 1, 1, call.key.len() + call.token.len());
             cmd.arg(call.key).arg(call.token);
             match self.evalsha_call::<i64>(&UNLOCK, &cmd).await? {
