@@ -768,6 +768,35 @@ async fn charge(
     })
 }
 
+/// `charge` with owned parameters: the call runs in a task of its own, so a caller
+/// cancelled by its timeout leaves the body running to its end and storing its result (its
+/// own record namespace: `charge_owned`).
+#[idempotent(key = "<id>", client = locks, lease = "450ms", wait = "800ms", ttl = "1h", fingerprint = [id, payload])]
+async fn charge_owned(
+    locks: Locks,
+    id: String,
+    payload: u32,
+    work_ms: u64,
+    block_ms: u64,
+    fail: bool,
+    probe: Probe,
+) -> Result<Charged, IdemErr> {
+    let inside = InBody::enter(&probe, &id, payload);
+    tokio::time::sleep(Duration::from_millis(work_ms / 2)).await;
+    if block_ms > 0 {
+        std::thread::sleep(Duration::from_millis(block_ms));
+    }
+    tokio::time::sleep(Duration::from_millis(work_ms - work_ms / 2)).await;
+    inside.leave(if fail { "err" } else { "ok" });
+    if fail {
+        return Err(IdemErr::App);
+    }
+    Ok(Charged {
+        payload,
+        run: probe.call.clone(),
+    })
+}
+
 /// One idempotent call; `may_block`: on the idempotency-only runtime, where a body may
 /// block its thread past the lease.
 async fn idem_op(ctx: &Ctx, rng: &mut fastrand::Rng, call: &str, may_block: bool) {
@@ -786,14 +815,18 @@ async fn idem_op(ctx: &Ctx, rng: &mut fastrand::Rng, call: &str, may_block: bool
     };
     let fail = rng.u8(..100) < 15;
     let limit = (rng.u8(..100) < 25).then(|| whole(rng, work + block + cfg::IDEM_WAIT_MS));
+    // A third of the calls go through the owned fn (its records apart: `o` keys).
+    let owned = rng.u8(..100) < 33;
+    let id = if owned { format!("o{id}") } else { id };
     ctx.log.emit(
         "id_try",
         format_args!(
-            "call={call} child={} key={id} payload={payload} work={} block={block} fail={} to={}",
+            "call={call} child={} key={id} payload={payload} work={} block={block} fail={} to={} owned={}",
             ctx.child,
             work + block,
             u8::from(fail),
-            Cut::render(limit)
+            Cut::render(limit),
+            u8::from(owned)
         ),
     );
     let probe = Probe {
@@ -801,8 +834,13 @@ async fn idem_op(ctx: &Ctx, rng: &mut fastrand::Rng, call: &str, may_block: bool
         call: call.to_owned(),
     };
     let started = Instant::now();
-    let fut = charge(&ctx.locks, &id, payload, work, block, fail, &probe);
-    let out = cut(limit, fut).await;
+    let out = if owned {
+        let fut = charge_owned(ctx.locks.clone(), id, payload, work, block, fail, probe);
+        cut(limit, fut).await
+    } else {
+        let fut = charge(&ctx.locks, &id, payload, work, block, fail, &probe);
+        cut(limit, fut).await
+    };
     let dur = us(started.elapsed());
     match out {
         None => ctx.log.emit(
