@@ -38,12 +38,13 @@
 //!
 //! | | |
 //! |---|---|
-//! | **Value** | a plain UTF-8 token `uuid:host:pid` (`redis-cli GET lock:order:42`), unique per acquisition. |
+//! | **Value** | a plain UTF-8 token `uuid:host:pid` (`redis-cli GET lock:order:42`), unique per acquisition; while a client of another process waits for it, ` waiting` is appended (`uuid:host:pid waiting`). |
 //! | **Acquire** | one round trip: a plain `SET key token NX PX ttl GET` when the key is free. Only a contended try runs a script (to take over a yield marker, read the holder's remaining lease and register as a waiter). |
 //! | **Release** | one round trip: a Lua compare-and-delete (EVALSHA, reloaded after NOSCRIPT, e.g. after a Redis restart), as cheap as a hand-written one. A waiter of another client that will be woken by a message marks the holder's value (`<token> waiting`, still plain UTF-8); only a release that finds that mark runs a second script to wake the waiters or leave them the lock. A handoff to a local waiter is one round trip. |
 //! | **`wait`** | waiters sleep until the release message, the holder's remaining lease, or 100 ms, whichever is first, and stop exactly at the deadline. |
 //! | **Every exit releases** | return, `?`, a panic, and a dropped (cancelled) future: the guard's `Drop` schedules the release at once. A cancelled `release()` too: the release goes on in a task of its own, and when a try may already have reached Redis it goes on as a retry, which finds the lock released, handed to the next local waiter (woken holding it) or still held (released now). |
-//! | **Fencing** | on demand: `current_lock().unwrap().fence().await?` (or [`LockGuard::fence`]) checks in one script that the lock is still held and `INCR`s the counter `{lock:order:42}:fence`; later calls in the same acquisition (nested ones included) return the same number without a round trip, and a lock that never asks pays nothing. A holder that gets a fence after another got one gets a larger one; a holder paused past its ttl either got a smaller fence than the next holder's or gets `Lost` when it asks. So ask right before the write, and hand it to storage that rejects smaller fences: the check and the guard in one. The counter has no ttl on purpose: under an `allkeys-*` `maxmemory-policy` Redis may evict it, and `FLUSHDB` deletes it; either way fences start again from 1. Use `noeviction` or a `volatile-*` policy; a client reads the policy once and warns when it can evict keys without a ttl. |
+//! | **Fencing** | on demand: `current_lock().unwrap().fence().await?` (or [`LockGuard::fence`]) checks in one script that the lock is still held and `INCR`s the counter `{lock:order:42}:fence`; later calls in the same acquisition (nested ones included) return the same number without a round trip, and a lock that never asks pays nothing. A holder that gets a fence after another got one gets a larger one; a holder paused past its ttl either got a smaller fence than the next holder's or gets `Lost` when it asks. So ask right before the write, and hand it to storage that rejects smaller fences: the check and the guard in one. Only the first call checks; later ones return the cached number. The counter has no ttl on purpose: under a `maxmemory-policy` other than `noeviction` Redis may evict it (or the lock key itself, which lets a second holder in), and `FLUSHDB` deletes it; either way fences start again from 1. Use `noeviction`; a client reads the policy once and warns when it is another. |
+//! | **Upgrading** | the lock protocol changed with fences on demand (no fence at acquisition, waiters mark the holder's value): stop every client of the previous version before starting the new one on the same Redis. |
 //! | **Native commands** | where the server has them (Redis 8.4+ `SET ... IFEQ`, `DELEX ... IFEQ`; Valkey 8.1+ `SET ... IFEQ`, 9.0+ `DELIFEQ`), detected once per connection, renewals and clean-ups use them instead of scripts; Lua is the fallback everywhere. |
 //!
 //! ## Waiting, fairness, lease keeping, reentrancy
@@ -91,10 +92,13 @@
 //! A release whose reply is lost is retried once. A retry that finds the key no longer
 //! holding the token while the lease cannot have ended yet (by the client's clock,
 //! counted from the send of the try that took the lock or of the last renewal, less a
-//! margin of 2 ms + 1 % of the ttl) knows the first try released it, and reports success;
-//! a retry answered after that point cannot tell a release from an expiry, and the
-//! result is `Backend` (never a false `Lost`, never a silent `Ok`). An acquire whose reply
-//! is lost is followed by a compare-and-delete of its token.
+//! margin of 2 ms + 1 % of the ttl), with no broken connection and no restart or failover
+//! seen since (the server's `run_id`, read on every new connection), knows the first try
+//! released it, and reports success; otherwise it cannot tell a release from an expiry or
+//! a lost key, and the result is `Backend` (never a false `Lost`, never a silent `Ok`).
+//! The rule assumes a monotonic clock that runs while the host is suspended for no longer
+//! than the ttl, and a server clock that does not jump. An acquire whose reply is lost is
+//! followed by a compare-and-delete of its token.
 //!
 //! ## Keys
 //!

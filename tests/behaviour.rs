@@ -810,3 +810,40 @@ async fn unix_socket_url_works() {
     drop(server);
     let _ = std::fs::remove_file(&sock);
 }
+
+/// Redis restarts (without persistence) while a lock is held, and another client takes
+/// the key on the new server. The holder's release is never a silent `Ok`: its first try
+/// fails on the broken connection, and the retry's "not ours" cannot be trusted across a
+/// restart (the client saw a broken connection and a new `run_id`). Control: the same
+/// release without the restart succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_across_a_restart_is_never_a_silent_ok() {
+    let mut server = RedisServer::start();
+    let locks = Locks::builder(server.url())
+        .command_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let control = locks.lock("restarted").acquire().await.unwrap();
+    control.release().await.unwrap();
+    // Every connection of the client is open and warm before the restart.
+    for _ in 0..3 {
+        let g = locks.lock("warm").acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
+    let g = locks
+        .lock("restarted")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    server.restart();
+    let other = Locks::connect(&server.url()).await.unwrap();
+    let thief = other.lock("restarted").acquire().await.unwrap();
+    let released = g.release().await;
+    assert!(
+        matches!(released, Err(Error::Backend { .. } | Error::Lost { .. })),
+        "the lock was lost in the restart and taken: {released:?}"
+    );
+    thief.release().await.unwrap();
+}

@@ -47,14 +47,22 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
-    /// A lock just acquired through `locks`, its lease running `ttl` from `since`.
-    fn new(locks: &Locks, key: Arc<str>, token: Arc<str>, since: Instant, ttl: Duration) -> Self {
+    /// A lock just acquired through `locks`, its lease running `ttl` from `since`, in the
+    /// backend's `epoch` (`None`: unknown).
+    fn new(
+        locks: &Locks,
+        key: Arc<str>,
+        token: Arc<str>,
+        since: Instant,
+        ttl: Duration,
+        epoch: Option<u64>,
+    ) -> Self {
         LockInfo {
             key,
             token,
             locks: locks.clone(),
             client: Arc::as_ptr(&locks.inner) as usize,
-            state: HeldState::new(since, ttl),
+            state: HeldState::new(since, ttl, epoch),
         }
     }
 
@@ -88,10 +96,15 @@ impl LockInfo {
     /// keeping found it lost), [`Error::Backend`] when Redis fails (the next call tries
     /// again; a counter value consumed by a call whose reply was lost is skipped).
     ///
-    /// The counter (`{<key>}:fence`) has no ttl on purpose. A Redis whose
-    /// `maxmemory-policy` is `allkeys-*` may evict it, and `FLUSHDB` deletes it: the next
-    /// fence then starts again from 1. Run Redis with `noeviction` or a `volatile-*`
-    /// policy; the client warns through `tracing` when it connects to one that may evict.
+    /// Only the first call checks that the lock is held; later calls return the cached
+    /// number (storage that compares fences stays the guard). To check again just before
+    /// a write, use [`is_held`](Self::is_held) with `renew`, or ask storage.
+    ///
+    /// The counter (`{<key>}:fence`) has no ttl on purpose. A Redis that may evict keys
+    /// (any `maxmemory-policy` but `noeviction`) may evict it, or the lock key itself, and
+    /// `FLUSHDB` deletes it: the next fence then starts again from 1. Run Redis with
+    /// `noeviction`; the client warns through `tracing` when it connects to one that may
+    /// evict.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockcore::Error> {
@@ -123,6 +136,7 @@ impl LockInfo {
                         Ok(fence)
                     }
                     Ok(None) => {
+                        self.state.mark_lost();
                         tracing::warn!(target: "distlock", key = &*self.key, token = self.token_prefix(), "lock lost while held: found when asking for its fence");
                         Err(lost())
                     }
@@ -396,6 +410,7 @@ impl<'a> LockRequest<'a> {
             // The lease is counted from before the try is sent: Redis starts it later, so
             // it never outlives the key.
             let sent = Instant::now();
+            let epoch = inner.backend.epoch();
             let how = if subscribed {
                 // A waiter woken by messages registers, so the holder's release wakes it.
                 Attempt::Again(wake.is_some())
@@ -409,7 +424,7 @@ impl<'a> LockRequest<'a> {
             {
                 Ok(Try::Taken) => {
                     drop(wake);
-                    let taken = Taken::Sent(sent);
+                    let taken = Taken::Sent(sent, epoch, subscribed);
                     return Ok(self.taken(key, token, started, attempt, turn, taken));
                 }
                 Ok(Try::Busy(left)) => left,
@@ -466,12 +481,12 @@ impl<'a> LockRequest<'a> {
         how: Taken,
     ) -> LockGuard {
         let inner = &self.locks.inner;
-        let (acquired_at, handed) = match how {
-            Taken::Sent(at) => (at, false),
-            Taken::Handed(at) => (at, true),
+        let (acquired_at, handed, epoch, waited) = match how {
+            Taken::Sent(at, epoch, waited) => (at, false, Some(epoch), waited),
+            Taken::Handed(at) => (at, true, None, true),
         };
-        let info = LockInfo::new(self.locks, key, token, acquired_at, self.ttl);
-        if handed || attempt > 0 {
+        let info = LockInfo::new(self.locks, key, token, acquired_at, self.ttl, epoch);
+        if waited || attempt > 0 {
             info.state.mark_contended();
         }
         let waited = started.elapsed();
@@ -521,8 +536,9 @@ impl<'a> LockRequest<'a> {
 
 /// How a lock was taken, and since when its lease runs by this client's clock.
 enum Taken {
-    /// By this task's try, sent at this instant.
-    Sent(Instant),
+    /// By this task's try, sent at this instant in this backend epoch; whether it had
+    /// subscribed to wait.
+    Sent(Instant, u64, bool),
     /// Handed over by the previous local holder's release, sent at this instant.
     Handed(Instant),
 }
@@ -566,7 +582,7 @@ impl LockGuard {
         ttl: Duration,
         turn: Turn,
     ) -> Self {
-        let info = LockInfo::new(&locks, key, token, at, ttl);
+        let info = LockInfo::new(&locks, key, token, at, ttl, None);
         info.state.mark_contended(); // handed over
         LockGuard {
             info,
@@ -639,8 +655,11 @@ impl LockGuard {
     /// and the retry never reports a release that happened as `Lost`: a retry that finds
     /// the key no longer holding the token before the lease could have ended (by this
     /// client's clock, counted from the try that took the lock or the last renewal, less
-    /// a margin) knows the lost try released it, which is success; past that, the
-    /// outcome cannot be told and the error is [`Error::Backend`].
+    /// a margin), with no sign since that Redis could have lost the key (a broken
+    /// connection, a restart or failover seen as a new `run_id`), knows the lost try
+    /// released it, which is success; otherwise the outcome cannot be told and the error
+    /// is [`Error::Backend`]. A lock handed over by another task of the client has no
+    /// such knowledge: its retry is never counted as success.
     ///
     /// When another task of the same client waits for the key, the release hands the
     /// lock to it in the same round trip (see [`LocksBuilder::yield_window`] for how turns
@@ -781,7 +800,7 @@ impl Releasing {
             }
             tracing::trace!(target: "distlock", key = self.info.key(), "local waiter left as the lock reached it; releasing it");
             self.token = next_token;
-            self.state = HeldState::new(at, next_ttl);
+            self.state = HeldState::new(at, next_ttl, None);
             self.state.mark_contended();
             self.sent = None;
         }
@@ -828,8 +847,9 @@ impl Drop for Releasing {
 ///
 /// A retry that finds the key no longer holding `token` is told apart from a lost lock
 /// by time, with no marker key written: before the lease in `lease` could have ended,
+/// and with no sign that Redis lost keys since it began (`HeldState::surely_held_at`),
 /// the key cannot have expired, and only this client's handoff writes `next`'s token,
-/// so the earlier try released it (`Earlier`); after, it cannot be told (`Unknown`).
+/// so the earlier try released it (`Earlier`); otherwise it cannot be told (`Unknown`).
 /// Without `lease` (a clean-up of a try whose reply was lost) it is never `Earlier`.
 async fn release_raw(
     inner: &Inner,
@@ -856,7 +876,8 @@ async fn release_raw(
         match inner.backend.release(&call).await {
             Ok(Released::NotOurs) if retry => {
                 // The reply arrived now, so Redis ran the call before now.
-                let within = lease.is_some_and(|l| Instant::now() < l.surely_held_until());
+                let (now, epoch) = (Instant::now(), inner.backend.epoch());
+                let within = lease.is_some_and(|l| l.surely_held_at(now, epoch));
                 return Ok(if within {
                     Released::Earlier
                 } else {

@@ -35,13 +35,17 @@ pub(crate) struct HeldState {
     /// over): its release goes straight to the script that wakes waiters.
     contended: AtomicBool,
     /// The lease by this client's clock: since when (a try's or renewal's send) and for
-    /// how long. The key cannot expire before its end (see [`HeldState::surely_held_until`]).
+    /// how long. The key cannot expire before its end (see [`HeldState::surely_held_at`]).
     lease: Mutex<(Instant, Duration)>,
+    /// The backend's epoch when the lease began (`None`: unknown); see
+    /// [`HeldState::surely_held_at`].
+    epoch: Option<u64>,
 }
 
 impl HeldState {
-    /// The state of a lock whose lease runs `ttl` from `since`.
-    pub(crate) fn new(since: Instant, ttl: Duration) -> Arc<HeldState> {
+    /// The state of a lock whose lease runs `ttl` from `since`, taken in the backend's
+    /// `epoch` (`None` when unknown: a lock handed over by another task).
+    pub(crate) fn new(since: Instant, ttl: Duration, epoch: Option<u64>) -> Arc<HeldState> {
         Arc::new(HeldState {
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
@@ -49,6 +53,7 @@ impl HeldState {
             fence: OnceCell::new(),
             contended: AtomicBool::new(false),
             lease: Mutex::new((since, ttl)),
+            epoch,
         })
     }
 
@@ -65,14 +70,18 @@ impl HeldState {
         *crate::util::lock(&self.lease) = (since, ttl);
     }
 
-    /// Until when the key surely still holds this lock's token unless a release or
-    /// another holder's take removed it: the lease's end by this client's clock, less a
-    /// margin for the two clocks' rates and Redis's millisecond expiry (2 ms + 1 % of
-    /// the ttl).
-    pub(crate) fn surely_held_until(&self) -> Instant {
+    /// Whether the key surely still held this lock's token at `now`, unless this
+    /// client's release removed it: the lock was not found lost, the backend's epoch
+    /// `epoch` is still the one it was taken in (no broken connection, no restart or
+    /// failover seen since, which could have lost the key), and `now` is before the
+    /// lease's end by this client's clock, less a margin for the two clocks' rates and
+    /// Redis's millisecond expiry (2 ms + 1 % of the ttl). Assumes the server loses no
+    /// key silently and its clock does not jump, and this host was not suspended.
+    pub(crate) fn surely_held_at(&self, now: Instant, epoch: u64) -> bool {
         let (since, ttl) = *crate::util::lock(&self.lease);
         let margin = Duration::from_millis(2) + ttl / 100;
-        (since + ttl).checked_sub(margin).unwrap_or(since)
+        let end = (since + ttl).checked_sub(margin).unwrap_or(since);
+        !self.is_lost() && self.epoch == Some(epoch) && now < end
     }
 
     pub(crate) fn mark_lost(&self) {
@@ -342,5 +351,39 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
                 t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A release retry trusts the lease only before its end less the margin, in the epoch
+    /// it began in, and while the lock is not known lost.
+    #[test]
+    fn the_lease_is_trusted_only_within_its_epoch_and_end() {
+        let since = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let held = HeldState::new(since, ttl, Some(3));
+        let margin = Duration::from_millis(2) + ttl / 100;
+        assert!(held.surely_held_at(since, 3));
+        assert!(held.surely_held_at(since + ttl - margin - Duration::from_millis(1), 3));
+        assert!(
+            !held.surely_held_at(since + ttl - margin, 3),
+            "past the end less the margin"
+        );
+        assert!(
+            !held.surely_held_at(since, 4),
+            "a broken connection or restart since"
+        );
+        let handed = HeldState::new(since, ttl, None);
+        assert!(
+            !handed.surely_held_at(since, 3),
+            "an unknown epoch is never trusted"
+        );
+        held.renewed(since + ttl, ttl);
+        assert!(held.surely_held_at(since + ttl + ttl / 2, 3), "renewed");
+        held.mark_lost();
+        assert!(!held.surely_held_at(since, 3), "found lost");
     }
 }

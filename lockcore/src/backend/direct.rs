@@ -50,6 +50,8 @@ pub(crate) struct Direct {
     write: Vec<u8>,
     db: i64,
     runtime: tokio::runtime::Id,
+    /// The server's `run_id` when opened.
+    run_id: Option<String>,
     _place: Place,
 }
 
@@ -97,6 +99,7 @@ impl Direct {
             write: Vec::with_capacity(256),
             db: settings.db(),
             runtime,
+            run_id: None,
             _place: place,
         };
         if let Some(password) = settings.password() {
@@ -121,7 +124,21 @@ impl Direct {
             Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => return Err(e),
             _ => {}
         }
+        let info: Option<String> = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut conn)
+            .await
+            .ok();
+        conn.run_id = info
+            .as_deref()
+            .and_then(super::native::run_id)
+            .map(str::to_owned);
         Ok(conn)
+    }
+
+    /// The `run_id` of the server at the other end, when it could be read.
+    pub(crate) fn run_id(&self) -> Option<&str> {
+        self.run_id.as_deref()
     }
 
     /// The runtime whose reactor drives this connection's socket.

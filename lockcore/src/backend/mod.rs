@@ -175,6 +175,15 @@ impl Backend {
         }
     }
 
+    /// Changes whenever the server may have lost keys (see `RedisBackend::epoch`); the
+    /// in-memory backend never loses any.
+    pub(crate) fn epoch(&self) -> u64 {
+        match self {
+            Backend::Redis(r) => r.epoch(),
+            Backend::Memory(_) => 0,
+        }
+    }
+
     pub(crate) fn is_memory(&self) -> bool {
         matches!(self, Backend::Memory(_))
     }

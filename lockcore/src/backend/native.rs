@@ -93,6 +93,14 @@ impl Native {
     }
 }
 
+/// The `run_id` in an `INFO server` reply: a new one means the server restarted (or
+/// another server answers, after a failover).
+pub(crate) fn run_id(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|line| line.trim_end().strip_prefix("run_id:"))
+        .filter(|id| !id.is_empty())
+}
+
 /// `major.minor` of a version string (`8.4.0` → (8, 4)); unreadable parts count as 0.
 fn version(text: &str) -> (u32, u32) {
     let mut parts = text.trim().split('.').map(|p| p.parse().unwrap_or(0));
@@ -160,6 +168,13 @@ mod tests {
             Native::from_info(&info(&["redis_version:9.9.9", "server_name:valkey"]));
         assert_eq!(valkey_unknown, Native::default());
         assert_eq!(Native::from_info(""), Native::default());
+    }
+
+    #[test]
+    fn reads_the_run_id() {
+        let text = info(&["redis_version:7.0.15", "run_id:4f1c2d", "tcp_port:6379"]);
+        assert_eq!(run_id(&text), Some("4f1c2d"));
+        assert_eq!(run_id("redis_version:7.0.15\r\n"), None);
     }
 
     #[test]

@@ -53,6 +53,13 @@ pub(crate) struct RedisBackend {
     /// Whether the server's eviction policy was read (once per client, see
     /// [`warn_if_evicting`]).
     policy_checked: AtomicBool,
+    /// Bumped on every sign that the server may have lost keys since: a connection broken
+    /// by an I/O error, a failed connect, or a new connection to a server with another
+    /// `run_id` (a restart, a failover). A release retry trusts its lease only within one
+    /// epoch (see `lock.rs`, `release_raw`).
+    epoch: AtomicU64,
+    /// The `run_id` of the server last connected to.
+    run_id: Mutex<Option<String>>,
     /// Whether the server takes `SET ... NX GET` (Redis 7.0+); cleared on its first
     /// syntax error, after which lock tries and claims go through their scripts only.
     pub(super) set_nx_get: AtomicBool,
@@ -80,7 +87,33 @@ impl RedisBackend {
             in_flight: AtomicUsize::new(0),
             direct,
             policy_checked: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            run_id: Mutex::new(None),
             set_nx_get: AtomicBool::new(true),
+        }
+    }
+
+    /// The current epoch (see the field).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// A connection broke or could not be made: the server may have restarted.
+    fn broke(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A new connection reached the server with `run_id`: another one than before means
+    /// a restart or a failover.
+    fn observe(&self, run_id: Option<&str>) {
+        let Some(id) = run_id else { return };
+        let mut known = crate::util::lock(&self.run_id);
+        if known.as_deref() != Some(id) {
+            if known.is_some() {
+                tracing::debug!(target: "distlock", run_id = id, "redis answers with another run_id: restarted or failed over");
+                self.broke();
+            }
+            *known = Some(id.to_owned());
         }
     }
 
@@ -117,7 +150,10 @@ impl RedisBackend {
             }
         };
         let info = self.client.get_connection_info();
-        let opened = Direct::open(info, runtime, place).await?;
+        let opened = Direct::open(info, runtime, place)
+            .await
+            .inspect_err(|_| self.broke())?;
+        self.observe(opened.run_id());
         tracing::debug!(target: "distlock", open = self.live.load(Ordering::Relaxed), "opened a direct connection to redis");
         Ok(Some(opened))
     }
@@ -165,9 +201,11 @@ impl RedisBackend {
         let conn = self
             .client
             .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+            .await
+            .inspect_err(|_| self.broke())?;
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let native = detect_native(conn.clone(), self.timeout).await;
+        let (native, run_id) = detect_native(conn.clone(), self.timeout).await;
+        self.observe(run_id.as_deref());
         let mut slots = crate::util::lock(&self.slots);
         slots.retain(|s| s.runtime != runtime);
         if slots.len() >= MAX_RUNTIMES {
@@ -267,6 +305,7 @@ impl RedisBackend {
                     Err(_) => {
                         drop(direct);
                         self.drop_idle();
+                        self.broke();
                     }
                 }
                 return reply.map_err(BackendError::from);
@@ -276,6 +315,7 @@ impl RedisBackend {
             what.run::<T, _>(&mut conn).await.map_err(|e| {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
                     self.forget(generation);
+                    self.broke();
                 }
                 BackendError::from(e)
             })
@@ -468,6 +508,7 @@ impl RedisBackend {
                 .map_err(|e| {
                     if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
                         self.forget(generation);
+                        self.broke();
                     }
                     BackendError::from(e)
                 })
@@ -537,14 +578,16 @@ fn may_take_over(held: &str, token: &str, client: &str) -> bool {
         })
 }
 
-/// Whether Redis may evict keys that have no ttl under `policy` (`maxmemory-policy`).
-pub(crate) fn evicts_keys_without_ttl(policy: &str) -> bool {
-    policy.starts_with("allkeys-")
+/// Whether Redis may evict this client's keys under `policy` (`maxmemory-policy`): every
+/// policy but `noeviction` may, under memory pressure. `volatile-*` evicts lock keys and
+/// records (they have a ttl); `allkeys-*` the fence counters too.
+pub(crate) fn may_evict_locks(policy: &str) -> bool {
+    !policy.is_empty() && policy != "noeviction"
 }
 
-/// Reads `maxmemory-policy` and warns when Redis may evict keys without a ttl: the fence
-/// counters have none on purpose, and an evicted counter starts again from 1, so fences
-/// would go backwards. Servers that refuse `CONFIG GET` (managed Redis, ACLs) are skipped.
+/// Reads `maxmemory-policy` and warns when Redis may evict keys: an evicted lock key lets
+/// a second holder in, an evicted fence counter starts again from 1. Servers that refuse
+/// `CONFIG GET` (managed Redis, ACLs) are skipped.
 async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory-policy");
@@ -552,16 +595,16 @@ async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
     match tokio::time::timeout(timeout, read).await {
         Ok(Ok(reply)) => {
             let policy = reply.get(1).map_or("", String::as_str);
-            if evicts_keys_without_ttl(policy) {
+            if may_evict_locks(policy) {
                 tracing::warn!(
                     target: "distlock",
                     policy,
-                    "redis maxmemory-policy {policy} may evict keys without a ttl: a fence counter \
-                     (`{{<lock key>}}:fence`) evicted starts again from 1 and fences go backwards; \
-                     use `noeviction` or a `volatile-*` policy"
+                    "redis maxmemory-policy {policy} may evict keys under memory pressure: an \
+                     evicted lock key lets a second holder in, and an evicted fence counter \
+                     (`{{<lock key>}}:fence`) starts again from 1; use `noeviction`"
                 );
             } else {
-                tracing::debug!(target: "distlock", policy, "redis eviction policy keeps keys without a ttl");
+                tracing::debug!(target: "distlock", policy, "redis evicts no keys");
             }
         }
         Ok(Err(e)) => {
@@ -572,13 +615,19 @@ async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
 }
 
 /// Reads `INFO server` on a new connection to learn which conditional commands the
-/// server has; none when it cannot be read.
-async fn detect_native(mut conn: MultiplexedConnection, timeout: Duration) -> Native {
+/// server has (none when it cannot be read) and its `run_id`.
+async fn detect_native(
+    mut conn: MultiplexedConnection,
+    timeout: Duration,
+) -> (Native, Option<String>) {
     let mut cmd = redis::cmd("INFO");
     cmd.arg("server");
     match tokio::time::timeout(timeout, cmd.query_async::<String>(&mut conn)).await {
-        Ok(Ok(info)) => Native::from_info(&info),
-        _ => Native::default(),
+        Ok(Ok(info)) => (
+            Native::from_info(&info),
+            super::native::run_id(&info).map(str::to_owned),
+        ),
+        _ => (Native::default(), None),
     }
 }
 

@@ -2,7 +2,8 @@
 -- script runs when that found something, and for waiters).
 -- KEYS[1] lock key. ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] this client's id, ARGV[4]
 -- '1' when the caller will be woken by a message: it then marks the holder's value
--- (`<token> waiting`), so the holder's release knows to wake it.
+-- (`<token> waiting`, with APPEND, which keeps the ttl), so the holder's release knows
+-- to wake it.
 -- Returns 0 when taken; when someone else holds the lock, the holder's remaining ttl in
 -- ms (-1 when it has none).
 local held = redis.call('GET', KEYS[1])
@@ -20,16 +21,17 @@ end
 -- A yield marker `yield: <id> <id> ... `: released while other clients waited, and left
 -- to them for a short window. Free for every client it does not name (the releaser and
 -- the clients that had the previous turns).
+-- The clients it names still wait: the value is marked for them at once.
 if string.sub(held, 1, 7) == 'yield: '
     and not string.find(held, ' ' .. ARGV[3] .. ' ', 7, true) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[1] .. ' waiting', 'PX', ARGV[2])
   return 0
 end
 -- Held: tell the holder's release that someone waits for a message (a yield marker is
 -- left alone: it ends by itself, and the next holder's value is marked then).
 if ARGV[4] == '1' and string.sub(held, 1, 7) ~= 'yield: '
     and string.sub(held, -8) ~= ' waiting' then
-  redis.call('SET', KEYS[1], held .. ' waiting', 'KEEPTTL')
+  redis.call('APPEND', KEYS[1], ' waiting')
 end
 local left = redis.call('PTTL', KEYS[1])
 if left < 1 then
