@@ -526,13 +526,15 @@ fn logs_with_policy(policy: &str) -> String {
 
 #[test]
 fn an_evicting_policy_is_warned_about_once() {
-    let logs = logs_with_policy("allkeys-lru");
-    assert_eq!(
-        logs.matches("may evict keys without a ttl").count(),
-        1,
-        "{logs}"
-    );
-    // Control: the default policy keeps fence counters, and says nothing.
+    for policy in ["allkeys-lru", "volatile-lru"] {
+        let logs = logs_with_policy(policy);
+        assert_eq!(
+            logs.matches("may evict keys under memory pressure").count(),
+            1,
+            "{policy}: {logs}"
+        );
+    }
+    // Control: the default policy evicts nothing, and says nothing.
     let logs = logs_with_policy("noeviction");
     assert!(!logs.contains("may evict"), "{logs}");
 }
