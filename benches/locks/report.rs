@@ -76,6 +76,24 @@ pub(crate) fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
 }
 
+/// The CPU rows of one uncontended workload: redis-server's and this process's, per pair.
+fn print_cpu_rows(name: &str, d: &Uncontended, r: &Uncontended, l: &Uncontended) {
+    println!(
+        "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
+        "redis-server CPU us per pair",
+        r.server_us(),
+        l.server_us(),
+        d.server_us()
+    );
+    println!(
+        "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
+        "client (bench process) CPU us",
+        r.client_us(),
+        l.client_us(),
+        d.client_us()
+    );
+}
+
 /// W2F: the fenced cycle (acquire, fence, release) of each implementation.
 fn print_w2f(w2f: &[Uncontended; 3]) {
     let [d, r, l] = w2f;
@@ -164,20 +182,7 @@ fn print_uncontended(
             l.rate(),
             d.rate()
         );
-        println!(
-            "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
-            "redis-server CPU us per pair",
-            r.server_us(),
-            l.server_us(),
-            d.server_us()
-        );
-        println!(
-            "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
-            "client (bench process) CPU us",
-            r.client_us(),
-            l.client_us(),
-            d.client_us()
-        );
+        print_cpu_rows(name, d, r, l);
         let (mid, lo, hi) = round_ratios(d, r);
         println!("  {name} distlock / raw per round: median {mid:.2}x, range {lo:.2}x-{hi:.2}x");
     }
@@ -490,20 +495,7 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
             l.rate() / r.rate(),
             d.rate() / r.rate()
         );
-        println!(
-            "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
-            "redis-server CPU us per pair",
-            r.server_us(),
-            l.server_us(),
-            d.server_us()
-        );
-        println!(
-            "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
-            "client (bench process) CPU us",
-            r.client_us(),
-            l.client_us(),
-            d.client_us()
-        );
+        print_cpu_rows(name, d, r, l);
     }
     println!(
         "  W1   {:>30} {:>10.1} {:>10.1} {:>10.1}",

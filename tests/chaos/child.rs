@@ -752,20 +752,7 @@ async fn charge(
     fail: bool,
     probe: &Probe,
 ) -> Result<Charged, IdemErr> {
-    let inside = InBody::enter(probe, id, payload);
-    tokio::time::sleep(Duration::from_millis(work_ms / 2)).await;
-    if block_ms > 0 {
-        std::thread::sleep(Duration::from_millis(block_ms));
-    }
-    tokio::time::sleep(Duration::from_millis(work_ms - work_ms / 2)).await;
-    inside.leave(if fail { "err" } else { "ok" });
-    if fail {
-        return Err(IdemErr::App);
-    }
-    Ok(Charged {
-        payload,
-        run: probe.call.clone(),
-    })
+    charge_body(id, payload, work_ms, block_ms, fail, probe).await
 }
 
 /// `charge` with owned parameters: the call runs in a task of its own, so a caller
@@ -781,7 +768,19 @@ async fn charge_owned(
     fail: bool,
     probe: Probe,
 ) -> Result<Charged, IdemErr> {
-    let inside = InBody::enter(&probe, &id, payload);
+    charge_body(&id, payload, work_ms, block_ms, fail, &probe).await
+}
+
+/// The body of `charge` and `charge_owned`.
+async fn charge_body(
+    id: &str,
+    payload: u32,
+    work_ms: u64,
+    block_ms: u64,
+    fail: bool,
+    probe: &Probe,
+) -> Result<Charged, IdemErr> {
+    let inside = InBody::enter(probe, id, payload);
     tokio::time::sleep(Duration::from_millis(work_ms / 2)).await;
     if block_ms > 0 {
         std::thread::sleep(Duration::from_millis(block_ms));

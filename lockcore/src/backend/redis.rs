@@ -252,6 +252,17 @@ impl RedisBackend {
         }
     }
 
+    /// A call on the multiplexed connection of `generation` failed with `e`: a connection
+    /// that broke is dropped (the next call reconnects) and counts as a sign of lost keys
+    /// (see `epoch`); a server error reply leaves it in use.
+    fn failed(&self, generation: u64, e: redis::RedisError) -> BackendError {
+        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            self.forget(generation);
+            self.broke();
+        }
+        BackendError::from(e)
+    }
+
     /// Drops the connection of `generation` so the next call reconnects.
     fn forget(&self, generation: u64) {
         let mut slots = crate::util::lock(&self.slots);
@@ -312,13 +323,9 @@ impl RedisBackend {
             }
             let (mut conn, generation) = self.connection().await?;
             used.store(generation, Ordering::Relaxed);
-            what.run::<T, _>(&mut conn).await.map_err(|e| {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                    self.forget(generation);
-                    self.broke();
-                }
-                BackendError::from(e)
-            })
+            what.run::<T, _>(&mut conn)
+                .await
+                .map_err(|e| self.failed(generation, e))
         };
         tokio::pin!(call);
         self.within_timeout(&used, call).await
@@ -489,10 +496,7 @@ impl RedisBackend {
                     Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
                         self.refuse_native(generation, &e);
                     }
-                    Err(e) => {
-                        self.forget(generation);
-                        return Err(BackendError::from(e));
-                    }
+                    Err(e) => return Err(self.failed(generation, e)),
                 }
             }
             let pipe = scripted();
@@ -505,13 +509,7 @@ impl RedisBackend {
             }
             reply
                 .map(|r| r.into_iter().map(|r| r == 1).collect())
-                .map_err(|e| {
-                    if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                        self.forget(generation);
-                        self.broke();
-                    }
-                    BackendError::from(e)
-                })
+                .map_err(|e| self.failed(generation, e))
         };
         tokio::pin!(call);
         self.within_timeout(&used, call).await
@@ -536,10 +534,7 @@ impl RedisBackend {
                     self.refuse_native(generation, &e);
                     Ok(false)
                 }
-                Err(e) => {
-                    self.forget(generation);
-                    Err(BackendError::from(e))
-                }
+                Err(e) => Err(self.failed(generation, e)),
             }
         };
         tokio::pin!(call);
@@ -555,10 +550,7 @@ impl RedisBackend {
             redis::cmd("PING")
                 .query_async::<()>(&mut conn)
                 .await
-                .map_err(|e| {
-                    self.forget(generation);
-                    BackendError::from(e)
-                })
+                .map_err(|e| self.failed(generation, e))
         };
         tokio::pin!(call);
         self.within_timeout(&used, call).await
