@@ -22,8 +22,9 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::ID
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Claimed {
-    /// No record (or this owner's own): claimed.
-    New,
+    /// No record (or this owner's own): claimed; with the exact in-progress record
+    /// written, when this call wrote it with a plain command (see `idem_complete`).
+    New(Option<String>),
     /// An in-progress record past its lease, now claimed by us; it was `previous`'s.
     TookOver { previous: String },
     /// Completed with the same fingerprint: the record, to replay.
@@ -55,6 +56,9 @@ impl Backend {
     }
 
     /// `true` when stored (now, or by an earlier try of the same call).
+    /// `written`: the exact in-progress record this owner wrote, if it still knows it
+    /// (no renewal since): where the server has `SET ... IFEQ`, the store is that one
+    /// plain command, and the script runs only when it does not match.
     pub(crate) async fn idem_complete(
         &self,
         key: &str,
@@ -62,10 +66,11 @@ impl Backend {
         record: &str,
         retention: Duration,
         channel: &str,
+        written: Option<&str>,
     ) -> Result<bool, BackendError> {
         match self {
             Backend::Redis(r) => {
-                r.idem_complete(key, owner, record, retention, channel)
+                r.idem_complete(key, owner, record, retention, channel, written)
                     .await
             }
             Backend::Memory(m) => Ok(m.idem_complete(key, owner, record, retention, channel)),
@@ -121,7 +126,7 @@ impl RedisBackend {
         use std::sync::atomic::Ordering;
         if self.set_nx_get.load(Ordering::Relaxed) {
             match self.query::<Option<String>>(&set).await {
-                Ok(None) => return Ok(Claimed::New),
+                Ok(None) => return Ok(Claimed::New(Some(record))),
                 Ok(Some(raw)) => {
                     if let Some(rest) = raw.strip_prefix(r#"{"status":"completed","fp":""#) {
                         return Ok(if rest.split('"').next() == Some(a.fp) {
@@ -145,7 +150,7 @@ impl RedisBackend {
             .arg(if a.will_wait { "1" } else { "0" });
         let (code, detail): (i64, String) = self.eval(&inv).await?;
         Ok(match code {
-            1 => Claimed::New,
+            1 => Claimed::New(None),
             2 => Claimed::TookOver { previous: detail },
             3 => Claimed::Completed(detail),
             4 => Claimed::InProgress(Duration::from_millis(detail.parse().unwrap_or(0))),
@@ -161,7 +166,20 @@ impl RedisBackend {
         record: &str,
         retention: Duration,
         channel: &str,
+        written: Option<&str>,
     ) -> Result<bool, BackendError> {
+        // Unchanged since this owner wrote it: nobody waits (a waiting repeat marks the
+        // record) and nobody took it over, so a compare-and-set is the whole store.
+        if let Some(cmd) =
+            written.and_then(|w| self.native_now().complete(key, record, w, retention))
+        {
+            match self.query::<Option<String>>(&cmd).await {
+                Ok(Some(_)) => return Ok(true),
+                Ok(None) => {}
+                Err(e) if e.kind() == BackendErrorKind::Response => self.refuse_native_now(&e),
+                Err(e) => return Err(e),
+            }
+        }
         let mut inv = COMPLETE.prepare_invoke();
         inv.key(key)
             .arg(owner)
@@ -276,7 +294,7 @@ impl MemoryBackend {
         };
         let Some((raw, _)) = map.get(a.key) else {
             map.insert(a.key.to_owned(), fresh(false));
-            return Ok(Claimed::New);
+            return Ok(Claimed::New(None));
         };
         let rec = seen(raw).ok_or_else(|| bad_reply("record is not JSON".into()))?;
         match rec.status.as_str() {
@@ -284,7 +302,7 @@ impl MemoryBackend {
             "completed" => Ok(Claimed::Mismatch),
             "in_progress" if rec.owner == a.owner => {
                 map.insert(a.key.to_owned(), fresh(rec.took_over));
-                Ok(Claimed::New)
+                Ok(Claimed::New(None))
             }
             // Also past the lease: the claimer that stopped may have acted on its payload.
             "in_progress" if rec.fp != a.fp => Ok(Claimed::Mismatch),

@@ -60,6 +60,9 @@ pub(crate) struct RedisBackend {
     epoch: AtomicU64,
     /// The `run_id` of the server last connected to.
     run_id: Mutex<Option<String>>,
+    /// What the server last connected to has natively, for calls that may go over any
+    /// connection (the idempotency store).
+    native: Mutex<Native>,
     /// Whether the server takes `SET ... NX GET` (Redis 7.0+); cleared on its first
     /// syntax error, after which lock tries and claims go through their scripts only.
     pub(super) set_nx_get: AtomicBool,
@@ -89,6 +92,7 @@ impl RedisBackend {
             policy_checked: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             run_id: Mutex::new(None),
+            native: Mutex::new(Native::default()),
             set_nx_get: AtomicBool::new(true),
         }
     }
@@ -206,6 +210,7 @@ impl RedisBackend {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let (native, run_id) = detect_native(conn.clone(), self.timeout).await;
         self.observe(run_id.as_deref());
+        *crate::util::lock(&self.native) = native;
         let mut slots = crate::util::lock(&self.slots);
         slots.retain(|s| s.runtime != runtime);
         if slots.len() >= MAX_RUNTIMES {
@@ -241,6 +246,18 @@ impl RedisBackend {
             .iter()
             .find(|s| s.generation == generation)
             .map_or(Native::default(), |s| s.native)
+    }
+
+    /// What the server last connected to has natively.
+    pub(super) fn native_now(&self) -> Native {
+        *crate::util::lock(&self.native)
+    }
+
+    /// The server refused a native command sent over any connection: scripts only until
+    /// the next connection's detection.
+    pub(super) fn refuse_native_now(&self, e: &BackendError) {
+        tracing::debug!(target: "distlock", error = %e, "redis refused a native conditional command; using scripts");
+        *crate::util::lock(&self.native) = Native::default();
     }
 
     /// The server refused a native command: scripts only on that connection from now.

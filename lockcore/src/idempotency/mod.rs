@@ -223,7 +223,7 @@ pub(crate) async fn begin(
     let deadline = started + Duration::from_millis(spec.wait_ms);
     let mut wake: Option<Subscription> = None;
     let mut subscribed = false;
-    let claim = |sent| Claim {
+    let claim = |sent, written| Claim {
         locks: locks.clone(),
         function,
         key: key.clone(),
@@ -233,6 +233,7 @@ pub(crate) async fn begin(
         lifetime,
         claimed: sent,
         renewed: Mutex::new(sent),
+        written: Mutex::new(written),
         pending: None,
         resumed: false,
         done: false,
@@ -252,14 +253,14 @@ pub(crate) async fn begin(
             Err(source) => {
                 if source.is_transient() {
                     // The claim may have landed with its reply lost: give it back.
-                    claim(sent).spawn_release();
+                    claim(sent, None).spawn_release();
                 }
                 tracing::warn!(target: "distlock", key, error = %source, "idempotency claim failed");
                 return Err(Error::backend(&key, source));
             }
         };
         let left = match found {
-            Claimed::New => {
+            Claimed::New(written) => {
                 tracing::debug!(
                     target: "distlock",
                     key,
@@ -268,7 +269,7 @@ pub(crate) async fn begin(
                     waited_ms = started.elapsed().as_secs_f64() * 1e3,
                     "idempotency key claimed"
                 );
-                return Ok(Begin::Run(claim(sent)));
+                return Ok(Begin::Run(claim(sent, written)));
             }
             Claimed::TookOver { previous } => {
                 tracing::warn!(
@@ -277,7 +278,7 @@ pub(crate) async fn begin(
                     previous_owner = previous,
                     "idempotency key claimed by taking over an expired claim (its claimer stopped renewing the lease); the body runs again"
                 );
-                return Ok(Begin::Run(claim(sent)));
+                return Ok(Begin::Run(claim(sent, None)));
             }
             Claimed::Completed(raw) => {
                 tracing::debug!(target: "distlock", key, "idempotent replay of the stored result");
@@ -339,6 +340,9 @@ pub(crate) struct Claim {
     /// When the claim, or its last successful renewal, was sent: its lease runs from no
     /// earlier, by this client's clock.
     renewed: Mutex<Instant>,
+    /// The exact in-progress record this claim wrote, while nothing else has rewritten
+    /// it since (a renewal does): lets the store be one compare-and-set.
+    written: Mutex<Option<String>>,
     /// The record being stored and its retention, while `complete` runs.
     pending: Option<(String, Duration)>,
     /// This claim is the resumed store of a dropped one: dropped again (its runtime
@@ -380,6 +384,8 @@ impl Claim {
             loop {
                 tokio::time::sleep(every).await;
                 let sent = Instant::now();
+                // The renewal rewrites the record (landed or not, its text is unknown now).
+                crate::util::lock(&self.written).take();
                 match self
                     .locks
                     .inner
@@ -444,11 +450,19 @@ impl Claim {
         };
         let inner = &self.locks.inner;
         let mut retried = false;
+        let written = crate::util::lock(&self.written).clone();
         loop {
             let lease_end = self.lease_end();
             match inner
                 .backend
-                .idem_complete(&self.key, &self.owner, record, *retention, &self.channel)
+                .idem_complete(
+                    &self.key,
+                    &self.owner,
+                    record,
+                    *retention,
+                    &self.channel,
+                    written.as_deref(),
+                )
                 .await
             {
                 Ok(true) => {
@@ -552,6 +566,7 @@ impl Drop for Claim {
             lifetime: self.lifetime,
             claimed: self.claimed,
             renewed: Mutex::new(self.lease_end() - self.lease),
+            written: Mutex::new(crate::util::lock(&self.written).take()),
             pending: self.pending.take(),
             resumed: true,
             done: false,
