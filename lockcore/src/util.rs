@@ -1,5 +1,6 @@
 //! Small helpers every layer uses: the wall clock in milliseconds, mutexes that survive
-//! a panic in another holder, and spawning work that must go on after its caller.
+//! a panic in another holder, spawning work that must go on after its caller, and the
+//! one-allocation string helpers of the hot paths (keys, tokens, JSON strings).
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -60,4 +61,36 @@ pub(crate) fn spawn_here<F: Future<Output = ()> + Send + 'static>(fut: F) -> boo
         }
         Err(_) => false,
     }
+}
+
+/// `s` as a JSON string, escaped as `serde_json` does (quote, backslash, and control
+/// characters; `\b \f \n \r \t` by name, the others as `\u00XX`).
+pub(crate) fn push_json_str(s: &str, out: &mut String) {
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if escape.is_empty() {
+            const DIGITS: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("\\u00");
+            out.push(char::from(DIGITS[usize::from(b >> 4)]));
+            out.push(char::from(DIGITS[usize::from(b & 15)]));
+        } else {
+            out.push_str(escape);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
 }

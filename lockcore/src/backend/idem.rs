@@ -252,18 +252,51 @@ fn in_progress(
     retention: Duration,
     took_over: bool,
 ) -> String {
-    let mut rec = serde_json::json!({
-        "status": "in_progress",
-        "owner": owner,
-        "fp": fp,
-        "lease_until_ms": now + millis(lease),
-        "claimed_at_ms": now,
-        "retention_ms": millis(retention),
-    });
+    use std::fmt::Write as _;
+    // Keys in sorted order, as `serde_json` writes its (sorted) maps; written in place.
+    let mut rec = String::with_capacity(160 + owner.len() + fp.len());
+    let _ = write!(rec, r#"{{"claimed_at_ms":{now},"fp":"#);
+    crate::util::push_json_str(fp, &mut rec);
+    let _ = write!(rec, r#","lease_until_ms":{},"owner":"#, now + millis(lease));
+    crate::util::push_json_str(owner, &mut rec);
+    let _ = write!(
+        rec,
+        r#","retention_ms":{},"status":"in_progress""#,
+        millis(retention)
+    );
     if took_over {
-        rec["took_over"] = true.into();
+        rec.push_str(r#","took_over":true"#);
     }
-    rec.to_string()
+    rec.push('}');
+    rec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The record written in place is the one `serde_json` writes.
+    #[test]
+    fn an_in_progress_record_is_serde_json_s() {
+        let (lease, retention) = (Duration::from_millis(1500), Duration::from_secs(60));
+        for (owner, took_over) in [("a:b:1", false), ("we\"ird/\\owner", true)] {
+            let mut rec = serde_json::json!({
+                "status": "in_progress",
+                "owner": owner,
+                "fp": "abc",
+                "lease_until_ms": 1000 + 1500,
+                "claimed_at_ms": 1000,
+                "retention_ms": 60_000,
+            });
+            if took_over {
+                rec["took_over"] = true.into();
+            }
+            assert_eq!(
+                in_progress(owner, "abc", 1000, lease, retention, took_over),
+                rec.to_string()
+            );
+        }
+    }
 }
 
 impl MemoryBackend {

@@ -36,6 +36,8 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::util::push_json_str;
+
 /// Collects what the fingerprint covers; built by generated code.
 #[derive(Debug, Default, Clone)]
 pub struct Fingerprint {
@@ -131,26 +133,34 @@ impl Fingerprint {
 
     /// The canonical document (see the module docs).
     pub(crate) fn canonical(&self) -> String {
-        let mut doc = serde_json::Map::new();
-        doc.insert(
-            "args".into(),
-            Value::Object(
-                self.args
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                    .collect(),
-            ),
-        );
+        // Written in place, keys in sorted order, as `write_canonical` of the document
+        // `{"args": {...}}` or `{"body", "method", "path", "query", "route"}` would.
+        let mut out = String::with_capacity(128);
         if let Some(h) = &self.http {
-            doc.remove("args");
-            doc.insert("method".into(), Value::String(h.method.clone()));
-            doc.insert("route".into(), Value::String(h.route.clone()));
-            doc.insert("path".into(), Value::String(h.path.clone()));
-            doc.insert("query".into(), h.query.clone());
-            doc.insert("body".into(), Value::String(h.body.clone()));
+            out.push_str("{\"body\":");
+            push_json_str(&h.body, &mut out);
+            out.push_str(",\"method\":");
+            push_json_str(&h.method, &mut out);
+            out.push_str(",\"path\":");
+            push_json_str(&h.path, &mut out);
+            out.push_str(",\"query\":");
+            write_canonical(&h.query, &mut out);
+            out.push_str(",\"route\":");
+            push_json_str(&h.route, &mut out);
+            out.push('}');
+            return out;
         }
-        let mut out = String::new();
-        write_canonical(&Value::Object(doc), &mut out);
+        out.push_str("{\"args\":{");
+        // A BTreeMap: already sorted by name.
+        for (i, (k, v)) in self.args.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            push_json_str(k, &mut out);
+            out.push(':');
+            write_canonical(v, &mut out);
+        }
+        out.push_str("}}");
         out
     }
 
@@ -172,7 +182,7 @@ fn write_canonical(v: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
+                push_json_str(k, out);
                 out.push(':');
                 write_canonical(v, out);
             }
@@ -189,7 +199,9 @@ fn write_canonical(v: &Value, out: &mut String) {
             out.push(']');
         }
         Value::Number(n) => write_number(n, out),
-        other => out.push_str(&other.to_string()),
+        Value::String(s) => push_json_str(s, out),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Null => out.push_str("null"),
     }
 }
 
@@ -273,9 +285,13 @@ pub(crate) fn body_label(content_type: Option<&[u8]>, body: &[u8]) -> String {
         return String::new();
     }
     let json = content_type.is_some_and(|ct| {
-        let ct = String::from_utf8_lossy(ct).to_ascii_lowercase();
-        let mime = ct.split(';').next().unwrap_or("").trim().to_owned();
-        mime == "application/json" || mime.ends_with("+json")
+        let mime = ct
+            .split(|&b| b == b';')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii();
+        mime.eq_ignore_ascii_case(b"application/json")
+            || (mime.len() >= 5 && mime[mime.len() - 5..].eq_ignore_ascii_case(b"+json"))
     });
     if json && let Ok(v) = serde_json::from_slice::<Value>(body) {
         let mut text = String::new();
@@ -410,6 +426,23 @@ impl<T: Serialize + ?Sized> Fingerprintable for T {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The in-place writer gives what `serde_json` gives, for every character class.
+    #[test]
+    fn strings_are_escaped_as_serde_json_does() {
+        for s in [
+            "",
+            "plain",
+            "quote \" and \\ backslash",
+            "\u{0}\u{1}\u{8}\t\n\u{b}\u{c}\r\u{1f} controls",
+            "é ☃ 😀 / <script>",
+            "\u{7f}\u{80}",
+        ] {
+            let mut out = String::new();
+            push_json_str(s, &mut out);
+            assert_eq!(out, serde_json::to_string(s).unwrap(), "{s:?}");
+        }
+    }
 
     #[test]
     fn order_and_whitespace_do_not_matter() {
