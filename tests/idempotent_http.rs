@@ -296,6 +296,10 @@ mod axum_app {
             .route("/orders/{user}", post(orders))
             .route("/transfer/{from}", post(transfer))
             .route("/upload", post(upload))
+            .route(
+                "/limited",
+                post(upload).layer(axum::extract::DefaultBodyLimit::max(64)),
+            )
             .route("/raw", post(raw))
             .route("/echo", post(echo))
             .route("/page", axum::routing::get(page))
@@ -604,6 +608,24 @@ both_frameworks!(
     only_unsafe_methods_are_recorded,
     streaming_responses_pass_through_at_once,
 );
+
+/// axum: the body is read within `DefaultBodyLimit`, as `Bytes` reads it: past the limit
+/// 413 before anything is claimed; control: a body within it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_bodies_past_the_body_limit_are_413_and_claim_nothing() {
+    let h = Harness::new(false).await;
+    let big = "x".repeat(200);
+    let res = post(h.addr, "/limited", Some("over-limit"), &big).await;
+    assert_eq!(res.status, 413, "{}", res.text());
+    assert!(
+        h.keys().await.is_empty(),
+        "nothing claimed: {:?}",
+        h.keys().await
+    );
+    let res = post(h.addr, "/limited", Some("in-limit"), "small").await;
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.text(), "upload 1: 5 bytes");
+}
 
 /// Raw request headers.
 type Headers<'a> = Vec<(&'a str, &'a [u8])>;

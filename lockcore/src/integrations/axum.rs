@@ -2,7 +2,7 @@
 
 use std::convert::Infallible;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
@@ -57,10 +57,12 @@ where
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let (parts, body) = req.into_parts();
-        let bytes = Bytes::from_request(Request::from_parts(parts.clone(), body), state)
+        use axum::RequestExt as _;
+        // The body within the limit, as `Bytes` reads it, without copying the parts.
+        let (parts, body) = req.with_limited_body().into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX)
             .await
-            .map_err(IntoResponse::into_response)?;
+            .map_err(|e| unreadable_body(&e))?;
         let label = body_label(
             parts.headers.get(CONTENT_TYPE).map(|v| v.as_bytes()),
             &bytes,
@@ -70,6 +72,18 @@ where
             .map_err(IntoResponse::into_response)?;
         Ok(BodyFp(inner, BodySeen(Some(label))))
     }
+}
+
+/// The rejection `Bytes` gives for a body that could not be read: 413 past the limit,
+/// else 400.
+fn unreadable_body(e: &axum::Error) -> Response {
+    let text = e.to_string();
+    let status = if text.contains("length limit exceeded") {
+        StatusCode::PAYLOAD_TOO_LARGE
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    (status, format!("Failed to buffer the request body: {text}")).into_response()
 }
 
 /// A captured response as an axum one (framing headers are left to the server).
