@@ -547,11 +547,21 @@ enum Taken {
 /// and a holder whose lease ran out without a release.
 const LOCK_RETRY_CAP: Duration = Duration::from_millis(100);
 
+/// Takes back `token` from `key`, where a try whose reply was lost may have written it:
+/// at once, and once more a command timeout later, for a request that was itself late
+/// and ran after the first clean-up (the token is this try's alone, so a second
+/// compare-and-delete can only remove what the try wrote).
 fn spawn_cleanup(locks: Locks, key: Arc<str>, token: Arc<str>) {
     // Outside a runtime the handed token stays until its ttl.
     crate::util::spawn_here(async move {
-        if !matches!(locks.inner.backend.delete_if(&key, &token).await, Ok(true)) {
-            let _ = release_raw(&locks.inner, &key, &token, None, false, None).await;
+        let backend = &locks.inner.backend;
+        for again in [false, true] {
+            if again {
+                tokio::time::sleep(backend.command_timeout()).await;
+            }
+            if !matches!(backend.delete_if(&key, &token).await, Ok(true)) {
+                let _ = release_raw(&locks.inner, &key, &token, None, false, None).await;
+            }
         }
     });
 }

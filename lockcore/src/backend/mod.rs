@@ -175,6 +175,14 @@ impl Backend {
         }
     }
 
+    /// How long one command may take (zero in memory).
+    pub(crate) fn command_timeout(&self) -> Duration {
+        match self {
+            Backend::Redis(r) => r.timeout(),
+            Backend::Memory(_) => Duration::ZERO,
+        }
+    }
+
     /// Changes whenever the server may have lost keys (see `RedisBackend::epoch`); the
     /// in-memory backend never loses any.
     pub(crate) fn epoch(&self) -> u64 {

@@ -97,6 +97,10 @@ impl RedisBackend {
         }
     }
 
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The current epoch (see the field).
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
