@@ -271,34 +271,6 @@ fn in_progress(
     rec
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The record written in place is the one `serde_json` writes.
-    #[test]
-    fn an_in_progress_record_is_serde_json_s() {
-        let (lease, retention) = (Duration::from_millis(1500), Duration::from_secs(60));
-        for (owner, took_over) in [("a:b:1", false), ("we\"ird/\\owner", true)] {
-            let mut rec = serde_json::json!({
-                "status": "in_progress",
-                "owner": owner,
-                "fp": "abc",
-                "lease_until_ms": 1000 + 1500,
-                "claimed_at_ms": 1000,
-                "retention_ms": 60_000,
-            });
-            if took_over {
-                rec["took_over"] = true.into();
-            }
-            assert_eq!(
-                in_progress(owner, "abc", 1000, lease, retention, took_over),
-                rec.to_string()
-            );
-        }
-    }
-}
-
 impl MemoryBackend {
     fn records(
         &self,
@@ -413,6 +385,34 @@ impl MemoryBackend {
                 true
             }
             _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The record written in place is the one `serde_json` writes.
+    #[test]
+    fn an_in_progress_record_is_serde_json_s() {
+        let (lease, retention) = (Duration::from_millis(1500), Duration::from_secs(60));
+        for (owner, took_over) in [("a:b:1", false), ("we\"ird/\\owner", true)] {
+            let mut rec = serde_json::json!({
+                "status": "in_progress",
+                "owner": owner,
+                "fp": "abc",
+                "lease_until_ms": 1000 + 1500,
+                "claimed_at_ms": 1000,
+                "retention_ms": 60_000,
+            });
+            if took_over {
+                rec["took_over"] = true.into();
+            }
+            assert_eq!(
+                in_progress(owner, "abc", 1000, lease, retention, took_over),
+                rec.to_string()
+            );
         }
     }
 }
