@@ -28,7 +28,7 @@
 //! | `redis runs acquire(T)` | `acquire.lua`: `SET NX PX`, no fence; the contender's own token: `PEXPIRE` (fault 1, fixed); a yield marker not naming the client: taken over; else busy |
 //! | `gets Taken` / `gets Busy` | `LockRequest::taken` (lease: `ttl` from when the try was *sent*, no fence yet; `Turn::begin`) / trying again later, or giving up at the deadline |
 //! | an acquire try times out | `Error::Backend`, and `spawn_cleanup` (a release) in the background |
-//! | `asks for a fence` | `LockGuard::fence`, the fence script: the key holds the token → `INCR` of the counter, the new fence, kept for the acquisition (never asked again); else `Err(Lost)`. Asked at any moment while holding, the lease over or not (a paused process does not look at its clock first). One step: the request carries nothing from its send and the answer only sets the fence. It may time out before it ran (and run later: a harmless `INCR`) or after (its reply lost): no fence, asked again later |
+//! | `asks for a fence` | `LockGuard::fence`: a pipeline of `INCR` of the counter, then `GET` of the key, two steps (other clients' commands may run between them). The `GET` finding the token makes the `INCR`'s value the fence, kept for the acquisition (never asked again); else `Err(Lost)` and the value is skipped. Asked at any moment while holding, the lease over or not (a paused process does not look at its clock first). Either command may time out, run or not: no fence, asked again later with a new `INCR` |
 //! | `release()` | `Releasing::finish`: `Turn::next` takes the first waiter out of the queue; `release_raw` sends `release.lua`, and after a transport error once more (a retry, the same call); a second error ends it (`Error::Backend`, the lock left to expire) |
 //! | `the release() future is dropped` | `Releasing::drop` (fault 2, fixed): the release goes on in a task of its own, its first try a retry, its outcome heard by no one |
 //! | `redis runs release(..)` | `release.lua`: the key holds the token → handoff to the waiter's token (no fence, the counter untouched), or the yield marker, or delete (`Now`); else the key holds the waiter's token → `Handed` (only this release's handoff writes it); else `NotOurs`. The uncontended release is `release.lua`'s fast path (compare-and-delete when no waiting marker is set): the free choice of `others` covers whether waiters are registered. `PUBSUB NUMSUB` (others listening) and the turn budget (`turn over`) are free choices |
@@ -101,7 +101,7 @@
 //! holder's (fault 1); a dropped `release()` abandoned (fault 2); takeover without the
 //! fingerprint check (fault 3); renewal that stops silently, for locks and for claims
 //! (fault 4); a release retry that reports success whenever the key does not hold its
-//! token, whatever the lease; a fence script without the token compare.
+//! token, whatever the lease; a fence request that skips the `GET` check.
 //!
 //! # Issues the model found in the code, fixed since (`found_*` tests keep them planted)
 //!
@@ -531,7 +531,7 @@ fn planted_release_without_token_compare_is_found() {
 #[test]
 fn planted_fence_without_compare_is_found() {
     found(
-        "planted: the fence script does not compare the token",
+        "planted: the fence request does not check the key",
         &lock_bugs(LockBugs {
             fence_without_compare: true,
             ..NO_BUGS

@@ -57,7 +57,6 @@ pub(crate) enum Client {
     },
     RawLua {
         conn: MultiplexedConnection,
-        fence: redis::Script,
         release: redis::Script,
     },
     Floor {
@@ -75,7 +74,6 @@ pub(crate) enum Held {
 /// distlock's uncontended scripts, sent by hand (its free-key acquire is a plain
 /// `SET NX PX GET`).
 pub(crate) const LUA_UNLOCK: &str = distlock::__private::scripts::UNLOCK;
-pub(crate) const LUA_FENCE: &str = distlock::__private::scripts::FENCE;
 
 #[derive(Debug)]
 pub(crate) enum AcqError {
@@ -104,21 +102,13 @@ impl Client {
             }
             Kind::RawLua => {
                 let mut conn = raw_connection(url).await;
-                let (fence, release) = (
-                    redis::Script::new(LUA_FENCE),
-                    redis::Script::new(LUA_UNLOCK),
-                );
-                for s in [&fence, &release] {
-                    s.prepare_invoke()
-                        .load_async(&mut conn)
-                        .await
-                        .expect("SCRIPT LOAD");
-                }
-                Client::RawLua {
-                    conn,
-                    fence,
-                    release,
-                }
+                let release = redis::Script::new(LUA_UNLOCK);
+                release
+                    .prepare_invoke()
+                    .load_async(&mut conn)
+                    .await
+                    .expect("SCRIPT LOAD");
+                Client::RawLua { conn, release }
             }
             Kind::Floor => Client::Floor {
                 conn: raw_connection(url).await,
@@ -232,7 +222,7 @@ impl Client {
     }
 
     /// The fencing token of a held lock: distlock's `fence()`, the baseline's `INCR` of
-    /// `{key}:fence`, raw+lua's `fence.lua`.
+    /// `{key}:fence`, raw+lua's pipelined `INCR` and `GET` as distlock sends them.
     pub(crate) async fn fence(&self, held: &Held) -> Result<u64, String> {
         match (self, held) {
             (Client::Distlock(_), Held::Distlock(guard)) => {
@@ -243,13 +233,21 @@ impl Client {
                 .query_async(&mut conn.clone())
                 .await
                 .map_err(|e| e.to_string()),
-            (Client::RawLua { conn, fence, .. }, Held::Raw { key, token }) => fence
-                .key(key)
-                .key(format!("{{{key}}}:fence"))
-                .arg(token)
-                .invoke_async(&mut conn.clone())
-                .await
-                .map_err(|e| e.to_string()),
+            (Client::RawLua { conn, .. }, Held::Raw { key, token }) => {
+                let (fence, held): (u64, Option<String>) = redis::pipe()
+                    .cmd("INCR")
+                    .arg(format!("{{{key}}}:fence"))
+                    .cmd("GET")
+                    .arg(key)
+                    .query_async(&mut conn.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if held.as_deref() == Some(token.as_str()) {
+                    Ok(fence)
+                } else {
+                    Err(format!("{key}: lost"))
+                }
+            }
             _ => Err("no fence here".into()),
         }
     }

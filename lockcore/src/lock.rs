@@ -80,10 +80,13 @@ impl LockInfo {
     /// storage that keeps the largest fence it has seen per resource and rejects writes
     /// that carry a smaller one.
     ///
-    /// The first call runs one script that checks this lock still holds the key and then
-    /// increments the key's fence counter; later calls (on any clone of this info, a
-    /// reentrant guard or [`current_lock`] included) return the same number without a
-    /// round trip. A lock that does not ask pays nothing.
+    /// The first call is one round trip of two plain commands: it increments the key's
+    /// fence counter, then reads the key. When the key still holds this lock's token, it
+    /// held it from before the increment (a token never comes back once gone), so the
+    /// number is this lock's fence; otherwise the lock is lost and the number is skipped.
+    /// Later calls (on any clone of this info, a reentrant guard or [`current_lock`]
+    /// included) return the same number without a round trip. A lock that does not ask
+    /// pays nothing.
     ///
     /// What it guarantees: a holder that obtains a fence after another holder obtained
     /// one gets a larger one. A holder paused past its ttl, whose lock another holder has

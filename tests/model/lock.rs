@@ -1,4 +1,4 @@
-//! The lock protocol: `acquire.lua`, `release.lua`, `extend.lua` and the fence script on
+//! The lock protocol: `acquire.lua`, `release.lua`, `extend.lua` and the fence pipeline on
 //! the server; the local queue of `local.rs`, `LockRequest::acquire`, `LockGuard::fence`
 //! (a fence on demand), `Releasing` and `release_raw` of `lock.rs` and the watchdog of
 //! `watchdog.rs` on the clients.
@@ -62,7 +62,7 @@ pub(crate) struct LockBugs {
     /// so a renewal still in flight when the lease ends keeps the lock "held" until its
     /// reply (up to the command timeout) although the key may have expired.
     pub(crate) lost_check_waits_for_renewal: bool,
-    /// The fence script increments and returns the counter whatever the key holds: a
+    /// The fence request takes the `INCR`'s value whatever the `GET` finds in the key: a
     /// holder paused past its lease gets a fence larger than the next holder's.
     pub(crate) fence_without_compare: bool,
 }
@@ -169,7 +169,10 @@ pub(crate) enum Req {
     Release { tok: u8, next: u8, turn_over: bool },
     /// `extend.lua` (the watchdog's renewal).
     Extend { tok: u8 },
-    /// The fence script: the next fence if the key holds this token.
+    /// The fence request's first command: `INCR` of the counter.
+    Incr,
+    /// Its second, pipelined right after: `GET` of the key, the check that this token
+    /// still holds it (then the `INCR`'s value is the fence).
     Fence { tok: u8 },
 }
 
@@ -262,6 +265,9 @@ struct Holding {
     tok: u8,
     /// The fence it obtained (`NO`: none yet; asked for on demand, once obtained kept).
     fence: u8,
+    /// The counter value its fence request's `INCR` returned, while the request's `GET`
+    /// of the key (the check) has not run yet (`NO`: none).
+    incr: u8,
     /// Ticks left on the lease by this client's clock (`NEVER`: no longer watched).
     left: u8,
     /// Known lost (marked by the watchdog, or the lease ran out).
@@ -461,7 +467,8 @@ impl fmt::Display for Req {
         match *self {
             Req::Acquire { tok } => write!(f, "acquire({})", tok_name(tok)),
             Req::Extend { tok } => write!(f, "extend({})", tok_name(tok)),
-            Req::Fence { tok } => write!(f, "fence({})", tok_name(tok)),
+            Req::Incr => write!(f, "INCR fence"),
+            Req::Fence { tok } => write!(f, "GET key for {}", tok_name(tok)),
             Req::Release {
                 tok,
                 next,
@@ -720,11 +727,21 @@ impl LockModel {
                     Reply::Extended(false)
                 }
             }
+            Req::Incr => {
+                s.counter += 1;
+                Reply::Fenced {
+                    fence: Some(s.counter),
+                    other: false,
+                }
+            }
             Req::Fence { tok } => {
+                let incr = match s.tasks[task] {
+                    Phase::Hold(h) => h.incr,
+                    _ => NO,
+                };
                 if held == Some(Val::Tok(tok)) || self.bugs.fence_without_compare {
-                    s.counter += 1;
                     Reply::Fenced {
-                        fence: Some(s.counter),
+                        fence: Some(incr),
                         other: false,
                     }
                 } else {
@@ -866,6 +883,7 @@ impl LockModel {
                     s.tasks[next] = Phase::Hold(Holding {
                         tok: r.next_tok,
                         fence: NO,
+                        incr: NO,
                         left: r.grant,
                         lost: false,
                         owns: true,
@@ -1045,6 +1063,7 @@ impl LockModel {
                             n.tasks[i] = Phase::Hold(Holding {
                                 tok,
                                 fence: NO,
+                                incr: NO,
                                 left,
                                 lost: false,
                                 owns,
@@ -1177,11 +1196,12 @@ impl LockModel {
 
     /// A holder without a fence asks for one at any moment (its client asking for
     /// fences), its lease over or not (a paused process does not look at its clock
-    /// first): the fence script's answer sets it, or leaves it unset (`Err(Lost)`). The
-    /// round trip is one step: the request carries nothing from its send (no lease is
-    /// counted from it) and its answer only sets the fence, so a reply on its way is the
-    /// same as one delivered. It may time out, not run yet (it may still run: a ghost)
-    /// or run with its reply lost; the fence stays unset (asked for again later).
+    /// first). The request is a pipeline of two plain commands: `INCR` of the counter,
+    /// then `GET` of the key; other clients' commands may run between the two. The `GET`
+    /// finding the holder's token makes the `INCR`'s value its fence, else the answer is
+    /// `Err(Lost)` (the value is skipped). Each command is one step: a reply on its way
+    /// changes nothing until the next command. Either may time out, ran or not; the fence
+    /// stays unset (asked for again later, with a new `INCR`).
     fn fence_steps(
         &self,
         s: &LockState,
@@ -1194,6 +1214,31 @@ impl LockModel {
             return;
         }
         let t = i as u8;
+        if h.incr == NO {
+            let mut n = *s;
+            let reply = self.exec(&mut n, i, Req::Incr, false);
+            let Reply::Fenced { fence, .. } = reply else {
+                unreachable!("INCR replies")
+            };
+            n.tasks[i] = Phase::Hold(Holding {
+                incr: fence.unwrap_or(NO),
+                ..h
+            });
+            out.push((LockStep::Fence { task: t, reply }, n));
+            if can_fail {
+                // Not run (it may not run later either: a lone INCR changes nothing
+                // but the counter), or run with its reply lost.
+                for ran in [false, true] {
+                    let mut n = *s;
+                    if ran {
+                        self.exec(&mut n, i, Req::Incr, false);
+                    }
+                    n.faults += 1;
+                    out.push((timeout_step(t, "a fence request", ran), n));
+                }
+            }
+            return;
+        }
         let req = Req::Fence { tok: h.tok };
         let mut n = *s;
         let reply = self.exec(&mut n, i, req, false);
@@ -1202,20 +1247,16 @@ impl LockModel {
         };
         n.tasks[i] = Phase::Hold(Holding {
             fence: fence.unwrap_or(NO),
+            incr: NO,
             ..h
         });
         out.push((LockStep::Fence { task: t, reply }, n));
         if can_fail {
+            // The GET's reply lost (a GET changes nothing): no fence this time.
             let mut n = *s;
-            self.time_out(&mut n, i, Net::Sent(req));
-            out.push((timeout_step(t, "a fence request", false), n));
-            // A lost reply of a `Lost` answer changes nothing but the faults left.
-            if fence.is_some() {
-                let mut n = *s;
-                self.exec(&mut n, i, req, false);
-                self.time_out(&mut n, i, Net::Replied(reply));
-                out.push((timeout_step(t, "a fence request", true), n));
-            }
+            n.tasks[i] = Phase::Hold(Holding { incr: NO, ..h });
+            n.faults += 1;
+            out.push((timeout_step(t, "a fence request", true), n));
         }
     }
 
@@ -1338,10 +1379,13 @@ impl LockModel {
 fn each_fence(s: &mut LockState, mut f: impl FnMut(&mut u8)) {
     f(&mut s.counter);
     for p in s.tasks.iter_mut() {
-        if let Phase::Hold(h) = p
-            && h.fence != NO
-        {
-            f(&mut h.fence);
+        if let Phase::Hold(h) = p {
+            if h.fence != NO {
+                f(&mut h.fence);
+            }
+            if h.incr != NO {
+                f(&mut h.incr);
+            }
         }
     }
 }

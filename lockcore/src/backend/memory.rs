@@ -43,7 +43,7 @@ impl MemoryBackend {
         Try::Taken
     }
 
-    /// The next fence of `key` while it holds `token` (see fence.lua).
+    /// The next fence of `key` while it holds `token` (see `RedisBackend::fence`).
     pub(crate) fn fence(&self, key: &str, token: &str) -> Option<u64> {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);

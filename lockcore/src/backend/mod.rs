@@ -13,8 +13,9 @@
 //!   a free key costs one plain `SET NX PX`. A waiter that will be woken by a message
 //!   marks the holder's value (`<token> waiting`) when it finds the key held; every
 //!   compare accepts a token with or without that mark.
-//! - `fence`: when the key holds the token, the next value of the fencing counter
-//!   (`<key>:fence`, same hash slot), else nothing (lost).
+//! - `fence`: the next value of the fencing counter (`<key>:fence`, same hash slot)
+//!   when the key holds the token from before the counter moved, else nothing (lost):
+//!   Redis pipelines `INCR` then `GET` (see `redis.rs`).
 //! - `release`: compare the token, then delete, hand to the next local waiter, or leave a
 //!   yield marker; publish on the key's channel when someone listens. Without a
 //!   successor and without a waiter's mark, a compare-and-delete and nothing more.

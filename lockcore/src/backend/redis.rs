@@ -17,7 +17,6 @@ use crate::error::{BackendError, BackendErrorKind};
 use crate::key::Companion;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::ACQUIRE));
-static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
 static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::UNLOCK));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::RELEASE));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
@@ -432,11 +431,23 @@ impl RedisBackend {
         refused
     }
 
+    /// `INCR` of the counter, then `GET` of the key, pipelined (one round trip, two
+    /// plain commands). The `GET` finding the token (marked or not) makes the value a
+    /// fence: the key held the token from before the `INCR` (tokens are unique and never
+    /// written back once gone), so every later holder's fence is larger. Otherwise the
+    /// lock is lost and the value is skipped.
     pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
-        let mut cmd = evalsha(&FENCE, 2, 1, 2 * key.len() + token.len());
-        cmd.arg(key).arg(Companion(key, ":fence")).arg(token);
-        let fence: u64 = self.evalsha_call(&FENCE, &cmd).await?;
-        Ok((fence > 0).then_some(fence))
+        let mut pipe = redis::pipe();
+        pipe.cmd("INCR")
+            .arg(Companion(key, ":fence"))
+            .cmd("GET")
+            .arg(key);
+        let (fence, held): (u64, Option<String>) = self.call(Call::Pipe(&pipe)).await?;
+        let holds = held
+            .as_deref()
+            .and_then(|v| v.strip_prefix(token))
+            .is_some_and(|rest| rest.is_empty() || rest == " waiting");
+        Ok(holds.then_some(fence))
     }
 
     /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
@@ -684,6 +695,7 @@ enum Call<'a, 'b> {
     Script(&'a ScriptInvocation<'b>),
     Cmd(&'a redis::Cmd),
     Evalsha(&'a Script, &'a redis::Cmd),
+    Pipe(&'a redis::Pipeline),
 }
 
 impl Call<'_, '_> {
@@ -694,6 +706,7 @@ impl Call<'_, '_> {
         match self {
             Call::Script(inv) => inv.invoke_async::<T>(conn).await,
             Call::Cmd(cmd) => cmd.query_async::<T>(conn).await,
+            Call::Pipe(pipe) => pipe.query_async::<T>(conn).await,
             Call::Evalsha(script, cmd) => match cmd.query_async::<T>(conn).await {
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>

@@ -3,8 +3,6 @@
 
 /// A contended try for a lock (see the script's header).
 pub const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
-/// The fencing token of a held lock.
-pub const FENCE: &str = include_str!("../scripts/fence.lua");
 /// The uncontended release: compare-and-delete unless someone waits.
 pub const UNLOCK: &str = include_str!("../scripts/unlock.lua");
 /// Release, hand over or yield a lock, waking its waiters.
