@@ -112,10 +112,7 @@ fn control_without_renewal_the_lock_expires() {
 async fn a_contender_that_finds_its_own_token_holds_the_lock() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port);
-    let locks = Locks::builder(proxy.url())
-        .command_timeout(Duration::from_millis(150))
-        .build()
-        .unwrap();
+    let locks = proxy.locks(Duration::from_millis(150));
     let ttl = Duration::from_secs(20);
     // Scripts loaded first: a held NOSCRIPT reply would keep the release from running.
     let warm = locks.lock("warm").acquire().await.unwrap();
@@ -563,10 +560,7 @@ fn a_store_cut_by_runtime_shutdown_ends_with_its_lease() {
         .enable_all()
         .build()
         .unwrap();
-    let locks = Locks::builder(proxy.url())
-        .command_timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let locks = proxy.locks(Duration::from_secs(30));
     // Scripts loaded and the connection made before the fault.
     assert_eq!(
         rt.block_on(stored_at_shutdown(locks.clone(), 0, 0))
@@ -682,10 +676,7 @@ async fn late_claim(locks: Locks, id: u32, runs: Arc<Runs>) -> Result<u32, AppEr
 async fn a_claim_whose_reply_comes_late_is_given_back() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port);
-    let locks = Locks::builder(proxy.url())
-        .command_timeout(Duration::from_millis(150))
-        .build()
-        .unwrap();
+    let locks = proxy.locks(Duration::from_millis(150));
     let runs = Arc::new(Runs::default());
     assert_eq!(late_claim(locks.clone(), 0, runs.clone()).await.unwrap(), 1); // warm
     proxy.hold_replies();

@@ -240,10 +240,7 @@ async fn stall_holds_one_direction() {
 async fn distlock_release_with_held_reply_is_a_backend_error() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port);
-    let locks = distlock::Locks::builder(proxy.url())
-        .command_timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let locks = proxy.locks(Duration::from_millis(200));
     // One round first: the scripts get loaded. (On a fresh server the first EVALSHA gets
     // NOSCRIPT, and with that reply held the script body is never sent.)
     let g = locks.lock("proxied").acquire().await.unwrap();
@@ -301,10 +298,7 @@ async fn a_release_whose_reply_is_lost_is_judged_by_the_lease() {
     ] {
         let server = RedisServer::start();
         let proxy = FaultProxy::start(server.port);
-        let locks = distlock::Locks::builder(proxy.url())
-            .command_timeout(timeout)
-            .build()
-            .unwrap();
+        let locks = proxy.locks(timeout);
         // Scripts loaded first (a dropped NOSCRIPT reply would keep the release from running).
         let warm = locks.lock("judged").acquire().await.unwrap();
         warm.release().await.unwrap();

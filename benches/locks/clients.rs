@@ -183,27 +183,16 @@ impl Client {
             (Client::Distlock(_), Held::Distlock(guard)) => {
                 guard.release().await.map_err(|e| e.to_string())
             }
-            (Client::Raw { conn, release }, Held::Raw { key, token }) => {
-                let mut conn = conn.clone();
-                let deleted: i64 = release
-                    .key(&key)
-                    .arg(&token)
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if deleted == 1 {
-                    Ok(())
-                } else {
-                    Err(format!("{key}: lost"))
-                }
-            }
-            (Client::RawLua { conn, release, .. }, Held::Raw { key, token }) => {
-                let mut conn = conn.clone();
-                // What distlock sends for an uncontended release.
+            // The baseline's compare-and-delete, or raw+lua's `unlock.lua` (what distlock
+            // sends for an uncontended release): one key, one token, 1 when deleted.
+            (
+                Client::Raw { conn, release } | Client::RawLua { conn, release },
+                Held::Raw { key, token },
+            ) => {
                 let released: i64 = release
                     .key(&key)
                     .arg(&token)
-                    .invoke_async(&mut conn)
+                    .invoke_async(&mut conn.clone())
                     .await
                     .map_err(|e| e.to_string())?;
                 if released == 1 {

@@ -76,6 +76,17 @@ pub(crate) fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
 }
 
+/// The pairs/s row of one uncontended workload: raw, raw+lua, distlock.
+fn print_rate_row(name: &str, d: &Uncontended, r: &Uncontended, l: &Uncontended) {
+    println!(
+        "  {name:<4} {:>30} {:>10.0} {:>10.0} {:>10.0}",
+        "pairs/s",
+        r.rate(),
+        l.rate(),
+        d.rate()
+    );
+}
+
 /// The CPU rows of one uncontended workload: redis-server's and this process's, per pair.
 fn print_cpu_rows(name: &str, d: &Uncontended, r: &Uncontended, l: &Uncontended) {
     println!(
@@ -175,13 +186,7 @@ fn print_uncontended(
         "", "", "raw", "raw+lua", "distlock"
     );
     for (name, [d, r, l]) in [("W1", w1), ("W2", w2)] {
-        println!(
-            "  {name:<4} {:>30} {:>10.0} {:>10.0} {:>10.0}",
-            "pairs/s",
-            r.rate(),
-            l.rate(),
-            d.rate()
-        );
+        print_rate_row(name, d, r, l);
         print_cpu_rows(name, d, r, l);
         let (mid, lo, hi) = round_ratios(d, r);
         println!("  {name} distlock / raw per round: median {mid:.2}x, range {lo:.2}x-{hi:.2}x");
@@ -481,13 +486,7 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
         "", "", "raw", "raw+lua", "distlock"
     );
     for (name, d, r, l) in [("W1", d1, r1, l1), ("W2", d2, r2, l2)] {
-        println!(
-            "  {name:<4} {:>30} {:>10.0} {:>10.0} {:>10.0}",
-            "pairs/s",
-            r.rate(),
-            l.rate(),
-            d.rate()
-        );
+        print_rate_row(name, d, r, l);
         println!(
             "  {name:<4} {:>30} {:>10.2} {:>10.2} {:>10.2}",
             "x raw",

@@ -122,12 +122,8 @@ pub(crate) fn check_key(key: &str) -> Result<(), &'static str> {
 
 /// A key that hashes to the same slot as `key` (which passed [`check_key`]):
 /// `key` + `suffix` when `key` has a hash tag, else `{key}` + `suffix`.
-pub(crate) fn companion(key: &str, suffix: &str) -> String {
-    if hash_tag(key).is_some() {
-        format!("{key}{suffix}")
-    } else {
-        format!("{{{key}}}{suffix}")
-    }
+pub(crate) fn companion(key: &str, suffix: &'static str) -> String {
+    Companion(key, suffix).to_string()
 }
 
 /// [`companion`] as a command argument, written in place (no `String` per call).
@@ -161,11 +157,18 @@ mod tests {
         assert_eq!(hash_tag("lock:order:1"), None);
         assert_eq!(companion("lock:order:1", ":fence"), "{lock:order:1}:fence");
         assert_eq!(companion("lock:{u}:1", ":fence"), "lock:{u}:1:fence");
+        // Written into a command in place, it is the same argument.
         for key in ["lock:order:1", "lock:{u}:1"] {
-            assert_eq!(
-                Companion(key, ":waiting").to_string(),
-                companion(key, ":waiting")
-            );
+            let mut cmd = redis::Cmd::new();
+            cmd.arg(Companion(key, ":waiting"));
+            let written: Vec<_> = cmd
+                .args_iter()
+                .map(|a| match a {
+                    redis::Arg::Simple(b) => b.to_vec(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            assert_eq!(written, [companion(key, ":waiting").into_bytes()]);
         }
         assert!(check_key("a}b").is_err());
         assert!(check_key("").is_err());

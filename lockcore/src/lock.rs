@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::key;
 use crate::local::{Entered, Next, Turn};
 use crate::notify::Subscription;
-use crate::watchdog::{HeldState, RenewedLease};
+use crate::watchdog::{HeldState, RenewedLease, Taking};
 
 /// Default lease when `ttl` is not given.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -47,22 +47,22 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
-    /// A lock just acquired through `locks`, its lease running `ttl` from `since`, in the
-    /// backend's `epoch` (`None`: unknown).
+    /// A lock just acquired through `locks` as `taking`, its lease running `ttl` from
+    /// `since`.
     fn new(
         locks: &Locks,
         key: Arc<str>,
         token: Arc<str>,
         since: Instant,
         ttl: Duration,
-        epoch: Option<u64>,
+        taking: Taking,
     ) -> Self {
         LockInfo {
             key,
             token,
             locks: locks.clone(),
             client: Arc::as_ptr(&locks.inner) as usize,
-            state: HeldState::new(since, ttl, epoch),
+            state: HeldState::new(since, ttl, taking),
         }
     }
 
@@ -381,7 +381,7 @@ impl<'a> LockRequest<'a> {
                 turn
             }
             Entered::Granted(turn, at) => {
-                return Ok(self.taken(key, token, started, 0, turn, Taken::Handed(at)));
+                return Ok(self.taken(key, token, started, 0, turn, at, Taking::Handed));
             }
             Entered::Busy => {
                 let waited = started.elapsed();
@@ -427,8 +427,11 @@ impl<'a> LockRequest<'a> {
             {
                 Ok(Try::Taken) => {
                     drop(wake);
-                    let taken = Taken::Sent(sent, epoch, subscribed);
-                    return Ok(self.taken(key, token, started, attempt, turn, taken));
+                    let taking = Taking::Sent {
+                        epoch,
+                        waited: subscribed,
+                    };
+                    return Ok(self.taken(key, token, started, attempt, turn, sent, taking));
                 }
                 Ok(Try::Busy(left)) => left,
                 Err(source) => {
@@ -471,8 +474,9 @@ impl<'a> LockRequest<'a> {
         }
     }
 
-    /// Builds the guard of a lock just taken in Redis, or handed over `at` by the
-    /// previous local holder.
+    /// Builds the guard of a lock taken as `taking`, its lease running by this client's
+    /// clock from `acquired_at`: when the try that took it was sent, or when the
+    /// previous local holder's release that handed it over was.
     #[allow(clippy::too_many_arguments)]
     fn taken(
         self,
@@ -481,17 +485,12 @@ impl<'a> LockRequest<'a> {
         started: Instant,
         attempt: u32,
         turn: Turn,
-        how: Taken,
+        acquired_at: Instant,
+        taking: Taking,
     ) -> LockGuard {
         let inner = &self.locks.inner;
-        let (acquired_at, handed, epoch, waited) = match how {
-            Taken::Sent(at, epoch, waited) => (at, false, Some(epoch), waited),
-            Taken::Handed(at) => (at, true, None, true),
-        };
-        let info = LockInfo::new(self.locks, key, token, acquired_at, self.ttl, epoch);
-        if waited || attempt > 0 {
-            info.state.mark_contended();
-        }
+        let handed = taking == Taking::Handed;
+        let info = LockInfo::new(self.locks, key, token, acquired_at, self.ttl, taking);
         let waited = started.elapsed();
         tracing::debug!(
             target: "distlock",
@@ -535,15 +534,6 @@ impl<'a> LockRequest<'a> {
             turn: Some(turn),
         }
     }
-}
-
-/// How a lock was taken, and since when its lease runs by this client's clock.
-enum Taken {
-    /// By this task's try, sent at this instant in this backend epoch; whether it had
-    /// subscribed to wait.
-    Sent(Instant, u64, bool),
-    /// Handed over by the previous local holder's release, sent at this instant.
-    Handed(Instant),
 }
 
 /// Longest sleep between lock tries while subscribed: covers a missed release message
@@ -595,8 +585,7 @@ impl LockGuard {
         ttl: Duration,
         turn: Turn,
     ) -> Self {
-        let info = LockInfo::new(&locks, key, token, at, ttl, None);
-        info.state.mark_contended(); // handed over
+        let info = LockInfo::new(&locks, key, token, at, ttl, Taking::Handed);
         LockGuard {
             info,
             locks,
@@ -813,8 +802,7 @@ impl Releasing {
             }
             tracing::trace!(target: "distlock", key = self.info.key(), "local waiter left as the lock reached it; releasing it");
             self.token = next_token;
-            self.state = HeldState::new(at, next_ttl, None);
-            self.state.mark_contended();
+            self.state = HeldState::new(at, next_ttl, Taking::Handed);
             self.sent = None;
         }
         self.finished = true;

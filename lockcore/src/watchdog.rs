@@ -31,38 +31,40 @@ pub(crate) struct HeldState {
     released: AtomicBool,
     /// The lock's fence, assigned on the first `LockInfo::fence` call.
     pub(crate) fence: OnceCell<u64>,
-    /// Someone else wanted the lock when it was taken (it was waited for, or handed
-    /// over): its release goes straight to the script that wakes waiters.
-    contended: AtomicBool,
+    /// How the lock was taken.
+    taking: Taking,
     /// The lease by this client's clock: since when (a try's or renewal's send) and for
     /// how long. The key cannot expire before its end (see [`HeldState::surely_held_at`]).
     lease: Mutex<(Instant, Duration)>,
-    /// The backend's epoch when the lease began (`None`: unknown); see
-    /// [`HeldState::surely_held_at`].
-    epoch: Option<u64>,
+}
+
+/// How a lock came to be held: what its release reads of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taking {
+    /// By this task's try, sent in the backend's `epoch`; `waited`: after subscribing to
+    /// wait for it.
+    Sent { epoch: u64, waited: bool },
+    /// Handed over by another task's release: the epoch its lease began in is unknown.
+    Handed,
 }
 
 impl HeldState {
-    /// The state of a lock whose lease runs `ttl` from `since`, taken in the backend's
-    /// `epoch` (`None` when unknown: a lock handed over by another task).
-    pub(crate) fn new(since: Instant, ttl: Duration, epoch: Option<u64>) -> Arc<HeldState> {
+    /// The state of a lock taken as `taking`, whose lease runs `ttl` from `since`.
+    pub(crate) fn new(since: Instant, ttl: Duration, taking: Taking) -> Arc<HeldState> {
         Arc::new(HeldState {
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
             released: AtomicBool::new(false),
             fence: OnceCell::new(),
-            contended: AtomicBool::new(false),
+            taking,
             lease: Mutex::new((since, ttl)),
-            epoch,
         })
     }
 
-    pub(crate) fn mark_contended(&self) {
-        self.contended.store(true, Ordering::Relaxed);
-    }
-
+    /// Someone else wanted the lock when it was taken (it was waited for, or handed
+    /// over): its release goes straight to the script that wakes waiters.
     pub(crate) fn was_contended(&self) -> bool {
-        self.contended.load(Ordering::Relaxed)
+        !matches!(self.taking, Taking::Sent { waited: false, .. })
     }
 
     /// A renewal sent at `since` extended the lease to `ttl` from then.
@@ -81,7 +83,8 @@ impl HeldState {
         let (since, ttl) = *crate::util::lock(&self.lease);
         let margin = Duration::from_millis(2) + ttl / 100;
         let end = (since + ttl).checked_sub(margin).unwrap_or(since);
-        !self.is_lost() && self.epoch == Some(epoch) && now < end
+        let same_epoch = matches!(self.taking, Taking::Sent { epoch: e, .. } if e == epoch);
+        !self.is_lost() && same_epoch && now < end
     }
 
     pub(crate) fn mark_lost(&self) {
@@ -364,7 +367,14 @@ mod tests {
     fn the_lease_is_trusted_only_within_its_epoch_and_end() {
         let since = Instant::now();
         let ttl = Duration::from_secs(10);
-        let held = HeldState::new(since, ttl, Some(3));
+        let held = HeldState::new(
+            since,
+            ttl,
+            Taking::Sent {
+                epoch: 3,
+                waited: false,
+            },
+        );
         let margin = Duration::from_millis(2) + ttl / 100;
         assert!(held.surely_held_at(since, 3));
         assert!(held.surely_held_at(since + ttl - margin - Duration::from_millis(1), 3));
@@ -376,7 +386,8 @@ mod tests {
             !held.surely_held_at(since, 4),
             "a broken connection or restart since"
         );
-        let handed = HeldState::new(since, ttl, None);
+        let handed = HeldState::new(since, ttl, Taking::Handed);
+        assert!(handed.was_contended() && !held.was_contended());
         assert!(
             !handed.surely_held_at(since, 3),
             "an unknown epoch is never trusted"

@@ -138,6 +138,14 @@ impl FaultProxy {
         self.ctl.send_modify(|c| c.hold = false);
     }
 
+    /// A distlock client through this proxy whose calls time out after `timeout`.
+    pub fn locks(&self, timeout: Duration) -> distlock::Locks {
+        distlock::Locks::builder(self.url())
+            .command_timeout(timeout)
+            .build()
+            .unwrap()
+    }
+
     /// While on, the replies the proxy reads are discarded: they are never delivered.
     pub fn drop_replies(&self, on: bool) {
         self.ctl.send_modify(|c| c.drop = on);

@@ -170,15 +170,10 @@ impl RedisBackend {
     ) -> Result<bool, BackendError> {
         // Unchanged since this owner wrote it: nobody waits (a waiting repeat marks the
         // record) and nobody took it over, so a compare-and-set is the whole store.
-        if let Some(cmd) =
-            written.and_then(|w| self.native_now().complete(key, record, w, retention))
+        if let Some(cmd) = written.and_then(|w| self.native().complete(key, record, w, retention))
+            && let Some(Some(_)) = self.query_native::<Option<String>>(&cmd).await?
         {
-            match self.query::<Option<String>>(&cmd).await {
-                Ok(Some(_)) => return Ok(true),
-                Ok(None) => {}
-                Err(e) if e.kind() == BackendErrorKind::Response => self.refuse_native_now(&e),
-                Err(e) => return Err(e),
-            }
+            return Ok(true);
         }
         let mut inv = COMPLETE.prepare_invoke();
         inv.key(key)

@@ -59,8 +59,8 @@ pub(crate) struct RedisBackend {
     epoch: AtomicU64,
     /// The `run_id` of the server last connected to.
     run_id: Mutex<Option<String>>,
-    /// What the server last connected to has natively, for calls that may go over any
-    /// connection (the idempotency store).
+    /// What the server last connected to has natively (read on every new multiplexed
+    /// connection; cleared when the server refuses a native command).
     native: Mutex<Native>,
     /// Whether the server takes `SET ... NX GET` (Redis 7.0+); cleared on its first
     /// syntax error, after which lock tries and claims go through their scripts only.
@@ -71,8 +71,6 @@ struct Slot {
     runtime: tokio::runtime::Id,
     conn: MultiplexedConnection,
     generation: u64,
-    /// What the server behind this connection has natively.
-    native: Native,
 }
 
 impl RedisBackend {
@@ -223,7 +221,6 @@ impl RedisBackend {
             runtime,
             conn: conn.clone(),
             generation,
-            native,
         });
         tracing::debug!(target: "distlock", generation, ?native, "connected to redis");
         Ok((conn, generation))
@@ -242,34 +239,16 @@ impl RedisBackend {
         }
     }
 
-    /// What the server behind the connection of `generation` has natively.
-    fn native(&self, generation: u64) -> Native {
-        let slots = crate::util::lock(&self.slots);
-        slots
-            .iter()
-            .find(|s| s.generation == generation)
-            .map_or(Native::default(), |s| s.native)
-    }
-
     /// What the server last connected to has natively.
-    pub(super) fn native_now(&self) -> Native {
+    pub(super) fn native(&self) -> Native {
         *crate::util::lock(&self.native)
     }
 
-    /// The server refused a native command sent over any connection: scripts only until
-    /// the next connection's detection.
-    pub(super) fn refuse_native_now(&self, e: &BackendError) {
+    /// The server refused a native command: scripts only until the next connection's
+    /// detection.
+    fn refuse_native(&self, e: &dyn std::fmt::Display) {
         tracing::debug!(target: "distlock", error = %e, "redis refused a native conditional command; using scripts");
         *crate::util::lock(&self.native) = Native::default();
-    }
-
-    /// The server refused a native command: scripts only on that connection from now.
-    fn refuse_native(&self, generation: u64, e: &redis::RedisError) {
-        tracing::debug!(target: "distlock", error = %e, "redis refused a native conditional command; using scripts");
-        let mut slots = crate::util::lock(&self.slots);
-        if let Some(slot) = slots.iter_mut().find(|s| s.generation == generation) {
-            slot.native = Native::default();
-        }
     }
 
     /// A call on the multiplexed connection of `generation` failed with `e`: a connection
@@ -443,11 +422,9 @@ impl RedisBackend {
             .cmd("GET")
             .arg(key);
         let (fence, held): (u64, Option<String>) = self.call(Call::Pipe(&pipe)).await?;
-        let holds = held
-            .as_deref()
-            .and_then(|v| v.strip_prefix(token))
-            .is_some_and(|rest| rest.is_empty() || rest == " waiting");
-        Ok(holds.then_some(fence))
+        Ok(held
+            .is_some_and(|v| holds_token(&v, token))
+            .then_some(fence))
     }
 
     /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
@@ -511,7 +488,7 @@ impl RedisBackend {
         let call = async {
             let (mut conn, generation) = self.connection().await?;
             used.store(generation, Ordering::Relaxed);
-            let native = self.native(generation);
+            let native = self.native();
             if native.set_ifeq {
                 let mut pipe = redis::pipe();
                 for (key, token, ttl) in leases {
@@ -526,7 +503,7 @@ impl RedisBackend {
                     // A value a waiter marked does not match: the script decides.
                     Ok(_) => {}
                     Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                        self.refuse_native(generation, &e);
+                        self.refuse_native(&e);
                     }
                     Err(e) => return Err(self.failed(generation, e)),
                 }
@@ -552,25 +529,27 @@ impl RedisBackend {
     /// has none or it deleted nothing (the caller releases through the scripts, which
     /// also handle a value a waiter marked).
     pub(crate) async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
-        let used = AtomicU64::new(0);
-        let call = async {
-            let (mut conn, generation) = self.connection().await?;
-            used.store(generation, Ordering::Relaxed);
-            let Some(cmd) = self.native(generation).delete(key, token) else {
-                return Ok(false);
-            };
-            match cmd.query_async::<i64>(&mut conn).await {
-                // 0: gone, another holder's, or marked by a waiter: the release decides.
-                Ok(deleted) => Ok(deleted == 1),
-                Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                    self.refuse_native(generation, &e);
-                    Ok(false)
-                }
-                Err(e) => Err(self.failed(generation, e)),
-            }
+        let Some(cmd) = self.native().delete(key, token) else {
+            return Ok(false);
         };
-        tokio::pin!(call);
-        self.within_timeout(&used, call).await
+        // 0: gone, another holder's, or marked by a waiter: the release decides.
+        Ok(self.query_native::<i64>(&cmd).await? == Some(1))
+    }
+
+    /// [`query`](Self::query) of a native command; `None` when the server refuses it
+    /// (it has no such command after all): scripts from then on.
+    pub(super) async fn query_native<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<Option<T>, BackendError> {
+        match self.query::<T>(cmd).await {
+            Ok(reply) => Ok(Some(reply)),
+            Err(e) if e.kind() == BackendErrorKind::Response => {
+                self.refuse_native(&e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
@@ -593,13 +572,19 @@ impl RedisBackend {
 /// `acquire.lua`): it is that token (a handoff whose reply was lost), or a yield marker
 /// that does not name the client.
 fn may_take_over(held: &str, token: &str, client: &str) -> bool {
-    held.strip_prefix(token)
-        .is_some_and(|rest| rest.is_empty() || rest == " waiting")
+    holds_token(held, token)
         || held.strip_prefix("yield: ").is_some_and(|names| {
             !names
                 .split(' ')
                 .any(|name| !name.is_empty() && name == client)
         })
+}
+
+/// Whether a lock key's value `held` is `token`, as written, or with a waiter's mark
+/// (`<token> waiting`, see `acquire.lua`).
+fn holds_token(held: &str, token: &str) -> bool {
+    held.strip_prefix(token)
+        .is_some_and(|rest| rest.is_empty() || rest == " waiting")
 }
 
 /// Whether Redis may evict this client's keys under `policy` (`maxmemory-policy`): every
