@@ -324,3 +324,52 @@ async fn a_release_whose_reply_is_lost_is_judged_by_the_lease() {
         next.release().await.unwrap();
     }
 }
+
+/// `fence()` whose reply is held past the command timeout: a `Backend` error (the `INCR`
+/// ran: its number is skipped), then a fence once replies flow. A `fence()` future
+/// dropped mid-call leaves nothing behind, and the fence can be asked from another
+/// runtime than the one that took the lock; every clone sees the one number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_whose_reply_comes_late_is_an_error_then_asked_again() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let timeout = Duration::from_millis(200);
+    let locks = proxy.locks(timeout);
+    let g = locks.lock("fenced").acquire().await.unwrap();
+    proxy.hold_replies();
+    let started = Instant::now();
+    let e = g.fence().await.unwrap_err();
+    assert!(matches!(e, distlock::Error::Backend { .. }), "{e:?}");
+    assert!(started.elapsed() < timeout * 5, "{:?}", started.elapsed());
+    // Cancelled at its await: no fence kept.
+    assert!(tokio::time::timeout(timeout / 4, g.fence()).await.is_err());
+    assert_eq!(g.info().cached_fence(), None);
+    proxy.release_replies();
+    let counter_before: u64 =
+        redis::AsyncCommands::get(&mut server.raw().await, "{lock:fenced}:fence")
+            .await
+            .unwrap();
+    assert!(counter_before >= 1, "the late INCR ran");
+    // From a runtime of its own.
+    let info = g.info().clone();
+    let fence = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(info.fence())
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    assert!(
+        fence > 1,
+        "the numbers the late calls took are skipped: {fence}"
+    );
+    assert_eq!(
+        g.fence().await.unwrap(),
+        fence,
+        "one number per acquisition"
+    );
+    g.release().await.unwrap();
+}
