@@ -355,33 +355,87 @@ async fn quick(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
     Ok(id)
 }
 
-/// A claim taken over while its body runs (before any renewal could see it): storing the
-/// result finds the claim lost; nothing is stored and the call returns `Lost`.
+/// A claim taken over while its body runs (before any renewal could see it), whose
+/// taker has not stored a result: this call's result is stored first and kept (the
+/// store appends; the first result is the one repeats get). Control: a result another
+/// call stored first makes the store return `Lost`, and the stored result stays. A key
+/// gone meanwhile is written whole, with a ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_complete_that_finds_the_claim_lost_returns_lost() {
+async fn a_complete_after_a_takeover_keeps_the_first_result() {
+    #[derive(PartialEq)]
+    enum Meanwhile {
+        TakenOver,
+        OtherStoredFirst,
+        KeyGone,
+    }
     let server = RedisServer::start();
     let locks = Locks::connect(&server.url()).await.unwrap();
     let mut raw = server.raw().await;
     let runs = Arc::new(Runs::default());
-    let call = tokio::spawn({
-        let (locks, runs) = (locks.clone(), runs.clone());
-        async move { quick(&locks, 1, &runs).await }
-    });
-    while runs.get() == 0 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    for (id, meanwhile) in [
+        (1u32, Meanwhile::TakenOver),
+        (2, Meanwhile::OtherStoredFirst),
+        (3, Meanwhile::KeyGone),
+    ] {
+        let call = tokio::spawn({
+            let (locks, runs) = (locks.clone(), runs.clone());
+            async move { quick(&locks, id, &runs).await }
+        });
+        while runs.get() < id {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let keys: Vec<String> = raw.keys(format!("*idem:*quick:{id}")).await.unwrap();
+        let rec: String = raw.get(&keys[0]).await.unwrap();
+        let mut taken = rec.replacen("\"owner\":\"", "\"owner\":\"someone-else-", 1);
+        assert_ne!(rec, taken);
+        if meanwhile == Meanwhile::OtherStoredFirst {
+            let fp = taken
+                .split("\"fp\":\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            taken.push_str(&format!(
+                r#"{{"status":"completed","fp":"{fp}","completed_at_ms":1,"value":77}}"#
+            ));
+        }
+        if meanwhile == Meanwhile::KeyGone {
+            taken.clear();
+            let _: () = raw.del(&keys[0]).await.unwrap();
+        } else {
+            let _: () = raw.set(&keys[0], &taken).await.unwrap();
+        }
+        let out = call.await.unwrap();
+        let after: String = raw.get(&keys[0]).await.unwrap();
+        assert!(after.starts_with(&taken), "nothing written over: {after}");
+        match meanwhile {
+            Meanwhile::OtherStoredFirst => assert!(
+                matches!(out, Err(AppError::Lock(Error::Lost { .. }))),
+                "{out:?}"
+            ),
+            Meanwhile::TakenOver => {
+                assert_eq!(out.unwrap(), id);
+                assert!(after.len() > taken.len(), "the result appended: {after}");
+            }
+            Meanwhile::KeyGone => {
+                assert_eq!(out.unwrap(), id);
+                assert!(after.starts_with(r#"{"status":"completed""#), "{after}");
+                let ttl: i64 = raw.pttl(&keys[0]).await.unwrap();
+                assert!(ttl > 0, "written with a ttl: {ttl}");
+            }
+        }
+        // A repeat gets the first result in the value.
+        let before = runs.get();
+        let replay = quick(&locks, id, &runs).await.unwrap();
+        let first = if meanwhile == Meanwhile::OtherStoredFirst {
+            77
+        } else {
+            id
+        };
+        assert_eq!(replay, first);
+        assert_eq!(runs.get(), before, "a repeat replays");
     }
-    let keys: Vec<String> = raw.keys("*idem:*quick:1").await.unwrap();
-    let rec: String = raw.get(&keys[0]).await.unwrap();
-    let taken = rec.replacen("\"owner\":\"", "\"owner\":\"someone-else-", 1);
-    assert_ne!(rec, taken);
-    let _: () = raw.set(&keys[0], &taken).await.unwrap();
-    let out = call.await.unwrap();
-    assert!(
-        matches!(out, Err(AppError::Lock(Error::Lost { .. }))),
-        "{out:?}"
-    );
-    let after: String = raw.get(&keys[0]).await.unwrap();
-    assert_eq!(after, taken, "nothing stored from the lost claim");
 }
 
 // ---------------------------------------------------------------------------------------

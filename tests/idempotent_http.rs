@@ -658,7 +658,8 @@ async fn replay_is_identical_to_the_first_response(h: Harness) {
         );
     }
     assert_eq!(h.app.runs("orders"), 1);
-    // The record is one plain JSON string, namespaced by function and scope.
+    // The record is a plain UTF-8 value, namespaced by function and scope: the claim's
+    // in-progress record, then the completed one the store appended.
     let keys = h.keys().await;
     assert_eq!(keys.len(), 1, "{keys:?}");
     assert!(
@@ -667,8 +668,15 @@ async fn replay_is_identical_to_the_first_response(h: Harness) {
     );
     let mut conn = h.redis.raw().await;
     let raw: String = conn.get(&keys[0]).await.unwrap();
-    let rec: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let parts: Vec<serde_json::Value> = serde_json::Deserializer::from_str(&raw)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(parts.len(), 2, "{raw}");
+    assert_eq!(parts[0]["status"], "in_progress");
+    let rec = &parts[1];
     assert_eq!(rec["status"], "completed");
+    assert_eq!(rec["fp"], parts[0]["fp"]);
     assert_eq!(rec["response"]["status"], 201);
     assert!(!raw.contains("session=abc"), "{raw}");
     let ttl: i64 = conn.pttl(&keys[0]).await.unwrap();

@@ -49,7 +49,7 @@
 //! | `gets InProgress` / a claim times out | claiming again later, or giving up / `Error::Backend`, and `spawn_release` in the background |
 //! | `the body runs` | the body's effects (a body that fails has none) |
 //! | `sends Renew` | the heartbeat of `Claim::keep`, `idem_renew.lua`: success → lease end = send + lease; `0`, or an error after a whole lease without renewal → reported lost: the body is cancelled, the call returns `Lost` (fault 4, fixed) |
-//! | `the body returns Ok: complete` | `Claim::complete`, `idem_complete.lua` (1 stored, 2 stored by an earlier try, 0 lost) |
+//! | `the body returns Ok: complete` | `Claim::complete`: `APPEND` of the result, then `idem_settle.lua` when the length is not the expected one; the first result in the value is kept whoever holds the claim (1 stored, 2 stored by an earlier try, 0 another result came first) |
 //! | `the body returns Err: release` | `Claim::release`, `idem_release.lua`, in the background |
 //!
 //! # What is abstracted away
@@ -473,15 +473,18 @@ fn model_covers_the_protocol_paths() {
                 }
             )
         }),
-        ("idempotency: a complete finds the claim lost", |s| {
-            matches!(
-                s,
-                IdemStep::Deliver {
-                    reply: R::Stored(0),
-                    ..
-                }
-            )
-        }),
+        (
+            "idempotency: a complete finds another result stored first",
+            |s| {
+                matches!(
+                    s,
+                    IdemStep::Deliver {
+                        reply: R::Stored(0),
+                        ..
+                    }
+                )
+            },
+        ),
         (
             "idempotency: a retried complete finds its first try stored",
             |s| {

@@ -373,3 +373,46 @@ async fn a_fence_whose_reply_comes_late_is_an_error_then_asked_again() {
     );
     g.release().await.unwrap();
 }
+
+#[distlock::idempotent(key = "stored:<id>", client = locks, skip = [runs, proxy])]
+async fn stored_once(
+    locks: &distlock::Locks,
+    id: u32,
+    runs: &Runs,
+    proxy: &FaultProxy,
+) -> Result<u32, distlock::Error> {
+    runs.bump();
+    // The store's reply (the first command after the body) is lost.
+    proxy.drop_replies(true);
+    Ok(id * 10)
+}
+
+/// The store of an idempotent result whose reply is lost (the `APPEND` ran): the retry
+/// appends again, finds its own result first, and the call returns `Ok`; a repeat
+/// replays that result without running the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_store_whose_reply_is_lost_is_retried_and_kept() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let timeout = Duration::from_millis(200);
+    let locks = proxy.locks(timeout);
+    let runs = Runs::default();
+    let (out, ()) = tokio::join!(stored_once(&locks, 7, &runs, &proxy), async {
+        while runs.get() == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(timeout / 2).await; // after the first try, before the retry
+        proxy.drop_replies(false);
+    });
+    assert_eq!(out.unwrap(), 70);
+    let keys: Vec<String> = server.raw().await.keys("*stored:7").await.unwrap();
+    let value = get(&server, &keys[0]).await.unwrap();
+    assert_eq!(
+        value.matches(r#"{"status":"completed""#).count(),
+        2,
+        "both tries appended: {value}"
+    );
+    assert_eq!(stored_once(&locks, 7, &runs, &proxy).await.unwrap(), 70);
+    proxy.drop_replies(false);
+    assert_eq!(runs.get(), 1, "the repeat replayed");
+}

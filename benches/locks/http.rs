@@ -153,6 +153,12 @@ pub(crate) struct Phase {
     pub(crate) requests: u64,
     pub(crate) secs: f64,
     pub(crate) server_cpu_s: f64,
+    /// What redis-server spent running the commands themselves (`INFO commandstats`
+    /// `usec`): its CPU without reading, parsing and writing.
+    pub(crate) command_s: f64,
+    /// This process's CPU (HTTP clients, axum server, both Redis clients), from
+    /// `/proc/self/stat`: the clients are the same for both endpoints.
+    pub(crate) process_cpu_s: f64,
     pub(crate) commands: u64,
     pub(crate) unexpected: u64,
 }
@@ -166,6 +172,14 @@ impl Phase {
         self.server_cpu_s * 1e6 / self.requests.max(1) as f64
     }
 
+    pub(crate) fn command_us(&self) -> f64 {
+        self.command_s * 1e6 / self.requests.max(1) as f64
+    }
+
+    pub(crate) fn process_us(&self) -> f64 {
+        self.process_cpu_s * 1e6 / self.requests.max(1) as f64
+    }
+
     pub(crate) fn commands_per(&self) -> f64 {
         self.commands as f64 / self.requests.max(1) as f64
     }
@@ -174,6 +188,8 @@ impl Phase {
         self.requests += other.requests;
         self.secs += other.secs;
         self.server_cpu_s += other.server_cpu_s;
+        self.command_s += other.command_s;
+        self.process_cpu_s += other.process_cpu_s;
         self.commands += other.commands;
         self.unexpected += other.unexpected;
     }
@@ -195,6 +211,7 @@ async fn phase(
 ) -> Phase {
     reset_commandstats(conn).await;
     let cpu0 = server_cpu(conn).await;
+    let process0 = process_cpu();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
@@ -216,7 +233,9 @@ async fn phase(
         unexpected += t.await.expect("client task");
     }
     let secs = started.elapsed().as_secs_f64();
+    let process_cpu_s = process_cpu() - process0;
     let cpu = server_cpu(conn).await - cpu0;
+    let command_s = command_usec(conn).await / 1e6;
     let stats = read_commandstats(conn).await;
     let commands = stats
         .iter()
@@ -227,9 +246,48 @@ async fn phase(
         requests: keys.len() as u64,
         secs,
         server_cpu_s: cpu,
+        command_s,
+        process_cpu_s,
         commands,
         unexpected,
     }
+}
+
+/// This process's user + system CPU in seconds (`/proc/self/stat`, clock ticks of 10 ms).
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime is the 12th, stime
+    // the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum::<f64>() / 100.0
+}
+
+/// Microseconds redis-server spent in commands since the last reset (`INFO
+/// commandstats`). `EXEC` is left out: the commands it runs count on their own. A
+/// script's time includes its inner calls, which also count on their own (counted
+/// twice; neither endpoint runs a script on its usual path).
+async fn command_usec(conn: &mut MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
+        .filter(|(name, _)| !["info", "config|resetstat", "exec"].contains(name))
+        .filter_map(|(_, rest)| {
+            rest.split(',')
+                .find_map(|kv| kv.strip_prefix("usec="))?
+                .parse::<f64>()
+                .ok()
+        })
+        .sum()
 }
 
 /// Runs W5: `rounds` rounds of `keys_per_round` fresh keys per endpoint, then the same

@@ -542,8 +542,15 @@ fn print_w5(w5: &Http) {
         w5.distlock[0].requests
     );
     println!(
-        "  {:<8} {:>12} {:>12} {:>16} {:>14} {:>11}",
-        "", "requests/s", "x baseline", "server us/req", "commands/req", "unexpected"
+        "  {:<8} {:>12} {:>12} {:>16} {:>14} {:>14} {:>14} {:>11}",
+        "",
+        "requests/s",
+        "x baseline",
+        "server us/req",
+        "in commands",
+        "process us/req",
+        "commands/req",
+        "unexpected"
     );
     for (i, name) in [(0usize, "first"), (1, "replay")] {
         for (who, p, b) in [
@@ -551,10 +558,12 @@ fn print_w5(w5: &Http) {
             ("baseline", &w5.baseline[i], &w5.baseline[i]),
         ] {
             println!(
-                "  {name:<6} {who:<9} {:>10.0} {:>12.2} {:>16.1} {:>14.2} {:>11}",
+                "  {name:<6} {who:<9} {:>10.0} {:>12.2} {:>16.1} {:>14.1} {:>14.1} {:>14.2} {:>11}",
                 p.rate(),
                 p.rate() / b.rate().max(1e-9),
                 p.cpu_us(),
+                p.command_us(),
+                p.process_us(),
                 p.commands_per(),
                 p.unexpected
             );

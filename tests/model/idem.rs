@@ -1,4 +1,4 @@
-//! The idempotency protocol: `idem_claim.lua`, `idem_renew.lua`, `idem_complete.lua`,
+//! The idempotency protocol: `idem_claim.lua`, `idem_renew.lua`, the store (`APPEND`, `idem_settle.lua`),
 //! `idem_release.lua` on the server; `idempotency::begin`, `Claim::keep` (the heartbeat),
 //! `Claim::complete` and `Claim::release` on the clients.
 //!
@@ -121,7 +121,7 @@ pub(crate) enum Reply {
     InProgress,
     Mismatch,
     Renewed(bool),
-    /// `idem_complete.lua`: 1 stored, 2 stored by an earlier try, 0 lost.
+    /// The store: 1 stored (first), 2 stored by an earlier try, 0 another result first.
     Stored(u8),
     Released(bool),
 }
@@ -359,13 +359,15 @@ impl IdemModel {
                 }
                 _ => Reply::Renewed(false),
             },
+            // `APPEND`: the first completed record stays the result, whoever holds the
+            // claim; `idem_settle.lua` (or the length `APPEND` returns) says whose it is.
             Req::Complete => match s.rec {
-                Rec::InProgress { owner, .. } if owner == me => {
+                Rec::None | Rec::InProgress { .. } => {
                     s.rec = Rec::Completed { fp, by: me };
                     Reply::Stored(1)
                 }
                 Rec::Completed { by, .. } if by == me => Reply::Stored(2),
-                _ => Reply::Stored(0),
+                Rec::Completed { .. } => Reply::Stored(0),
             },
             Req::Release => match s.rec {
                 Rec::InProgress {

@@ -1,6 +1,12 @@
 //! Idempotency records on both backends: claim, complete, release and renew, each one
-//! atomic step that checks the claimer's owner token (a Lua script on Redis, one mutex
-//! section in memory, with the same rules).
+//! atomic step (plain commands or a Lua script on Redis, one mutex section in memory,
+//! with the same rules).
+//!
+//! A completed record is appended to the claim's in-progress record: the value is then
+//! the in-progress record followed by the completed one (or the completed one alone when
+//! the key had gone). The first completed record in the value is the stored result, so a
+//! store never overwrites another call's: an `APPEND` needs no compare, and a store is
+//! plain commands whoever holds the claim.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -15,7 +21,26 @@ use crate::error::{BackendError, BackendErrorKind};
 use crate::util::now_ms;
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_CLAIM));
-static COMPLETE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_COMPLETE));
+static SETTLE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_SETTLE));
+
+/// How every completed record begins (see [`crate::idempotency::record`]); it cannot occur
+/// inside an in-progress record, whose strings escape their quotes.
+pub(crate) const COMPLETED: &str = r#"{"status":"completed","fp":""#;
+
+/// Where the stored result begins in a record's value: the first completed record.
+pub(crate) fn completed_at(raw: &str) -> Option<usize> {
+    raw.find(COMPLETED)
+}
+
+/// A completed record at `raw[at..]`: a replay of it when its fingerprint is `fp`.
+fn completed_claim(raw: &str, at: usize, fp: &str) -> Claimed {
+    let rest = &raw[at + COMPLETED.len()..];
+    if rest.split('"').next() == Some(fp) {
+        Claimed::Completed(raw[at..].to_owned())
+    } else {
+        Claimed::Mismatch
+    }
+}
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RELEASE));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RENEW));
 
@@ -27,7 +52,8 @@ pub(crate) enum Claimed {
     New(Option<String>),
     /// An in-progress record past its lease, now claimed by us; it was `previous`'s.
     TookOver { previous: String },
-    /// Completed with the same fingerprint: the record, to replay.
+    /// Completed with the same fingerprint: the completed record, to replay, and
+    /// whatever was appended after it (see [`crate::idempotency::record`]).
     Completed(String),
     /// In progress under a live lease with this much left.
     InProgress(Duration),
@@ -55,14 +81,14 @@ impl Backend {
         }
     }
 
-    /// `true` when stored (now, or by an earlier try of the same call).
-    /// `written`: the exact in-progress record this owner wrote, if it still knows it
-    /// (no renewal since): where the server has `SET ... IFEQ`, the store is that one
-    /// plain command, and the script runs only when it does not match.
+    /// `true` when `record` is the stored result (appended now or by an earlier try of
+    /// the same store); `false` when another call's result was stored first, or the key
+    /// is gone. `written`: the exact in-progress record this owner wrote, if it still
+    /// knows it (no renewal since): when the `APPEND` finds just that, the store is done;
+    /// otherwise `idem_settle.lua` tells whose result is first and wakes waiters.
     pub(crate) async fn idem_complete(
         &self,
         key: &str,
-        owner: &str,
         record: &str,
         retention: Duration,
         channel: &str,
@@ -70,10 +96,10 @@ impl Backend {
     ) -> Result<bool, BackendError> {
         match self {
             Backend::Redis(r) => {
-                r.idem_complete(key, owner, record, retention, channel, written)
+                r.idem_complete(key, record, retention, channel, written)
                     .await
             }
-            Backend::Memory(m) => Ok(m.idem_complete(key, owner, record, retention, channel)),
+            Backend::Memory(m) => Ok(m.idem_complete(key, record, retention, channel)),
         }
     }
 
@@ -128,12 +154,8 @@ impl RedisBackend {
             match self.query::<Option<String>>(&set).await {
                 Ok(None) => return Ok(Claimed::New(Some(record))),
                 Ok(Some(raw)) => {
-                    if let Some(rest) = raw.strip_prefix(r#"{"status":"completed","fp":""#) {
-                        return Ok(if rest.split('"').next() == Some(a.fp) {
-                            Claimed::Completed(raw)
-                        } else {
-                            Claimed::Mismatch
-                        });
+                    if let Some(at) = completed_at(&raw) {
+                        return Ok(completed_claim(&raw, at, a.fp));
                     }
                 }
                 // Redis before 7.0 refuses NX with GET: the script does it all.
@@ -152,36 +174,53 @@ impl RedisBackend {
         Ok(match code {
             1 => Claimed::New(None),
             2 => Claimed::TookOver { previous: detail },
-            3 => Claimed::Completed(detail),
+            3 => match completed_at(&detail) {
+                Some(at) => completed_claim(&detail, at, a.fp),
+                None => return Err(bad_reply("claim replay without a completed record".into())),
+            },
             4 => Claimed::InProgress(Duration::from_millis(detail.parse().unwrap_or(0))),
             5 => Claimed::Mismatch,
             other => return Err(bad_reply(format!("unexpected claim reply {other}"))),
         })
     }
 
+    /// `SET key record NX PX retention`, then `APPEND key record`: two plain commands,
+    /// pipelined. While the claim's key lives (the usual case) the `SET` does nothing and
+    /// the `APPEND` adds the result; the key keeps its ttl, the lease plus the retention
+    /// counted from the claim or its last renewal, so the result stays at least the
+    /// retention. A key gone meanwhile is written whole by the `SET`, with its ttl (the
+    /// `APPEND` then repeats the record after itself: the first copy is the result), so
+    /// no interleaving leaves a key without a ttl. When the `APPEND` returns the length of
+    /// `written` plus the record, the value before it was this claim's record as written
+    /// (a mark by a waiting repeat, a renewal, a takeover or another result would change
+    /// that length), so the record is the first result and nobody waits; otherwise
+    /// `idem_settle.lua` decides.
     async fn idem_complete(
         &self,
         key: &str,
-        owner: &str,
         record: &str,
         retention: Duration,
         channel: &str,
         written: Option<&str>,
     ) -> Result<bool, BackendError> {
-        // Unchanged since this owner wrote it: nobody waits (a waiting repeat marks the
-        // record) and nobody took it over, so a compare-and-set is the whole store.
-        if let Some(cmd) = written.and_then(|w| self.native().complete(key, record, w, retention))
-            && let Some(Some(_)) = self.query_native::<Option<String>>(&cmd).await?
-        {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(key)
+            .arg(record)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(retention))
+            .ignore()
+            .cmd("APPEND")
+            .arg(key)
+            .arg(record);
+        let (len,): (usize,) = self.query_pipe(&pipe).await?;
+        if written.is_some_and(|w| w.len() + record.len() == len) {
             return Ok(true);
         }
-        let mut inv = COMPLETE.prepare_invoke();
-        inv.key(key)
-            .arg(owner)
-            .arg(record)
-            .arg(millis(retention))
-            .arg(channel);
-        Ok(self.eval::<i64>(&inv).await? > 0)
+        let mut inv = SETTLE.prepare_invoke();
+        inv.key(key).arg(record).arg(channel);
+        Ok(self.eval::<i64>(&inv).await? == 1)
     }
 
     async fn idem_release(
@@ -296,10 +335,11 @@ impl MemoryBackend {
             map.insert(a.key.to_owned(), fresh(false));
             return Ok(Claimed::New(None));
         };
+        if let Some(at) = completed_at(raw) {
+            return Ok(completed_claim(raw, at, a.fp));
+        }
         let rec = seen(raw).ok_or_else(|| bad_reply("record is not JSON".into()))?;
         match rec.status.as_str() {
-            "completed" if rec.fp == a.fp => Ok(Claimed::Completed(raw.clone())),
-            "completed" => Ok(Claimed::Mismatch),
             "in_progress" if rec.owner == a.owner => {
                 map.insert(a.key.to_owned(), fresh(rec.took_over));
                 Ok(Claimed::New(None))
@@ -320,31 +360,30 @@ impl MemoryBackend {
     }
 
     fn owned_in_progress(raw: &str, owner: &str) -> bool {
-        seen(raw).is_some_and(|r| r.status == "in_progress" && r.owner == owner)
+        completed_at(raw).is_none()
+            && seen(raw).is_some_and(|r| r.status == "in_progress" && r.owner == owner)
     }
 
-    fn idem_complete(
-        &self,
-        key: &str,
-        owner: &str,
-        record: &str,
-        retention: Duration,
-        channel: &str,
-    ) -> bool {
+    /// As the Redis store: the record appended (alone when the key had gone), `true`
+    /// when it is the first completed one.
+    fn idem_complete(&self, key: &str, record: &str, retention: Duration, channel: &str) -> bool {
         let mut map = self.records();
-        match map.get(key) {
-            Some((raw, _)) if raw == record => true,
-            Some((raw, _)) if Self::owned_in_progress(raw, owner) => {
-                map.insert(
-                    key.to_owned(),
-                    (record.to_owned(), Instant::now() + retention),
-                );
-                drop(map);
-                self.waiters.publish(channel);
-                true
-            }
-            _ => false,
+        let until = Instant::now() + retention;
+        let (raw, _) = map
+            .entry(key.to_owned())
+            // The key keeps its lifetime, as on Redis.
+            .and_modify(|(raw, _)| raw.push_str(record))
+            .or_insert_with(|| (record.to_owned(), until));
+        let Some(at) = completed_at(raw) else {
+            return false;
+        };
+        if !raw[at..].starts_with(record) {
+            return false;
         }
+        drop(map);
+        // In process, a publish costs nothing: waiters are not marked here.
+        self.waiters.publish(channel);
+        true
     }
 
     /// As `idem_release.lua`: a claim that took over is kept, ownerless, its lease ended.
@@ -353,6 +392,9 @@ impl MemoryBackend {
         let Some((raw, _)) = map.get_mut(key) else {
             return false;
         };
+        if completed_at(raw).is_some() {
+            return false;
+        }
         match seen(raw) {
             Some(r) if r.status == "in_progress" && r.owner == owner => {
                 if r.took_over {

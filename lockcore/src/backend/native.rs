@@ -74,29 +74,6 @@ impl Native {
         Some(cmd)
     }
 
-    /// A native store of an idempotency record: `SET key record IFEQ written PX ttl`,
-    /// where `written` is the exact in-progress record its owner wrote; replies `OK` when
-    /// stored, nil when the key holds anything else (the script then decides).
-    pub(crate) fn complete(
-        &self,
-        key: &str,
-        record: &str,
-        written: &str,
-        ttl: Duration,
-    ) -> Option<redis::Cmd> {
-        if !self.set_ifeq {
-            return None;
-        }
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(key)
-            .arg(record)
-            .arg("IFEQ")
-            .arg(written)
-            .arg("PX")
-            .arg(millis(ttl));
-        Some(cmd)
-    }
-
     /// A native compare-and-delete of `key` holding `token`, if the server has one:
     /// replies 1 when deleted, 0 otherwise.
     pub(crate) fn delete(&self, key: &str, token: &str) -> Option<redis::Cmd> {
@@ -205,17 +182,12 @@ mod tests {
         let ttl = Duration::from_millis(1500);
         assert!(Native::default().extend("k", "t", ttl).is_none());
         assert!(Native::default().delete("k", "t").is_none());
-        assert!(Native::default().complete("k", "r", "w", ttl).is_none());
         let redis84 = Native::from_info("redis_version:8.4.0\r\n");
         assert_eq!(
             words(redis84.extend("k", "t", ttl)),
             ["SET", "k", "t", "IFEQ", "t", "PX", "1500"]
         );
         assert_eq!(words(redis84.delete("k", "t")), ["DELEX", "k", "IFEQ", "t"]);
-        assert_eq!(
-            words(redis84.complete("k", "done", "claimed", ttl)),
-            ["SET", "k", "done", "IFEQ", "claimed", "PX", "1500"]
-        );
         let valkey9 = Native::from_info("server_name:valkey\r\nvalkey_version:9.0.0\r\n");
         assert_eq!(words(valkey9.delete("k", "t")), ["DELIFEQ", "k", "t"]);
         let valkey81 = Native::from_info("server_name:valkey\r\nvalkey_version:8.1.0\r\n");

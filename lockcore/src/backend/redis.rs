@@ -286,6 +286,15 @@ impl RedisBackend {
         self.call(Call::Cmd(cmd)).await
     }
 
+    /// Runs a pipeline (a `MULTI` one too) within the timeout, over a direct connection
+    /// when one is free.
+    pub(crate) async fn query_pipe<T: FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, BackendError> {
+        self.call(Call::Pipe(pipe)).await
+    }
+
     /// Runs `cmd`, an `EVALSHA` of `script` built by [`evalsha`], loading the script on
     /// NOSCRIPT: the hot paths' scripts, without a `ScriptInvocation` per call.
     async fn evalsha_call<T: FromRedisValue>(
@@ -421,7 +430,7 @@ impl RedisBackend {
             .arg(Companion(key, ":fence"))
             .cmd("GET")
             .arg(key);
-        let (fence, held): (u64, Option<String>) = self.call(Call::Pipe(&pipe)).await?;
+        let (fence, held): (u64, Option<String>) = self.query_pipe(&pipe).await?;
         Ok(held
             .is_some_and(|v| holds_token(&v, token))
             .then_some(fence))

@@ -11,11 +11,9 @@ pub const RELEASE: &str = include_str!("../scripts/release.lua");
 pub const EXTEND: &str = include_str!("../scripts/extend.lua");
 /// Claim an idempotency record.
 pub const IDEM_CLAIM: &str = include_str!("../scripts/idem_claim.lua");
-/// Store an idempotency record's result.
-pub const IDEM_COMPLETE: &str = concat!(
-    include_str!("../scripts/idem_owned.lua"),
-    include_str!("../scripts/idem_complete.lua")
-);
+/// After a store whose `APPEND` found something else than its claim: whose result is
+/// stored, and wake waiters.
+pub const IDEM_SETTLE: &str = include_str!("../scripts/idem_settle.lua");
 /// Give an idempotency claim up.
 pub const IDEM_RELEASE: &str = include_str!("../scripts/idem_release.lua");
 /// Renew an idempotency claim's lease.

@@ -1,15 +1,16 @@
 //! Idempotency: run a body once per key, and answer every repeat with the stored result.
 //!
-//! The state machine lives in Redis, one plain JSON record per key:
+//! The state machine lives in Redis, one plain UTF-8 value per key:
 //!
 //! `{"status":"in_progress","owner":..,"fp":..,"lease_until_ms":..,"claimed_at_ms":..,"retention_ms":..}`
-//! while the body runs, then `{"status":"completed","fp":..,"completed_at_ms":..,"value":..}`
+//! while the body runs; the store then appends `{"status":"completed","fp":..,"completed_at_ms":..,"value":..}`
 //! (a fn's `Ok` value) or `..,"response":{"status":..,"headers":[[name,value],..],"body":..}`
-//! (a handler's response; `"body_base64"` when it is not UTF-8). Readable with
-//! `redis-cli GET`.
+//! (a handler's response; `"body_base64"` when it is not UTF-8). The first completed
+//! record in the value (from its first `{"status":"completed"`) is the result that
+//! repeats get; readable with `redis-cli GET`.
 //!
 //! ```text
-//!              claim (no record)                    complete (owner token matches)
+//!              claim (no record)                     complete (append the result)
 //!   (none) ───────────────────────▶ in_progress ─────────────────────────────────▶ completed
 //!      ▲                              │   ▲  │                                      (kept `ttl`)
 //!      └──── release (owner matches) ─┘   │  └─ lease ended: the next claim takes it over
@@ -19,14 +20,20 @@
 //! A claim is one plain `SET key record NX GET PX lifetime` (lifetime = lease +
 //! retention): the key was free (claimed), or it returns the record there, and a
 //! completed one is decided from it (a replay costs that one command). A claim in
-//! progress goes on in a Lua script, as do complete, release and renew: each checks the
-//! claimer's owner token; nothing is GET-then-SET. The lease is the key's remaining ttl
+//! progress goes on in a Lua script, as do release and renew: each checks the claimer's
+//! owner token; nothing is GET-then-SET. The store is plain commands (`APPEND`, after a
+//! `SET ... NX PX` for a key gone meanwhile): a result is never written over another, so
+//! the first stored result stays
+//! the one repeats get, and a result stored by a claimer whose lease had ended (taken
+//! over meanwhile) is kept when it comes first; the call that took over is then told
+//! [`Error::Lost`] by its renewal or its store. The lease is the key's remaining ttl
 //! minus the retention, by Redis's clock (`lease_until_ms` in the record says the same
 //! for readers). A claim that finds a completed record with the
 //! same payload fingerprint replays it; with another fingerprint it is
 //! [`Error::PayloadMismatch`]; a live in-progress record is [`Error::InProgress`], or with
-//! `wait` the caller waits (woken by the complete or release script's `PUBLISH` on
-//! `<record>:done`, sent when a waiting repeat marked the record; with a capped fallback
+//! `wait` the caller waits (woken by a `PUBLISH` on `<record>:done` from the release
+//! script, or from `idem_settle.lua` after the store, sent when a waiting repeat marked
+//! the record; with a capped fallback
 //! retry) until the first call finishes.
 
 use std::collections::HashMap;
@@ -344,7 +351,7 @@ pub(crate) struct Claim {
     /// earlier, by this client's clock.
     renewed: Mutex<Instant>,
     /// The exact in-progress record this claim wrote, while nothing else has rewritten
-    /// it since (a renewal does): lets the store be one compare-and-set.
+    /// it since (a renewal does): lets the store skip `idem_settle.lua`.
     written: Mutex<Option<String>>,
     /// The record being stored and its retention, while `complete` runs.
     pending: Option<(String, Duration)>,
@@ -428,8 +435,10 @@ impl Claim {
     /// Stores `record` (retained `ttl`) and wakes waiters. Transient Redis failures are
     /// retried while the claim's lease lasts; past it, or on another failure, it is
     /// logged: the body has run, and the caller still gets its result (the claim ends
-    /// with its lease). `Err(Lost)` when the claim was taken over: another call runs the
-    /// body, and this result is not the one repeats get.
+    /// with its lease). `Err(Lost)` when another call's result was stored first (this
+    /// claim was taken over, and the call that took it over finished first): this result
+    /// is not the one repeats get. A result stored first is kept, even one whose claim
+    /// was taken over while it ran.
     ///
     /// Dropped before it finished (the caller went away), the store goes on in a task of
     /// its own: the body has run, so its result is stored rather than the key left in
@@ -460,7 +469,6 @@ impl Claim {
                 .backend
                 .idem_complete(
                     &self.key,
-                    &self.owner,
                     record,
                     *retention,
                     &self.channel,
@@ -474,7 +482,7 @@ impl Claim {
                     return Ok(());
                 }
                 Ok(false) => {
-                    tracing::warn!(target: "distlock", key = self.key, "idempotent result not stored: the claim was lost (its lease ended and another call took it over)");
+                    tracing::warn!(target: "distlock", key = self.key, "idempotent result not the stored one: the claim was lost (its lease ended, another call took it over and stored its result first)");
                     return Err(Error::Lost {
                         key: self.key.clone(),
                     });
@@ -484,8 +492,8 @@ impl Claim {
                         let pause = (self.lease / 10).max(Duration::from_millis(10));
                         tokio::time::sleep_until((Instant::now() + pause).min(lease_end)).await;
                     }
-                    // A failed try that landed makes the next one answer "stored" (the
-                    // script compares the record).
+                    // A failed try that landed makes the next one answer "stored": its
+                    // record is the first result in the value.
                     retried = true;
                 }
                 Err(e) => {

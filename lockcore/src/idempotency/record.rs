@@ -1,4 +1,4 @@
-//! The record: one plain JSON string per key, readable with `redis-cli GET`.
+//! The record: one plain UTF-8 value per key, readable with `redis-cli GET`.
 //!
 //! While the body runs (written by the claimer; its lease is the key's ttl minus the
 //! retention, and `lease_until_ms` the claimer's view of it, renewed by Redis's clock):
@@ -7,8 +7,8 @@
 //! {"claimed_at_ms":1764485970000,"fp":"<sha-256 hex>","lease_until_ms":1764486000000,"owner":"<uuid>:<host>:<pid>","retention_ms":86400000,"status":"in_progress"}
 //! ```
 //!
-//! Once it has completed (written by this module, `status` and `fp` first so the scripts
-//! can read them without decoding the rest):
+//! Once it has completed, the store appends (written by this module, `status` and `fp`
+//! first so that the scripts find and read them without decoding the rest):
 //!
 //! ```json
 //! {"status":"completed","fp":"<hex>","completed_at_ms":1764485971234,"value":{"receipt":"r-1"}}
@@ -16,6 +16,12 @@
 //! ```
 //!
 //! A response body that is not UTF-8 is stored as `"body_base64"` instead of `"body"`.
+//!
+//! The value is then the in-progress record followed by the completed one (the completed
+//! one alone if the key had gone). The result is the first completed record: a later
+//! store (a claimer taken over while it ran, or a retried store) appends after it, and is
+//! ignored. A reader takes the value from its first `{"status":"completed"` and reads
+//! one JSON object there.
 
 use serde::{Deserialize, Serialize};
 
@@ -131,18 +137,23 @@ fn corrupt(key: &str, what: impl std::fmt::Display) -> Error {
     )
 }
 
+/// The JSON object at the start of `raw`, whatever follows it (later stores append).
+fn first_object<T: serde::de::DeserializeOwned>(raw: &str) -> serde_json::Result<T> {
+    T::deserialize(&mut serde_json::Deserializer::from_str(raw))
+}
+
 /// The stored `Ok` value of a completed record (`null` included: `()` and `None` are
 /// results too).
 pub(crate) fn stored_value(key: &str, raw: &str) -> Result<serde_json::Value, Error> {
     let mut rec: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(raw).map_err(|e| corrupt(key, e))?;
+        first_object(raw).map_err(|e| corrupt(key, e))?;
     rec.remove("value")
         .ok_or_else(|| corrupt(key, "it holds an HTTP response, not a function result"))
 }
 
 /// The stored response of a completed record.
 pub(crate) fn stored_response(key: &str, raw: &str) -> Result<Captured, Error> {
-    let rec: Completed = serde_json::from_str(raw).map_err(|e| corrupt(key, e))?;
+    let rec: Completed = first_object(raw).map_err(|e| corrupt(key, e))?;
     let stored = rec
         .response
         .ok_or_else(|| corrupt(key, "it holds a function result, not an HTTP response"))?;
@@ -257,5 +268,16 @@ mod tests {
         assert!(stored_value("k", &raw).is_err());
         let unit = completed_value("ab", &serde_json::Value::Null);
         assert_eq!(stored_value("k", &unit).unwrap(), serde_json::Value::Null);
+        // A later store appended after the first result: the first is read.
+        let later = completed_response("ab", &bin);
+        let both = format!("{}{later}", completed_response("ab", &cap));
+        assert_eq!(stored_response("k", &both).unwrap().body, cap.body);
+        let value = serde_json::json!({"status": "completed", "fp": "ab", "n": 1});
+        let first = completed_value("ab", &value);
+        assert_eq!(
+            stored_value("k", &format!("{first}{unit}")).unwrap(),
+            value,
+            "a value that looks like a record is read whole"
+        );
     }
 }

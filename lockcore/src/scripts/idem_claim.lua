@@ -8,7 +8,8 @@
 -- Returns {code, detail}:
 --   1 claimed (detail '')
 --   2 claimed by taking over an in-progress record whose lease had ended (detail: its owner)
---   3 completed earlier with the same fingerprint (detail: the record, to replay)
+--   3 completed earlier with the same fingerprint (detail: the completed record, to
+--     replay, and whatever was appended after it)
 --   4 in progress under a live lease (detail: ms left on that lease)
 --   5 same key, different fingerprint, whether completed, in progress or expired in
 --     progress (detail: the record's status)
@@ -45,9 +46,15 @@ if not raw then
   claim()
   return {1, ''}
 end
--- Completed records are written by the client with `status` and `fp` first: read them
--- without decoding a body that may be large.
-local status, fp = string.match(raw, '^{"status":"([%a_]+)","fp":"(%x*)"')
+-- A completed record is appended to the claim's record (see idem_settle.lua), or stands
+-- alone when the key had gone; written with `status` and `fp` first, so it is found and
+-- read without decoding a body that may be large. The first one is the stored result.
+local status, fp = nil, nil
+local done = string.find(raw, '{"status":"completed","fp":"', 1, true)
+if done then
+  status = 'completed'
+  fp = string.match(raw, '^{"status":"completed","fp":"(%x*)"', done)
+end
 local rec = nil
 if status ~= 'completed' then
   local ok, decoded = pcall(cjson.decode, raw)
@@ -62,7 +69,7 @@ if status == 'completed' then
   if fp ~= ARGV[2] then
     return {5, 'completed'}
   end
-  return {3, raw}
+  return {3, string.sub(raw, done)}
 end
 if status ~= 'in_progress' then
   return redis.error_reply('ERR idempotency record ' .. KEYS[1] .. ' has unknown status')

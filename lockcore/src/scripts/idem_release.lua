@@ -8,7 +8,7 @@
 -- no owner, its lease ended (its ttl is the retention): the same payload takes it over at
 -- once, another payload is still a mismatch.
 local raw = redis.call('GET', KEYS[1])
-if not raw or string.sub(raw, 1, 22) == '{"status":"completed",' then
+if not raw or string.find(raw, '{"status":"completed","fp":"', 1, true) then
   return 0
 end
 local ok, rec = pcall(cjson.decode, raw)

@@ -3,7 +3,7 @@
 -- retention: the lease is the key's ttl minus the retention, see idem_claim.lua).
 -- Returns 1 renewed, 0 when the record is gone or no longer this owner's claim.
 local raw = redis.call('GET', KEYS[1])
-if not raw or string.sub(raw, 1, 22) == '{"status":"completed",' then
+if not raw or string.find(raw, '{"status":"completed","fp":"', 1, true) then
   return 0
 end
 -- `owned`: idem_owned.lua.
