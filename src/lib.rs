@@ -278,7 +278,7 @@ pub use lockmacro::distributed_lock;
 /// | `key = "pay:<id>"` | | async fns: the key, a template like `#[distributed_lock]`'s (same escaping and checks) |
 /// | `header = "Idempotency-Key"` | | handlers: the key is this request header's value |
 /// | `scope = "<user_id>"` | none; required with `header` | a template added to the key: who the record belongs to (the caller, account or tenant); belongs on every public endpoint, see above |
-/// | `ttl = "24h"` | `24h` | how long a completed record is kept and replayed: at least this long after it is stored, and at most the lease longer (the claim's key keeps its lifetime, lease plus `ttl`, from the claim or its last renewal) |
+/// | `ttl = "24h"` | `24h` | how long a completed record is kept and replayed, counted from the end of the claim's lease (the claim or its last renewal, plus the lease): a result stored while its lease lasts is kept at least this long, and at most the lease longer |
 /// | `lease = "30s"` | `30s` | how long a claim survives without renewal (a crashed caller blocks the key this long); renewed every `lease / 3` while the body runs |
 /// | `wait = "5s"` | none | a repeat that arrives while the first call runs waits this long for its result instead of getting `InProgress` |
 /// | `required = false` | `true` | handlers: run without idempotency when the header is missing, instead of `MissingKey` |
@@ -302,13 +302,18 @@ pub use lockmacro::distributed_lock;
 /// appends `{"status":"completed","fp":..,"value":..}` (fns) or `..,"response":{"status":..,
 /// "headers":[..],"body":..}` (handlers). The first completed record in the value is the
 /// result: a store never writes over another's. A claim is one plain `SET ... NX GET` (a
-/// replay is that one command) and a store is a pipelined `SET ... NX PX` (for a key gone
-/// meanwhile) and `APPEND`; a claim in progress, release and renew are each one Lua
-/// script that checks the owner token. See [`idempotency`] for the state machine.
+/// replay is that one command) and a store is one `MULTI` of plain commands (`SET ... NX
+/// PX` for a key gone meanwhile, `APPEND`, and a `GETRANGE` that shows the claim's own
+/// record was in front); a claim in progress, release and renew are each one Lua script
+/// that checks the owner token. A result is not stored in front of another payload's
+/// claim (one made after the key was lost): that call gets `Lost`. See [`idempotency`]
+/// for the state machine.
 ///
-/// Instances that share records must read the same format: a version that appends
-/// results reads records written before it (a completed record alone), but an earlier
-/// version cannot read an appended one, so deploy such a change to every instance at once.
+/// Instances that share records must read the same format. This version reads records
+/// written by earlier ones (a completed record alone), but earlier versions cannot read
+/// an appended record (they answer an error, HTTP 500, until it expires) and may write
+/// over it: deploy to every instance at once, and do not roll back while appended
+/// records are kept.
 ///
 /// # What happens
 ///

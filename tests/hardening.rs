@@ -438,6 +438,72 @@ async fn a_complete_after_a_takeover_keeps_the_first_result() {
     }
 }
 
+#[idempotent(key = "charge:<id>", client = locks, lease = "300ms", fingerprint = [id, amount])]
+async fn charge(
+    locks: &Locks,
+    id: u32,
+    amount: u64,
+    body_ms: u64,
+    runs: &Runs,
+) -> Result<u64, AppError> {
+    runs.bump();
+    tokio::time::sleep(Duration::from_millis(body_ms)).await;
+    Ok(amount)
+}
+
+/// The record is lost while a body runs (a failover, an eviction, a `FLUSHDB`), and a
+/// call with another payload claims the key anew and runs. The first call's result
+/// lands on that claim: it is not stored (`Lost`), the new claim keeps its record and
+/// stores its own result, and the first payload then gets `PayloadMismatch`. (The first
+/// body is shorter than a renewal period: its store is what meets the new claim.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_for_a_key_claimed_again_by_another_payload_is_not_stored() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let runs = Arc::new(Runs::default());
+    let first = tokio::spawn({
+        let (locks, runs) = (locks.clone(), runs.clone());
+        async move { charge(&locks, 1, 10, 80, &runs).await }
+    });
+    while runs.get() < 1 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let keys: Vec<String> = raw.keys("*idem:*charge:1").await.unwrap();
+    let _: () = raw.del(&keys[0]).await.unwrap();
+    let second = tokio::spawn({
+        let (locks, runs) = (locks.clone(), runs.clone());
+        async move { charge(&locks, 1, 20, 400, &runs).await }
+    });
+    let out = first.await.unwrap();
+    assert!(
+        matches!(out, Err(AppError::Lock(Error::Lost { .. }))),
+        "{out:?}"
+    );
+    assert_eq!(
+        runs.get(),
+        2,
+        "the second payload ran while the first stored"
+    );
+    let value: String = raw.get(&keys[0]).await.unwrap();
+    assert!(
+        !value.contains(r#""value":10"#),
+        "the first result taken out again: {value}"
+    );
+    assert_eq!(second.await.unwrap().unwrap(), 20);
+    assert_eq!(
+        charge(&locks, 1, 20, 0, &runs).await.unwrap(),
+        20,
+        "replayed"
+    );
+    let again = charge(&locks, 1, 10, 0, &runs).await;
+    assert!(
+        matches!(again, Err(AppError::Lock(Error::PayloadMismatch { .. }))),
+        "{again:?}"
+    );
+    assert_eq!(runs.get(), 2);
+}
+
 // ---------------------------------------------------------------------------------------
 // `on_lost` for `#[idempotent]`.
 // ---------------------------------------------------------------------------------------

@@ -360,12 +360,19 @@ impl IdemModel {
                 _ => Reply::Renewed(false),
             },
             // `APPEND`: the first completed record stays the result, whoever holds the
-            // claim; `idem_settle.lua` (or the length `APPEND` returns) says whose it is.
+            // claim of this payload; `idem_settle.lua` (or the exact record found in
+            // front) says whose it is, and takes a result back out of another payload's
+            // claim.
             Req::Complete => match s.rec {
-                Rec::None | Rec::InProgress { .. } => {
+                Rec::None => {
                     s.rec = Rec::Completed { fp, by: me };
                     Reply::Stored(1)
                 }
+                Rec::InProgress { fp: f, .. } if f == fp => {
+                    s.rec = Rec::Completed { fp, by: me };
+                    Reply::Stored(1)
+                }
+                Rec::InProgress { .. } => Reply::Stored(0),
                 Rec::Completed { by, .. } if by == me => Reply::Stored(2),
                 Rec::Completed { .. } => Reply::Stored(0),
             },

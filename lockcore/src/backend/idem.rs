@@ -6,7 +6,8 @@
 //! the in-progress record followed by the completed one (or the completed one alone when
 //! the key had gone). The first completed record in the value is the stored result, so a
 //! store never overwrites another call's: an `APPEND` needs no compare, and a store is
-//! plain commands whoever holds the claim.
+//! plain commands whoever holds a claim of the same payload (a result that lands in front
+//! of another payload's claim is taken out again by `idem_settle.lua`).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -30,6 +31,25 @@ pub(crate) const COMPLETED: &str = r#"{"status":"completed","fp":""#;
 /// Where the stored result begins in a record's value: the first completed record.
 pub(crate) fn completed_at(raw: &str) -> Option<usize> {
     raw.find(COMPLETED)
+}
+
+/// Where an in-progress record spells its owner token: from `"owner":"` to the quote
+/// that ends the token.
+fn owner_range(record: &str) -> Option<std::ops::Range<usize>> {
+    const OWNER: &str = r#""owner":""#;
+    let start = record.find(OWNER)?;
+    let token = start + OWNER.len();
+    // The token is a JSON string: it ends at the first quote not escaped.
+    let bytes = record.as_bytes();
+    let mut i = token;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(start..i + 1),
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 /// A completed record at `raw[at..]`: a replay of it when its fingerprint is `fp`.
@@ -184,17 +204,22 @@ impl RedisBackend {
         })
     }
 
-    /// `SET key record NX PX retention`, then `APPEND key record`: two plain commands,
-    /// pipelined. While the claim's key lives (the usual case) the `SET` does nothing and
-    /// the `APPEND` adds the result; the key keeps its ttl, the lease plus the retention
-    /// counted from the claim or its last renewal, so the result stays at least the
-    /// retention. A key gone meanwhile is written whole by the `SET`, with its ttl (the
-    /// `APPEND` then repeats the record after itself: the first copy is the result), so
-    /// no interleaving leaves a key without a ttl. When the `APPEND` returns the length of
-    /// `written` plus the record, the value before it was this claim's record as written
-    /// (a mark by a waiting repeat, a renewal, a takeover or another result would change
-    /// that length), so the record is the first result and nobody waits; otherwise
-    /// `idem_settle.lua` decides.
+    /// One `MULTI`: `SET key record NX PX retention` (writes a key gone meanwhile whole,
+    /// with a ttl; the `APPEND` then repeats the record after itself, and the first copy
+    /// is the result), `APPEND key record`, and `GETRANGE` of the bytes of `written` that
+    /// spell this claim's owner token. While the claim's key lives (the usual case) the
+    /// `SET` does nothing, the `APPEND` adds the result, and the key keeps its ttl: the
+    /// lease plus the retention, from the claim or its last renewal.
+    ///
+    /// When the `APPEND` returns the length of `written` plus the record and the range
+    /// holds the owner token where `written` has it, the value before it was `written`
+    /// itself (a token is unique to its claim; a mark by a waiting repeat makes the
+    /// record longer and moves the token; a renewal clears `written`), so the record is
+    /// the first result and nobody waits. Otherwise `idem_settle.lua` decides.
+    ///
+    /// Where the server has `SET ... IFEQ`, one `SET key <written><record> IFEQ <written>
+    /// KEEPTTL` comes first: the same store as one command when the claim's record is
+    /// there as written; the steps above run only when it is not.
     async fn idem_complete(
         &self,
         key: &str,
@@ -203,8 +228,15 @@ impl RedisBackend {
         channel: &str,
         written: Option<&str>,
     ) -> Result<bool, BackendError> {
+        if let Some(cmd) = written.and_then(|w| self.native().store(key, w, record))
+            && let Some(Some(_)) = self.query_native::<Option<String>>(&cmd).await?
+        {
+            return Ok(true);
+        }
+        let owner_at = written.and_then(owner_range);
         let mut pipe = redis::pipe();
-        pipe.cmd("SET")
+        pipe.atomic()
+            .cmd("SET")
             .arg(key)
             .arg(record)
             .arg("NX")
@@ -214,8 +246,13 @@ impl RedisBackend {
             .cmd("APPEND")
             .arg(key)
             .arg(record);
-        let (len,): (usize,) = self.query_pipe(&pipe).await?;
-        if written.is_some_and(|w| w.len() + record.len() == len) {
+        let (start, end) = owner_at.clone().map_or((0, 0), |r| (r.start, r.end));
+        pipe.cmd("GETRANGE").arg(key).arg(start).arg(end.max(1) - 1);
+        let (len, at): (usize, Vec<u8>) = self.query_pipe(&pipe).await?;
+        if let (Some(w), Some(range)) = (written, owner_at)
+            && w.len() + record.len() == len
+            && w.as_bytes()[range] == at[..]
+        {
             return Ok(true);
         }
         let mut inv = SETTLE.prepare_invoke();
@@ -380,6 +417,13 @@ impl MemoryBackend {
         if !raw[at..].starts_with(record) {
             return false;
         }
+        // As `idem_settle.lua`: a claim of another payload in front keeps its record.
+        let fp = record[COMPLETED.len()..].split('"').next().unwrap_or("");
+        if at > 0 && !raw[..at].contains(&format!(r#""fp":"{fp}""#)) {
+            let kept = format!("{}{}", &raw[..at], &raw[at + record.len()..]);
+            *raw = kept;
+            return false;
+        }
         drop(map);
         // In process, a publish costs nothing: waiters are not marked here.
         self.waiters.publish(channel);
@@ -429,6 +473,20 @@ impl MemoryBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The owner token's bytes in a record, escaped quotes included.
+    #[test]
+    fn finds_the_owner_token() {
+        let lease = Duration::from_millis(1500);
+        for owner in ["a:b:1", "we\"ird/\\owner"] {
+            let rec = in_progress(owner, "abc", 1000, lease, lease, false);
+            let range = owner_range(&rec).unwrap();
+            let spelled: serde_json::Value =
+                serde_json::from_str(&format!("{{{}}}", &rec[range])).unwrap();
+            assert_eq!(spelled["owner"], owner);
+        }
+        assert_eq!(owner_range(r#"{"fp":"x"}"#), None);
+    }
 
     /// The record written in place is the one `serde_json` writes.
     #[test]

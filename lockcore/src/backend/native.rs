@@ -4,8 +4,9 @@
 //! (and the only path on older servers).
 //!
 //! Where they fit: the renewal (`SET key token IFEQ token PX ttl` is a compare-and-extend
-//! without a script) and the clean-up of a try whose reply was lost (a compare-and-delete
-//! that wakes nobody). A value a waiter marked (`<token> waiting`) does not match them:
+//! without a script), the clean-up of a try whose reply was lost (a compare-and-delete
+//! that wakes nobody), and the store of an idempotency result (one `SET ... IFEQ` of the
+//! claim's record followed by the result, against the claim's exact record). A value a waiter marked (`<token> waiting`) does not match them:
 //! the scripts then decide. The release itself stays a script: it must tell a marked
 //! value (wake the waiters) from a plain one in the same step as the compare.
 
@@ -71,6 +72,26 @@ impl Native {
             .arg(token)
             .arg("PX")
             .arg(millis(ttl));
+        Some(cmd)
+    }
+
+    /// A native store of an idempotency result, if the server has `SET ... IFEQ`: `SET key
+    /// <written><record> IFEQ <written> KEEPTTL`, where `written` is the exact in-progress
+    /// record the claim wrote; replies `OK` when stored, nil when the key holds anything
+    /// else (the plain commands and `idem_settle.lua` then decide).
+    pub(crate) fn store(&self, key: &str, written: &str, record: &str) -> Option<redis::Cmd> {
+        if !self.set_ifeq {
+            return None;
+        }
+        let mut value = String::with_capacity(written.len() + record.len());
+        value.push_str(written);
+        value.push_str(record);
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key)
+            .arg(value)
+            .arg("IFEQ")
+            .arg(written)
+            .arg("KEEPTTL");
         Some(cmd)
     }
 
@@ -182,12 +203,17 @@ mod tests {
         let ttl = Duration::from_millis(1500);
         assert!(Native::default().extend("k", "t", ttl).is_none());
         assert!(Native::default().delete("k", "t").is_none());
+        assert!(Native::default().store("k", "w", "r").is_none());
         let redis84 = Native::from_info("redis_version:8.4.0\r\n");
         assert_eq!(
             words(redis84.extend("k", "t", ttl)),
             ["SET", "k", "t", "IFEQ", "t", "PX", "1500"]
         );
         assert_eq!(words(redis84.delete("k", "t")), ["DELEX", "k", "IFEQ", "t"]);
+        assert_eq!(
+            words(redis84.store("k", "claimed", "done")),
+            ["SET", "k", "claimeddone", "IFEQ", "claimed", "KEEPTTL"]
+        );
         let valkey9 = Native::from_info("server_name:valkey\r\nvalkey_version:9.0.0\r\n");
         assert_eq!(words(valkey9.delete("k", "t")), ["DELIFEQ", "k", "t"]);
         let valkey81 = Native::from_info("server_name:valkey\r\nvalkey_version:8.1.0\r\n");

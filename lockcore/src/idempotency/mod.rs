@@ -21,9 +21,10 @@
 //! retention): the key was free (claimed), or it returns the record there, and a
 //! completed one is decided from it (a replay costs that one command). A claim in
 //! progress goes on in a Lua script, as do release and renew: each checks the claimer's
-//! owner token; nothing is GET-then-SET. The store is plain commands (`APPEND`, after a
-//! `SET ... NX PX` for a key gone meanwhile): a result is never written over another, so
-//! the first stored result stays
+//! owner token; nothing is GET-then-SET. The store is one `MULTI` of plain commands
+//! (`SET ... NX PX` for a key gone meanwhile, `APPEND`, and a `GETRANGE` showing whether
+//! the claim's own record was in front; `idem_settle.lua` decides when it was not): a
+//! result is never written over another, so the first stored result stays
 //! the one repeats get, and a result stored by a claimer whose lease had ended (taken
 //! over meanwhile) is kept when it comes first; the call that took over is then told
 //! [`Error::Lost`] by its renewal or its store. The lease is the key's remaining ttl
