@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Installs redis-server (and redis-cli) with apt-get when missing, then prints its version.
+# Installs redis-server (and redis-cli) and openssl with apt-get when missing, then prints
+# the server's version.
 # Used by test.sh and bench.sh; servers themselves are started by the tests and the bench.
 set -euo pipefail
 
-if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-  echo "redis-server not found: installing it with apt-get" >&2
+# openssl (the command) makes the certificates of the TLS tests.
+missing=""
+command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || missing="redis-server"
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
+if [ -n "$missing" ]; then
+  echo "not found: installing $missing with apt-get" >&2
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 redis-server --version

@@ -117,6 +117,53 @@ impl Client {
         }
     }
 
+    /// [`connect`](Self::connect) over TLS (`rediss://`, trusting `files`' CA): distlock's
+    /// direct connections step aside, every call goes over its multiplexed connection.
+    #[cfg(feature = "tls")]
+    pub(crate) async fn connect_tls(kind: Kind, files: &testkit::TlsFiles) -> Client {
+        let raw = || async {
+            redis::Client::build_with_tls(
+                files.url(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(files.ca.clone()),
+                },
+            )
+            .expect("TLS client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connects over TLS")
+        };
+        let script = |text| async move {
+            let mut conn = raw().await;
+            let script = redis::Script::new(text);
+            script
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await
+                .expect("SCRIPT LOAD");
+            (conn, script)
+        };
+        match kind {
+            Kind::Distlock => Client::Distlock(
+                distlock::Locks::builder(files.url())
+                    .tls_root_cert(files.ca.clone())
+                    .connect()
+                    .await
+                    .expect("distlock connects over TLS"),
+            ),
+            Kind::Raw => {
+                let (conn, release) = script(RAW_RELEASE).await;
+                Client::Raw { conn, release }
+            }
+            Kind::RawLua => {
+                let (conn, release) = script(LUA_UNLOCK).await;
+                Client::RawLua { conn, release }
+            }
+            Kind::Floor => unreachable!("W1 over TLS runs distlock, raw and raw+lua"),
+        }
+    }
+
     pub(crate) async fn acquire(&self, key: &str, wait: Duration) -> Result<Held, AcqError> {
         match self {
             Client::Distlock(locks) => match locks.lock(key).ttl(TTL).wait(wait).acquire().await {

@@ -156,8 +156,8 @@ pub(crate) struct Phase {
     /// What redis-server spent running the commands themselves (`INFO commandstats`
     /// `usec`): its CPU without reading, parsing and writing.
     pub(crate) command_s: f64,
-    /// This process's CPU (HTTP clients, axum server, both Redis clients), from
-    /// `/proc/self/stat`: the clients are the same for both endpoints.
+    /// This process's CPU (HTTP clients, axum server, both Redis clients; see
+    /// `own_cpu`): the clients are the same for both endpoints.
     pub(crate) process_cpu_s: f64,
     pub(crate) commands: u64,
     pub(crate) unexpected: u64,
@@ -211,7 +211,7 @@ async fn phase(
 ) -> Phase {
     reset_commandstats(conn).await;
     let cpu0 = server_cpu(conn).await;
-    let process0 = process_cpu();
+    let process0 = own_cpu();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
@@ -233,7 +233,7 @@ async fn phase(
         unexpected += t.await.expect("client task");
     }
     let secs = started.elapsed().as_secs_f64();
-    let process_cpu_s = process_cpu() - process0;
+    let process_cpu_s = own_cpu() - process0;
     let cpu = server_cpu(conn).await - cpu0;
     let command_s = command_usec(conn).await / 1e6;
     let stats = read_commandstats(conn).await;
@@ -251,21 +251,6 @@ async fn phase(
         commands,
         unexpected,
     }
-}
-
-/// This process's user + system CPU in seconds (`/proc/self/stat`, clock ticks of 10 ms).
-fn process_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which is in parentheses): utime is the 12th, stime
-    // the 13th.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    f.iter().sum::<f64>() / 100.0
 }
 
 /// Microseconds redis-server spent in commands since the last reset (`INFO

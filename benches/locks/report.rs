@@ -196,6 +196,44 @@ fn print_uncontended(
     print_uncontended_targets(wire, w1, w2, w2f);
 }
 
+/// `DISTLOCK_BENCH_ONLY=tls` (built with `--features tls`): W1 on the plain port (with
+/// distlock's direct connections) and W1 over TLS on a server of its own (where they step
+/// aside), each against raw redis-rs on the same connection kind, in one run.
+#[cfg(feature = "tls")]
+async fn run_w1_tls(cfg: &Config, url: &str) {
+    let plain = [
+        Arc::new(Client::connect(Kind::Distlock, url).await),
+        Arc::new(Client::connect(Kind::Raw, url).await),
+        Arc::new(Client::connect(Kind::RawLua, url).await),
+    ];
+    let w1 = run_w1(cfg, url, &plain).await;
+    drop(plain);
+    let (server, files) = testkit::RedisServer::start_tls(false);
+    let tls = [
+        Arc::new(Client::connect_tls(Kind::Distlock, &files).await),
+        Arc::new(Client::connect_tls(Kind::Raw, &files).await),
+        Arc::new(Client::connect_tls(Kind::RawLua, &files).await),
+    ];
+    let w1t = run_w1(cfg, &server.url(), &tls).await;
+    drop(tls);
+    println!(
+        "
+  {:<4} {:>30} {:>10} {:>10} {:>10}",
+        "", "", "raw", "raw+lua", "distlock"
+    );
+    for (name, [d, r, l]) in [("W1", &w1), ("W1T", &w1t)] {
+        print_rate_row(name, d, r, l);
+        print_cpu_rows(name, d, r, l);
+        let (mid, lo, hi) = round_ratios(d, r);
+        println!("  {name} distlock / raw per round: median {mid:.2}x, range {lo:.2}x-{hi:.2}x");
+    }
+    println!(
+        "  W1 plain (direct connections): {:.2}x raw; W1T over TLS (multiplexed only): {:.2}x raw",
+        w1[0].rate() / w1[1].rate(),
+        w1t[0].rate() / w1t[1].rate()
+    );
+}
+
 pub(crate) fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
 }
@@ -219,6 +257,12 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
     println!("  TTL 30 s everywhere; ratio = distlock / raw\n");
     if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("w5")) {
         print_w5(&run_w5(&url, cfg.w5_rounds, cfg.w5_keys).await);
+        return;
+    }
+
+    #[cfg(feature = "tls")]
+    if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("tls")) {
+        run_w1_tls(cfg, &url).await;
         return;
     }
 

@@ -22,7 +22,9 @@ pub fn install(locks: Locks) -> Option<Locks> {
         .replace(locks)
 }
 
-/// The installed client, else one made (once) from `REDIS_URL`; it connects on first use.
+/// The installed client, else one made (once) from `REDIS_URL` (with the `tls` feature,
+/// and the certificates of [`LocksBuilder::tls_from_env`](crate::LocksBuilder::tls_from_env));
+/// it connects on first use.
 pub fn default_locks() -> Result<Locks, Error> {
     if let Some(locks) = DEFAULT.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
         return Ok(locks.clone());
@@ -32,7 +34,10 @@ pub fn default_locks() -> Result<Locks, Error> {
         return Ok(locks.clone());
     }
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_REDIS_URL.to_owned());
-    let locks = Locks::builder(url).build()?;
+    let builder = Locks::builder(url);
+    #[cfg(feature = "tls")]
+    let builder = builder.tls_from_env()?;
+    let locks = builder.build()?;
     *slot = Some(locks.clone());
     Ok(locks)
 }

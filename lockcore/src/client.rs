@@ -107,6 +107,8 @@ impl Locks {
             holder: None,
             notify: true,
             yield_window: DEFAULT_YIELD_WINDOW,
+            #[cfg(feature = "tls")]
+            tls: TlsMaterial::default(),
         }
     }
 
@@ -221,6 +223,27 @@ pub struct LocksBuilder {
     holder: Option<String>,
     notify: bool,
     yield_window: Duration,
+    #[cfg(feature = "tls")]
+    tls: TlsMaterial,
+}
+
+/// Certificates for a `rediss://` URL, in PEM; never printed.
+#[cfg(feature = "tls")]
+#[derive(Clone, Default)]
+struct TlsMaterial {
+    root_cert: Option<Vec<u8>>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+#[cfg(feature = "tls")]
+impl fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |on: bool| if on { "<set>" } else { "<none>" };
+        f.debug_struct("TlsMaterial")
+            .field("root_cert", &set(self.root_cert.is_some()))
+            .field("client_cert", &set(self.client.is_some()))
+            .finish()
+    }
 }
 
 impl LocksBuilder {
@@ -279,6 +302,131 @@ impl LocksBuilder {
         self
     }
 
+    /// The CA certificate (PEM) that a `rediss://` server's certificate must chain to,
+    /// instead of the system's roots: for a private CA, or a managed Redis whose CA is not
+    /// in the system store. Needs the `tls` feature.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let locks = lockcore::Locks::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_cert(std::fs::read("/etc/redis/ca.pem")?)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_cert = Some(pem.into());
+        self
+    }
+
+    /// A client certificate and its private key (both PEM), for servers that
+    /// authenticate clients by certificate (`tls-auth-clients yes`). Needs the `tls`
+    /// feature.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let locks = lockcore::Locks::builder("rediss://redis.internal:6380/")
+    ///     .tls_root_cert(std::fs::read("/etc/redis/ca.pem")?)
+    ///     .tls_client_cert(
+    ///         std::fs::read("/etc/redis/client.pem")?,
+    ///         std::fs::read("/etc/redis/client.key")?,
+    ///     )
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Certificates from the environment, as the default client reads them (the
+    /// attributes without `client = ...`, see [`crate::install`]): `REDIS_TLS_CA_FILE`
+    /// (a PEM file, for [`tls_root_cert`](Self::tls_root_cert)), and `REDIS_TLS_CERT_FILE`
+    /// with `REDIS_TLS_KEY_FILE` (for [`tls_client_cert`](Self::tls_client_cert)). Unset
+    /// variables change nothing; a file that cannot be read is an [`Error::Backend`] of
+    /// kind `Config`. Needs the `tls` feature.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), lockcore::Error> {
+    /// let locks = lockcore::Locks::builder("rediss://127.0.0.1:6380/")
+    ///     .tls_from_env()?
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_from_env(mut self) -> Result<Self> {
+        let read = |var: &str| -> Result<Option<Vec<u8>>> {
+            let Ok(path) = std::env::var(var) else {
+                return Ok(None);
+            };
+            std::fs::read(&path).map(Some).map_err(|e| {
+                Error::backend(
+                    &redact(&self.url),
+                    BackendError::new(
+                        BackendErrorKind::Config,
+                        format!("cannot read {var} `{path}`: {e}"),
+                    ),
+                )
+            })
+        };
+        let ca = read("REDIS_TLS_CA_FILE")?;
+        let cert = read("REDIS_TLS_CERT_FILE")?;
+        let key = read("REDIS_TLS_KEY_FILE")?;
+        if let Some(ca) = ca {
+            self.tls.root_cert = Some(ca);
+        }
+        if let (Some(cert), Some(key)) = (cert, key) {
+            self.tls.client = Some((cert, key));
+        }
+        Ok(self)
+    }
+
+    /// The redis-rs client for the URL (and, with the `tls` feature, the certificates).
+    fn redis_client(&self) -> std::result::Result<redis::Client, String> {
+        use redis::IntoConnectionInfo as _;
+        let tls_url = self.url.starts_with("rediss://");
+        if tls_url && !cfg!(feature = "tls") {
+            return Err(
+                "a `rediss://` URL (TLS) needs the `tls` feature: `distlock = { features = [\"tls\"] }`"
+                    .into(),
+            );
+        }
+        let info = self
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| format!("invalid redis url: {e}"))?;
+        #[cfg(feature = "tls")]
+        {
+            if tls_url {
+                // rustls needs a crypto provider; `ring` unless the process chose one.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+            }
+            if self.tls.root_cert.is_some() || self.tls.client.is_some() {
+                if !tls_url {
+                    return Err("TLS certificates are set but the URL is not `rediss://`".into());
+                }
+                let certs = redis::TlsCertificates {
+                    client_tls: self.tls.client.clone().map(|(client_cert, client_key)| {
+                        redis::ClientTlsConfig {
+                            client_cert,
+                            client_key,
+                        }
+                    }),
+                    root_cert: self.tls.root_cert.clone(),
+                };
+                return redis::Client::build_with_tls(info, certs)
+                    .map_err(|e| format!("invalid TLS settings: {e}"));
+            }
+        }
+        redis::Client::open(info).map_err(|e| format!("invalid redis url: {e}"))
+    }
+
     /// Checks the settings and returns a client that connects on first use.
     pub fn build(self) -> Result<Locks> {
         let target = redact(&self.url);
@@ -294,8 +442,7 @@ impl LocksBuilder {
         if self.timeout.is_zero() {
             return Err(config_err("the command timeout must not be zero".into()));
         }
-        let client = redis::Client::open(self.url.as_str())
-            .map_err(|e| config_err(format!("invalid redis url: {e}")))?;
+        let client = self.redis_client().map_err(config_err)?;
         Ok(Locks::new(
             Backend::Redis(RedisBackend::new(client.clone(), self.timeout)),
             self.notify.then(|| Notifier::new(client, self.timeout)),
@@ -364,6 +511,19 @@ fn sanitize_holder(holder: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `rediss://` URL builds with the `tls` feature, and says which feature it needs
+    /// without it.
+    #[test]
+    fn rediss_needs_the_tls_feature() {
+        let built = Locks::builder("rediss://127.0.0.1:1/").build();
+        if cfg!(feature = "tls") {
+            assert!(built.is_ok(), "{built:?}");
+        } else {
+            let e = built.unwrap_err().to_string();
+            assert!(e.contains("`tls` feature"), "{e}");
+        }
+    }
 
     #[test]
     fn redacts_passwords() {

@@ -29,18 +29,50 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments.
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        Self::start_configured(|_| extra.iter().map(|a| a.to_string()).collect())
+    }
+
+    /// Starts a server whose extra arguments are made in its (new, empty) directory.
+    fn start_configured(extra: impl FnOnce(&Path) -> Vec<String>) -> RedisServer {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("distlock-test-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         tell_reaper("dir", dir.to_str().expect("temp dir path is UTF-8"));
+        let extra = extra(&dir);
         let mut s = RedisServer {
             port,
             child: None,
             dir,
-            extra: extra.iter().map(|a| a.to_string()).collect(),
+            extra,
         };
         s.spawn();
         s
+    }
+
+    /// Starts a server that also listens with TLS on another free port, with
+    /// certificates made for it (see [`TlsFiles`]); `auth_clients`: it requires a client
+    /// certificate signed by its CA. The plain port stays open for inspection.
+    pub fn start_tls(auth_clients: bool) -> (RedisServer, TlsFiles) {
+        let tls_port = free_port();
+        let mut files = None;
+        let server = Self::start_configured(|dir| {
+            let made = TlsFiles::make(dir, tls_port);
+            let path = |name: &str| dir.join(name).to_str().expect("UTF-8 path").to_owned();
+            files = Some(made);
+            vec![
+                "--tls-port".into(),
+                tls_port.to_string(),
+                "--tls-cert-file".into(),
+                path("server.crt"),
+                "--tls-key-file".into(),
+                path("server.key"),
+                "--tls-ca-cert-file".into(),
+                path("ca.crt"),
+                "--tls-auth-clients".into(),
+                if auth_clients { "yes" } else { "no" }.into(),
+            ]
+        });
+        (server, files.expect("certificates made"))
     }
 
     fn spawn(&mut self) {
@@ -111,6 +143,110 @@ impl RedisServer {
             .get_multiplexed_async_connection()
             .await
             .unwrap()
+    }
+}
+
+/// Certificates for a TLS server, made with the `openssl` command: a CA, a server
+/// certificate it signed (for `127.0.0.1` and `localhost`), a client certificate it
+/// signed, and another CA that signed nothing here. All PEM.
+pub struct TlsFiles {
+    /// The TLS port.
+    pub port: u16,
+    /// The CA that signed the server's and the client's certificates.
+    pub ca: Vec<u8>,
+    /// A CA that did not sign the server's certificate.
+    pub other_ca: Vec<u8>,
+    /// A client certificate the CA signed.
+    pub client_cert: Vec<u8>,
+    /// Its private key.
+    pub client_key: Vec<u8>,
+}
+
+impl TlsFiles {
+    fn make(dir: &Path, port: u16) -> TlsFiles {
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run `openssl` (install it): {e}"));
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let ca = |name: &str| {
+            openssl(&[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={name}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.crt"),
+            ])
+        };
+        ca("ca");
+        ca("other-ca");
+        // Version 3 certificates (what rustls accepts): each with an extension.
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+        for name in ["server", "client"] {
+            openssl(&[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                &format!("/CN={name}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+            ]);
+            let mut args = vec![
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+            ];
+            let (csr, crt, ext) = (
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+                format!("{name}.ext"),
+            );
+            args.extend(["-in", &csr, "-out", &crt, "-extfile", &ext]);
+            openssl(&args);
+        }
+        let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+        TlsFiles {
+            port,
+            ca: read("ca.crt"),
+            other_ca: read("other-ca.crt"),
+            client_cert: read("client.crt"),
+            client_key: read("client.key"),
+        }
+    }
+
+    /// `rediss://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.port)
     }
 }
 

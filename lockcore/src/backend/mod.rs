@@ -108,6 +108,9 @@ pub(crate) struct Successor<'a> {
     pub(crate) turn_over: bool,
 }
 
+// One per client, behind its `Arc`: its size costs nothing, a box would cost a
+// dereference on every call (the redis-rs client grows with the `tls` feature).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Backend {
     Redis(redis::RedisBackend),
     Memory(memory::MemoryBackend),
