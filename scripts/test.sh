@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 
 scripts/ensure-redis.sh
 
-# Library, macro, integration, multi-process, fault, UI (trybuild) and doc tests, with the
-# axum and actix integrations on (their tests and the examples need them).
+# Library, macro, integration, multi-process, fault, TLS, UI (trybuild) and doc tests, with
+# every feature on (the framework integrations and `tls`: their tests and the examples need them).
 cargo test --workspace --all-features "$@"

@@ -847,3 +847,37 @@ async fn a_release_across_a_restart_is_never_a_silent_ok() {
     );
     thief.release().await.unwrap();
 }
+
+/// Redis restarted without persistence while a lock is held: the holder's first
+/// `fence()` after it is `Lost` (after at most one `Backend` error while it reconnects),
+/// never a number; the next holder's fences start again from the new server's counter, as
+/// documented (the counter is as durable as Redis's data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_asked_after_a_restart_is_lost() {
+    let mut server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let earlier = locks.lock("fenced").acquire().await.unwrap();
+    assert_eq!(earlier.fence().await.unwrap(), 1);
+    earlier.release().await.unwrap();
+    let g = locks.lock("fenced").acquire().await.unwrap();
+    server.restart();
+    let mut asked = g.fence().await;
+    let mut calls = 1;
+    if matches!(asked, Err(Error::Backend { .. })) {
+        asked = g.fence().await;
+        calls += 1;
+    }
+    assert!(matches!(asked, Err(Error::Lost { .. })), "{asked:?}");
+    assert!(
+        matches!(
+            g.release().await,
+            Err(Error::Lost { .. } | Error::Backend { .. })
+        ),
+        "never a silent Ok"
+    );
+    let next = locks.lock("fenced").acquire().await.unwrap();
+    // The counter went with the data: it counts again from the calls after the restart
+    // (a call that finds the lock lost still takes its number, and skips it).
+    assert_eq!(next.fence().await.unwrap(), calls + 1);
+    next.release().await.unwrap();
+}

@@ -416,3 +416,27 @@ async fn an_idempotent_store_whose_reply_is_lost_is_retried_and_kept() {
     proxy.drop_replies(false);
     assert_eq!(runs.get(), 1, "the repeat replayed");
 }
+
+/// `fence()` right after every connection was cut: a `Backend` error or a fence, never a
+/// wrong one; the number is kept once given, and the next holder's is larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_over_a_cut_connection_is_an_error_or_a_fence() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let locks = proxy.locks(Duration::from_millis(300));
+    let g = locks.lock("cut").acquire().await.unwrap();
+    proxy.reset_all();
+    let first = g.fence().await;
+    assert!(
+        matches!(first, Ok(_) | Err(distlock::Error::Backend { .. })),
+        "{first:?}"
+    );
+    let fence = g.fence().await.unwrap();
+    if let Ok(f) = first {
+        assert_eq!(f, fence, "one number per acquisition");
+    }
+    g.release().await.unwrap();
+    let next = locks.lock("cut").acquire().await.unwrap();
+    assert!(next.fence().await.unwrap() > fence);
+    next.release().await.unwrap();
+}

@@ -137,14 +137,58 @@ async fn client_certificates() {
     assert!(started.elapsed() < timeout * 3, "{:?}", started.elapsed());
 }
 
-/// Certificates with a URL that is not `rediss://` are a configuration error.
+/// A server that speaks only TLS 1.2 (managed services may stop there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_1_2_only() {
+    let (_server, files) = RedisServer::start_tls_with(false, &["--tls-protocols", "TLSv1.2"]);
+    let locks = tls_locks(&files).await;
+    locks
+        .lock("v12")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Settings that cannot work are configuration errors when the client is built, not at
+/// every connection: certificates with a URL that is not `rediss://`, a CA file with no
+/// certificate in it, a client certificate without a key, `#insecure`.
 #[test]
-fn certificates_need_a_rediss_url() {
-    let e = Locks::builder("redis://127.0.0.1:1/")
-        .tls_root_cert(b"pem".to_vec())
+fn bad_tls_settings_are_configuration_errors() {
+    let (_server, files) = RedisServer::start_tls(false);
+    let url = files.url();
+    let cases: Vec<(&str, distlock::LocksBuilder)> = vec![
+        (
+            "rediss://",
+            Locks::builder("redis://127.0.0.1:1/").tls_root_cert(files.ca.clone()),
+        ),
+        (
+            "no PEM `CERTIFICATE`",
+            Locks::builder(url.clone()).tls_root_cert(b"not a certificate".to_vec()),
+        ),
+        (
+            "no PEM private key",
+            Locks::builder(url.clone())
+                .tls_root_cert(files.ca.clone())
+                .tls_client_cert(files.client_cert.clone(), files.client_cert.clone()),
+        ),
+        ("`#insecure`", Locks::builder(format!("{url}#insecure"))),
+    ];
+    for (says, builder) in cases {
+        let e = builder.build().unwrap_err();
+        assert!(
+            matches!(&e, Error::Backend { source, .. } if source.kind() == distlock::BackendErrorKind::Config),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(says), "{says}: {e}");
+    }
+    // Upper case and surrounding space are the same URL to redis-rs: TLS too.
+    Locks::builder(format!("  REDISS://127.0.0.1:{}/", files.port))
+        .tls_root_cert(files.ca.clone())
         .build()
-        .unwrap_err();
-    assert!(e.to_string().contains("rediss://"), "{e}");
+        .unwrap();
 }
 
 #[distlock::distributed_lock(key = "default:<n>")]
@@ -183,7 +227,11 @@ fn the_default_client_reads_tls_from_the_environment() {
         let out = cmd.output().unwrap();
         (
             out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
         )
     };
     let (ok, stdout) = child(true);
@@ -191,4 +239,8 @@ fn the_default_client_reads_tls_from_the_environment() {
     // Control: without the CA file the server's certificate is not trusted.
     let (ok, stdout) = child(false);
     assert!(!ok && !stdout.contains("@@tls-default-ok"), "{stdout}");
+    assert!(
+        stdout.to_lowercase().contains("certificate"),
+        "says why: {stdout}"
+    );
 }

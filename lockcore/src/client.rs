@@ -236,6 +236,34 @@ struct TlsMaterial {
 }
 
 #[cfg(feature = "tls")]
+impl TlsMaterial {
+    /// Each PEM holds what it should: at least one certificate, and a private key.
+    fn check(&self) -> std::result::Result<(), String> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = |what: &str, pem: &[u8]| {
+            let n = CertificateDer::pem_slice_iter(pem)
+                .map(|c| c.map_err(|e| format!("{what}: {e}")))
+                .collect::<std::result::Result<Vec<_>, _>>()?
+                .len();
+            if n == 0 {
+                return Err(format!("{what}: no PEM `CERTIFICATE` in it"));
+            }
+            Ok(())
+        };
+        if let Some(root) = &self.root_cert {
+            certs("the TLS root certificate", root)?;
+        }
+        if let Some((cert, key)) = &self.client {
+            certs("the TLS client certificate", cert)?;
+            PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| format!("the TLS client key: no PEM private key in it ({e})"))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "tls")]
 impl fmt::Debug for TlsMaterial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let set = |on: bool| if on { "<set>" } else { "<none>" };
@@ -303,8 +331,11 @@ impl LocksBuilder {
     }
 
     /// The CA certificate (PEM) that a `rediss://` server's certificate must chain to,
-    /// instead of the system's roots: for a private CA, or a managed Redis whose CA is not
-    /// in the system store. Needs the `tls` feature.
+    /// instead of the system's roots: for a private CA, or a managed Redis whose CA is not in the
+    /// system store. Checked when the client is built (a file with no certificate in it is
+    /// an error then, not at every connection). Needs the `tls` feature, which speaks TLS
+    /// 1.2 and 1.3 through rustls with the `ring` provider, installed as the process's
+    /// default unless one was installed before (install yours before building a client).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -348,8 +379,9 @@ impl LocksBuilder {
     /// attributes without `client = ...`, see [`crate::install`]): `REDIS_TLS_CA_FILE`
     /// (a PEM file, for [`tls_root_cert`](Self::tls_root_cert)), and `REDIS_TLS_CERT_FILE`
     /// with `REDIS_TLS_KEY_FILE` (for [`tls_client_cert`](Self::tls_client_cert)). Unset
-    /// variables change nothing; a file that cannot be read is an [`Error::Backend`] of
-    /// kind `Config`. Needs the `tls` feature.
+    /// or empty variables change nothing; a file that cannot be read, or only one of the
+    /// certificate and the key, is an [`Error::Backend`] of kind `Config`. Needs the `tls`
+    /// feature.
     ///
     /// ```
     /// # fn main() -> Result<(), lockcore::Error> {
@@ -360,19 +392,19 @@ impl LocksBuilder {
     /// ```
     #[cfg(feature = "tls")]
     pub fn tls_from_env(mut self) -> Result<Self> {
+        let config_err = |detail: String| {
+            Error::backend(
+                &redact(&self.url),
+                BackendError::new(BackendErrorKind::Config, detail),
+            )
+        };
         let read = |var: &str| -> Result<Option<Vec<u8>>> {
-            let Ok(path) = std::env::var(var) else {
-                return Ok(None);
-            };
-            std::fs::read(&path).map(Some).map_err(|e| {
-                Error::backend(
-                    &redact(&self.url),
-                    BackendError::new(
-                        BackendErrorKind::Config,
-                        format!("cannot read {var} `{path}`: {e}"),
-                    ),
-                )
-            })
+            match std::env::var_os(var) {
+                Some(path) if !path.is_empty() => std::fs::read(&path).map(Some).map_err(|e| {
+                    config_err(format!("cannot read {var} `{}`: {e}", path.display()))
+                }),
+                _ => Ok(None),
+            }
         };
         let ca = read("REDIS_TLS_CA_FILE")?;
         let cert = read("REDIS_TLS_CERT_FILE")?;
@@ -380,8 +412,15 @@ impl LocksBuilder {
         if let Some(ca) = ca {
             self.tls.root_cert = Some(ca);
         }
-        if let (Some(cert), Some(key)) = (cert, key) {
-            self.tls.client = Some((cert, key));
+        match (cert, key) {
+            (Some(cert), Some(key)) => self.tls.client = Some((cert, key)),
+            (None, None) => {}
+            _ => {
+                return Err(config_err(
+                    "REDIS_TLS_CERT_FILE and REDIS_TLS_KEY_FILE go together: set both or neither"
+                        .into(),
+                ));
+            }
         }
         Ok(self)
     }
@@ -389,8 +428,12 @@ impl LocksBuilder {
     /// The redis-rs client for the URL (and, with the `tls` feature, the certificates).
     fn redis_client(&self) -> std::result::Result<redis::Client, String> {
         use redis::IntoConnectionInfo as _;
-        let tls_url = self.url.starts_with("rediss://");
-        if tls_url && !cfg!(feature = "tls") {
+        let scheme = self.url.trim_start().to_ascii_lowercase();
+        if !cfg!(feature = "tls")
+            && ["rediss://", "valkeys://"]
+                .iter()
+                .any(|s| scheme.starts_with(s))
+        {
             return Err(
                 "a `rediss://` URL (TLS) needs the `tls` feature: `distlock = { features = [\"tls\"] }`"
                     .into(),
@@ -403,14 +446,26 @@ impl LocksBuilder {
             .map_err(|e| format!("invalid redis url: {e}"))?;
         #[cfg(feature = "tls")]
         {
+            let tls_url = match info.addr() {
+                redis::ConnectionAddr::TcpTls { insecure: true, .. } => {
+                    return Err(
+                        "`#insecure` (TLS without checking the server's certificate) is not supported: give the CA with `tls_root_cert`"
+                            .into(),
+                    );
+                }
+                redis::ConnectionAddr::TcpTls { .. } => true,
+                _ => false,
+            };
             if tls_url {
-                // rustls needs a crypto provider; `ring` unless the process chose one.
+                // rustls needs a crypto provider: `ring`, unless the process installed
+                // one before (install yours before building a client).
                 let _ = rustls::crypto::ring::default_provider().install_default();
             }
             if self.tls.root_cert.is_some() || self.tls.client.is_some() {
                 if !tls_url {
                     return Err("TLS certificates are set but the URL is not `rediss://`".into());
                 }
+                self.tls.check()?;
                 let certs = redis::TlsCertificates {
                     client_tls: self.tls.client.clone().map(|(client_cert, client_key)| {
                         redis::ClientTlsConfig {

@@ -53,6 +53,12 @@ impl RedisServer {
     /// certificates made for it (see [`TlsFiles`]); `auth_clients`: it requires a client
     /// certificate signed by its CA. The plain port stays open for inspection.
     pub fn start_tls(auth_clients: bool) -> (RedisServer, TlsFiles) {
+        Self::start_tls_with(auth_clients, &[])
+    }
+
+    /// [`start_tls`](Self::start_tls) with extra `redis-server` arguments (for example
+    /// `--tls-protocols TLSv1.2`).
+    pub fn start_tls_with(auth_clients: bool, extra: &[&str]) -> (RedisServer, TlsFiles) {
         let tls_port = free_port();
         let mut files = None;
         let server = Self::start_configured(|dir| {
@@ -71,6 +77,9 @@ impl RedisServer {
                 "--tls-auth-clients".into(),
                 if auth_clients { "yes" } else { "no" }.into(),
             ]
+            .into_iter()
+            .chain(extra.iter().map(|a| a.to_string()))
+            .collect()
         });
         (server, files.expect("certificates made"))
     }
