@@ -88,6 +88,7 @@
 //! | `Lost { key }` | at release the key was gone (ttl expired) or held another token | ran and returned `Ok`, which is replaced by this error; an `Err` of the body is kept and the loss logged |
 //! | `Backend { key, source }` | Redis unreachable, failing, or silent past the command timeout (default 1 s): never a hang | did not run (acquire) or ran (release) |
 //! | `InvalidKey { key, reason }` | an empty key, or braces that would split the lock from its fence counter across hash slots | did not run |
+//! | `NotReplicated { key, acked, wanted }` | with `replicas = n`: fewer replicas acknowledged the lock (Redis `WAIT`, up to half the command timeout); the lock was given back | did not run |
 //!
 //! A release whose reply is lost is retried once. A retry that finds the key no longer
 //! holding the token while the lease cannot have ended yet (by the client's clock,
@@ -195,6 +196,7 @@ pub use lockcore::{
 /// | `renew = true` | `false` | keep the lease while the body runs (renewed every `ttl / 3`) |
 /// | `max_hold = "5m"` | none | with `renew`: stop renewing after this long |
 /// | `on_lost = "continue"` | `"cancel"` | with `renew`: when a renewal finds the lock lost, cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way the call returns `Lost` |
+/// | `replicas = 1` | the client's ([`LocksBuilder::replicas`], 0) | replicas that must acknowledge the lock once taken, and its fence once given (Redis `WAIT`); fewer: the lock is given back and the call returns `NotReplicated`, the body does not run. Closes the failover hole of asynchronous replication as far as `WAIT` can (it is not consensus; fencing stays the final guard) |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` to use instead |
 /// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |
 ///
@@ -288,6 +290,7 @@ pub use lockmacro::distributed_lock;
 /// | `name = "email-notify"` | `module::path::fn` | the records' namespace: required on methods (the methods named alike of two types in one module would share one), and how any fn keeps its records across a rename or a move; two fns found sharing a namespace at run time get a `Backend` error naming both |
 /// | `detach = false` | `true` | run the body in the caller's future even where it could run in a task of its own; see "When the caller goes away" |
 /// | `on_lost = "continue"` | `"cancel"` | when a renewal finds the claim lost (its lease ended and another call took it over, or no renewal succeeded for a whole lease), cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way nothing is stored and the call returns `Lost` (HTTP 500) |
+/// | `replicas = 1` | the client's ([`LocksBuilder::replicas`], 0) | replicas that must acknowledge the claim and the stored result (Redis `WAIT`). A claim acknowledged by fewer is given back and the body does not run; a result acknowledged by fewer stays stored on the primary and the call returns `NotReplicated` (HTTP 503 with `Retry-After: 1`), so a retry replays it unless a failover lost it |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` |
 /// | `crate = "path"` | `::distlock` | where the `distlock` crate is, if renamed |
 ///

@@ -89,6 +89,8 @@ pub struct LockSpec {
     pub max_hold_ms: u64,
     /// With `renew`: cancel the body as soon as the lock is found lost.
     pub cancel_on_lost: bool,
+    /// Replicas that must acknowledge; `None`: the client's default.
+    pub replicas: Option<u32>,
 }
 
 /// The return type of an annotated function: `Result<T, E>` with `E: From<Error>`.
@@ -139,6 +141,9 @@ where
         .renew(spec.renew);
     if spec.max_hold_ms > 0 {
         request = request.max_hold(Duration::from_millis(spec.max_hold_ms));
+    }
+    if let Some(replicas) = spec.replicas {
+        request = request.replicas(replicas);
     }
     let guard = match request.acquire().await {
         Ok(guard) => guard,

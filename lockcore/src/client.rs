@@ -59,6 +59,9 @@ pub(crate) struct Inner {
     pub(crate) client_id: String,
     /// How long it stays (zero: never left).
     pub(crate) yield_window: Duration,
+    /// Replicas that must acknowledge a lock, fence or record unless a call says
+    /// otherwise (see [`LocksBuilder::replicas`]).
+    pub(crate) replicas: u32,
 }
 
 impl Inner {
@@ -107,6 +110,7 @@ impl Locks {
             holder: None,
             notify: true,
             yield_window: DEFAULT_YIELD_WINDOW,
+            replicas: 0,
             #[cfg(feature = "tls")]
             tls: TlsMaterial::default(),
         }
@@ -131,6 +135,7 @@ impl Locks {
             None,
             "in-memory".to_owned(),
             Duration::ZERO,
+            0,
         )
     }
 
@@ -141,6 +146,7 @@ impl Locks {
         holder: Option<String>,
         target: String,
         yield_window: Duration,
+        replicas: u32,
     ) -> Locks {
         let holder = sanitize_holder(&holder.unwrap_or_else(default_holder));
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -157,6 +163,7 @@ impl Locks {
                 queues: Arc::default(),
                 watchdog: Watchdog::default(),
                 yield_window,
+                replicas,
             }),
         }
     }
@@ -223,6 +230,7 @@ pub struct LocksBuilder {
     holder: Option<String>,
     notify: bool,
     yield_window: Duration,
+    replicas: u32,
     #[cfg(feature = "tls")]
     tls: TlsMaterial,
 }
@@ -308,6 +316,29 @@ impl LocksBuilder {
     /// allowed.
     pub fn notify_waiters(mut self, notify: bool) -> Self {
         self.notify = notify;
+        self
+    }
+
+    /// Replicas that must acknowledge every lock taken, fence given and idempotency
+    /// record claimed or completed (default 0: none waited for), unless the call says
+    /// otherwise ([`LockRequest::replicas`](crate::LockRequest::replicas), `replicas = n`
+    /// on the attributes). After the write, Redis `WAIT n` for up to half the command
+    /// timeout; fewer acknowledgements give the lock or claim back and return
+    /// [`Error::NotReplicated`]. This closes the failover hole of asynchronous
+    /// replication (a lock written to a primary that dies before a replica has it, a
+    /// promoted replica without it, two holders) as far as `WAIT` can: it is not
+    /// consensus, and a replica that acknowledged can still lose the write (a restart
+    /// without persistence, or a failover to another replica). Fencing, checked by the
+    /// storage, stays the final guard.
+    ///
+    /// ```
+    /// let locks = lockcore::Locks::builder("redis://127.0.0.1:6379/")
+    ///     .replicas(1)
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.replicas = replicas;
         self
     }
 
@@ -505,6 +536,7 @@ impl LocksBuilder {
             self.holder,
             target,
             self.yield_window,
+            self.replicas,
         ))
     }
 

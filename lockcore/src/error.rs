@@ -38,6 +38,19 @@ pub enum Error {
         /// How long the call tried before giving up.
         waited: Duration,
     },
+    /// Fewer replicas than asked (`replicas = n`) acknowledged the write within half the
+    /// command timeout (Redis `WAIT`): a failover now could lose it. A lock or claim just
+    /// taken was given back and the body did not run; a fence was not given; a stored
+    /// idempotent result stays on the primary, and the call is told. Retry later.
+    #[error("`{key}`: {acked} of {wanted} replicas acknowledged the write in time")]
+    NotReplicated {
+        /// The full Redis key.
+        key: String,
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
     /// The lock expired or was taken by another holder while the body ran: another
     /// holder may have run the same critical section at the same time.
     #[error("lock `{key}` was lost while it was held (it expired or another holder took it)")]
@@ -108,13 +121,14 @@ impl Error {
             | Error::Backend { key, .. }
             | Error::InvalidKey { key, .. }
             | Error::InProgress { key, .. }
+            | Error::NotReplicated { key, .. }
             | Error::PayloadMismatch { key } => key,
             Error::MissingKey { header } => header,
         }
     }
 
-    /// Whether retrying the same call later may succeed (`Busy`, `Backend` and
-    /// `InProgress`).
+    /// Whether retrying the same call later may succeed (`Busy`, `Backend`,
+    /// `NotReplicated` and `InProgress`).
     ///
     /// ```
     /// let e = lockcore::Error::Busy { key: "lock:a".into(), waited: Default::default() };
@@ -123,7 +137,10 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Busy { .. } | Error::Backend { .. } | Error::InProgress { .. }
+            Error::Busy { .. }
+                | Error::Backend { .. }
+                | Error::NotReplicated { .. }
+                | Error::InProgress { .. }
         )
     }
 

@@ -133,7 +133,24 @@ impl LockInfo {
         self.state
             .fence
             .get_or_try_init(|| async {
-                match backend.fence(&self.key, &self.token).await {
+                let replicas = self.state.replicas.load(std::sync::atomic::Ordering::Relaxed);
+                let asked = if replicas == 0 {
+                    backend.fence(&self.key, &self.token).await
+                } else {
+                    match backend.fence_acked(&self.key, &self.token, replicas).await {
+                        Ok(a) if a.value.is_some() && a.replicas < replicas => {
+                            tracing::warn!(target: "distlock", key = &*self.key, acked = a.replicas, wanted = replicas, "lock fence not given: too few replicas acknowledged it");
+                            return Err(Error::NotReplicated {
+                                key: self.key.to_string(),
+                                acked: a.replicas,
+                                wanted: replicas,
+                            });
+                        }
+                        Ok(a) => Ok(a.value),
+                        Err(e) => Err(e),
+                    }
+                };
+                match asked {
                     Ok(Some(fence)) => {
                         tracing::trace!(target: "distlock", key = &*self.key, fence, "lock fence assigned");
                         Ok(fence)
@@ -245,6 +262,7 @@ pub struct LockRequest<'a> {
     wait: Duration,
     renew: bool,
     max_hold: Option<Duration>,
+    replicas: Option<u32>,
 }
 
 impl<'a> LockRequest<'a> {
@@ -256,7 +274,25 @@ impl<'a> LockRequest<'a> {
             wait: Duration::ZERO,
             renew: false,
             max_hold: None,
+            replicas: None,
         }
+    }
+
+    /// Replicas that must acknowledge the lock once taken, and its fence once given
+    /// (default: the client's, see [`LocksBuilder::replicas`](crate::LocksBuilder::replicas);
+    /// 0 waits for none). Fewer within half the command timeout: the lock is given back
+    /// and `acquire` returns [`Error::NotReplicated`]; the fence is not given.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory(); // in memory every count is acknowledged
+    /// let guard = locks.lock("stock:7").replicas(1).acquire().await.unwrap();
+    /// guard.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn replicas(mut self, replicas: u32) -> Self {
+        self.replicas = Some(replicas);
+        self
     }
 
     /// Keeps the lease while the lock is held: renewed every `ttl / 3` with a
@@ -339,6 +375,17 @@ impl<'a> LockRequest<'a> {
     /// calling another with the same key) gets a reentrant guard at once, without a
     /// round trip; only the outermost holder releases.
     pub async fn acquire(self) -> Result<LockGuard> {
+        let replicas = self.replicas.unwrap_or(self.locks.inner.replicas);
+        let ttl = self.ttl;
+        let guard = self.take().await?;
+        if replicas == 0 || guard.reentrant {
+            return Ok(guard);
+        }
+        guard.confirm_replicated(ttl, replicas).await
+    }
+
+    /// [`acquire`](Self::acquire) without waiting for replicas.
+    async fn take(self) -> Result<LockGuard> {
         let inner = &self.locks.inner;
         let key = crate::util::arc_str(format_args!("{}{}", inner.prefix, self.name));
         if let Err(reason) = key::check_key(&self.name).and(key::check_key(&key)) {
@@ -638,6 +685,42 @@ impl LockGuard {
         let mut held: Vec<LockInfo> = CURRENT.try_with(|held| held.to_vec()).unwrap_or_default();
         held.push(self.info.clone());
         CURRENT.scope(held.into(), fut).await
+    }
+
+    /// Waits for `replicas` to acknowledge this lock (just taken with lease `ttl`): the
+    /// guard, or the lock given back and [`Error::NotReplicated`] (or `Lost` when it was
+    /// no longer held, `Backend` when Redis failed).
+    async fn confirm_replicated(self, ttl: Duration, replicas: u32) -> Result<LockGuard> {
+        self.info
+            .state
+            .replicas
+            .store(replicas, std::sync::atomic::Ordering::Relaxed);
+        let key = self.info.key.to_string();
+        let confirmed = self
+            .locks
+            .inner
+            .backend
+            .confirm_lock(&self.info.key, &self.info.token, ttl, replicas)
+            .await;
+        let err = match confirmed {
+            Ok(a) if a.value && a.replicas >= replicas => return Ok(self),
+            Ok(a) if a.value => {
+                tracing::warn!(target: "distlock", key, acked = a.replicas, wanted = replicas, "lock given back: too few replicas acknowledged it");
+                Error::NotReplicated {
+                    key,
+                    acked: a.replicas,
+                    wanted: replicas,
+                }
+            }
+            Ok(_) => {
+                self.info.state.mark_lost();
+                Error::Lost { key }
+            }
+            Err(e) => Error::backend(&key, e),
+        };
+        // Given back; what the release finds changes nothing for the caller.
+        let _ = self.release().await;
+        Err(err)
     }
 
     /// Releases the lock with a compare-and-delete.

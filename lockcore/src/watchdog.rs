@@ -31,6 +31,9 @@ pub(crate) struct HeldState {
     released: AtomicBool,
     /// The lock's fence, assigned on the first `LockInfo::fence` call.
     pub(crate) fence: OnceCell<u64>,
+    /// Replicas that must acknowledge its fence (set once the lock's own acquisition
+    /// was acknowledged).
+    pub(crate) replicas: std::sync::atomic::AtomicU32,
     /// How the lock was taken.
     taking: Taking,
     /// The lease by this client's clock: since when (a try's or renewal's send) and for
@@ -56,6 +59,7 @@ impl HeldState {
             lost_notify: Notify::new(),
             released: AtomicBool::new(false),
             fence: OnceCell::new(),
+            replicas: std::sync::atomic::AtomicU32::new(0),
             taking,
             lease: Mutex::new((since, ttl)),
         })

@@ -194,6 +194,40 @@ pub(crate) fn bool_lit(arg: &crate::args::RawArg) -> syn::Result<bool> {
     }
 }
 
+/// `replicas = 1`: how many replicas must acknowledge. `Some(None)` when absent (the
+/// client's default then); `None` when invalid (the error recorded).
+pub(crate) fn replicas_arg(
+    arg: Option<crate::args::RawArg>,
+    errors: &mut Errors,
+) -> Option<Option<u32>> {
+    let Some(arg) = arg else {
+        return Some(None);
+    };
+    let parsed = match &arg.value {
+        Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(i),
+            ..
+        }) => i.base10_parse::<u32>().ok(),
+        _ => None,
+    };
+    if parsed.is_none() {
+        errors.push(syn::Error::new(
+            arg.value.span(),
+            "`replicas` expects how many replicas must acknowledge each write: an integer such as `1`",
+        ));
+        return None;
+    }
+    Some(parsed)
+}
+
+/// `replicas` in a spec: `Some(n)` as given, `None` for the client's default.
+pub(crate) fn replicas_tokens(replicas: Option<u32>) -> proc_macro2::TokenStream {
+    match replicas {
+        Some(n) => quote::quote!(::core::option::Option::Some(#n)),
+        None => quote::quote!(::core::option::Option::None),
+    }
+}
+
 /// `None` when absent; `Some(None)` when present but invalid (the error is recorded).
 pub(crate) fn duration_arg(
     arg: Option<crate::args::RawArg>,

@@ -5,7 +5,8 @@ use quote::{ToTokens, quote};
 use syn::{Expr, Ident, ItemFn, ReturnType, Type};
 
 use crate::args::{
-    ArgSlots, Errors, RawArgs, bool_lit, crate_arg, duration_arg, on_lost_arg, template_arg,
+    ArgSlots, Errors, RawArgs, bool_lit, crate_arg, duration_arg, on_lost_arg, replicas_arg,
+    replicas_tokens, template_arg,
 };
 use crate::shape::{
     Shape, parse_fn, shape_and_config, typed_body, with_error, wrap_async_trait_body,
@@ -15,7 +16,7 @@ use crate::spans::{group, output_span, respan};
 use crate::template::Template;
 
 pub(crate) const LOCK_ARGS: &[&str] = &[
-    "key", "ttl", "wait", "renew", "max_hold", "on_lost", "client", "crate",
+    "key", "ttl", "wait", "renew", "max_hold", "on_lost", "replicas", "client", "crate",
 ];
 
 /// A validated `#[distributed_lock]`.
@@ -28,6 +29,8 @@ struct LockConfig {
     /// Zero: no cap.
     max_hold_ms: u64,
     cancel_on_lost: bool,
+    /// `None`: the client's default.
+    replicas: Option<u32>,
     client: Option<Expr>,
 }
 
@@ -114,6 +117,7 @@ fn lock_config(
         }
         None => Some(true),
     };
+    let replicas = replicas_arg(slots.take("replicas"), errors);
     let client = slots.take("client").map(|a| a.value);
     Some(LockConfig {
         krate: krate?,
@@ -123,6 +127,7 @@ fn lock_config(
         renew: renew?,
         max_hold_ms: max_hold?,
         cancel_on_lost: cancel_on_lost?,
+        replicas: replicas?,
         client,
     })
 }
@@ -161,8 +166,10 @@ fn locked_call(
         renew,
         max_hold_ms,
         cancel_on_lost,
+        replicas,
         ..
     } = config;
+    let replicas = replicas_tokens(*replicas);
     // The call and its `.await` both require `R: LockOutput`. Both on one token of the
     // return type, a return type that is not `Result<T, E: From<Error>>` is reported
     // there, once, rather than on the whole attribute.
@@ -179,6 +186,7 @@ fn locked_call(
                 renew: #renew,
                 max_hold_ms: #max_hold_ms,
                 cancel_on_lost: #cancel_on_lost,
+                replicas: #replicas,
             },
             async move { #body },
         },

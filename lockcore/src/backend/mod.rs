@@ -24,6 +24,8 @@
 //! - `extend_many`: compare-and-extend many leases in one round trip.
 //! - the idempotency operations (`idem.rs`): claim, complete, release, renew, each
 //!   checking the owner token, as `idem_*.lua`.
+//! - replica acknowledgement (`replicas.rs`): a write, then `WAIT` on the same
+//!   connection, for locks, fences and idempotency records.
 //! - `ping`, and wake-ups: every key's companions (fence, turns, channel, `:done`) are
 //!   named by `crate::key::companion`, so one lock's keys share a slot; the notifier must
 //!   deliver the channel's messages to this client's subscribers.
@@ -40,6 +42,7 @@ pub(crate) mod idem;
 pub(crate) mod memory;
 pub(crate) mod native;
 pub(crate) mod redis;
+pub(crate) mod replicas;
 pub mod scripts;
 
 /// What one acquire try found.

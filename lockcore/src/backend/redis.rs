@@ -591,7 +591,7 @@ fn may_take_over(held: &str, token: &str, client: &str) -> bool {
 
 /// Whether a lock key's value `held` is `token`, as written, or with a waiter's mark
 /// (`<token> waiting`, see `acquire.lua`).
-fn holds_token(held: &str, token: &str) -> bool {
+pub(super) fn holds_token(held: &str, token: &str) -> bool {
     held.strip_prefix(token)
         .is_some_and(|rest| rest.is_empty() || rest == " waiting")
 }

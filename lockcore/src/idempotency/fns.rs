@@ -29,6 +29,9 @@ pub struct IdemSpec {
     /// await (`true`) or let it finish (`false`); either way nothing is stored and the
     /// call returns `Lost`.
     pub cancel_on_lost: bool,
+    /// Replicas that must acknowledge the claim and the stored result; `None`: the
+    /// client's default.
+    pub replicas: Option<u32>,
 }
 
 impl IdemSpec {

@@ -356,7 +356,7 @@ pub(crate) fn status_of(e: &Error) -> u16 {
         Error::MissingKey { .. } | Error::InvalidKey { .. } => 400,
         Error::InProgress { .. } => 409,
         Error::PayloadMismatch { .. } => 422,
-        Error::Busy { .. } | Error::Backend { .. } => 503,
+        Error::Busy { .. } | Error::Backend { .. } | Error::NotReplicated { .. } => 503,
         Error::Lost { .. } => 500,
     }
 }
@@ -364,7 +364,7 @@ pub(crate) fn status_of(e: &Error) -> u16 {
 fn retry_after(e: &Error) -> Option<Duration> {
     match e {
         Error::InProgress { retry_after, .. } => Some(*retry_after),
-        Error::Busy { .. } => Some(Duration::from_secs(1)),
+        Error::Busy { .. } | Error::NotReplicated { .. } => Some(Duration::from_secs(1)),
         _ => None,
     }
 }
@@ -399,6 +399,13 @@ pub(crate) fn problem(e: &Error) -> Captured {
             "busy",
             "Resource busy",
             "The resource is locked by another request; retry later.".to_owned(),
+        ),
+        Error::NotReplicated { .. } => (
+            "not-replicated",
+            "Service unavailable",
+            "The lock and idempotency store could not copy this request's record to its \
+             replicas in time; retry later."
+                .to_owned(),
         ),
         Error::Backend { .. } => (
             "store-unavailable",
@@ -805,6 +812,7 @@ mod tests {
             header: "Idempotency-Key",
             required,
             cancel_on_lost: true,
+            replicas: None,
         }
     }
 
@@ -878,5 +886,19 @@ mod tests {
                 .contains(&("retry-after".into(), b"1".to_vec()))
         );
         assert_eq!(problem(&Error::Lost { key: "k".into() }).status, 500);
+        let not_replicated = problem(&Error::NotReplicated {
+            key: "k".into(),
+            acked: 0,
+            wanted: 1,
+        });
+        assert_eq!(not_replicated.status, 503);
+        assert!(
+            not_replicated
+                .headers
+                .iter()
+                .any(|(n, v)| n == "retry-after" && v == b"1"),
+            "{:?}",
+            not_replicated.headers
+        );
     }
 }

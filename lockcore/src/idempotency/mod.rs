@@ -234,7 +234,9 @@ pub(crate) async fn begin(
     let deadline = started + Duration::from_millis(spec.wait_ms);
     let mut wake: Option<Subscription> = None;
     let mut subscribed = false;
+    let replicas = spec.replicas.unwrap_or(inner.replicas);
     let claim = |sent, written| Claim {
+        replicas,
         locks: locks.clone(),
         function,
         key: key.clone(),
@@ -280,7 +282,7 @@ pub(crate) async fn begin(
                     waited_ms = started.elapsed().as_secs_f64() * 1e3,
                     "idempotency key claimed"
                 );
-                return Ok(Begin::Run(claim(sent, written)));
+                return claimed(claim(sent, written)).await;
             }
             Claimed::TookOver { previous } => {
                 tracing::warn!(
@@ -289,7 +291,7 @@ pub(crate) async fn begin(
                     previous_owner = previous,
                     "idempotency key claimed by taking over an expired claim (its claimer stopped renewing the lease); the body runs again"
                 );
-                return Ok(Begin::Run(claim(sent, None)));
+                return claimed(claim(sent, None)).await;
             }
             Claimed::Completed(raw) => {
                 tracing::debug!(target: "distlock", key, "idempotent replay of the stored result");
@@ -336,8 +338,22 @@ pub(crate) async fn begin(
     }
 }
 
+/// A claim just made, once `replicas` acknowledged it: else given back, and
+/// [`Error::NotReplicated`] (the body does not run).
+async fn claimed(claim: Claim) -> Result<Begin, Error> {
+    match claim.acked().await {
+        Ok(()) => Ok(Begin::Run(claim)),
+        Err(e) => {
+            claim.release().await;
+            Err(e)
+        }
+    }
+}
+
 /// A claimed record. Complete or release it; see its `Drop` for what a drop does.
 pub(crate) struct Claim {
+    /// Replicas that must acknowledge the claim and the stored result.
+    replicas: u32,
     locks: Locks,
     /// The fn whose body runs (how long it takes is remembered, see [`retry_after`]).
     function: &'static str,
@@ -375,6 +391,26 @@ impl Claim {
 
     pub(crate) fn key(&self) -> &str {
         &self.key
+    }
+
+    /// Whether `replicas` acknowledged every write so far (the record's included).
+    async fn acked(&self) -> Result<(), Error> {
+        if self.replicas == 0 {
+            return Ok(());
+        }
+        let backend = &self.locks.inner.backend;
+        match backend.barrier(&self.key, self.replicas).await {
+            Ok(acked) if acked >= self.replicas => Ok(()),
+            Ok(acked) => {
+                tracing::warn!(target: "distlock", key = self.key, acked, wanted = self.replicas, "idempotency record not acknowledged by enough replicas");
+                Err(Error::NotReplicated {
+                    key: self.key.clone(),
+                    acked,
+                    wanted: self.replicas,
+                })
+            }
+            Err(e) => Err(Error::backend(&self.key, e)),
+        }
     }
 
     /// Runs `body`, renewing the lease every `lease / 3` meanwhile (in this task, so the
@@ -480,7 +516,9 @@ impl Claim {
                 Ok(true) => {
                     tracing::debug!(target: "distlock", key = self.key, bytes = record.len(), "idempotent result stored");
                     observe(self.function, self.claimed.elapsed());
-                    return Ok(());
+                    // Stored on the primary either way: the caller learns whether a
+                    // failover could lose it.
+                    return self.acked().await;
                 }
                 Ok(false) => {
                     tracing::warn!(target: "distlock", key = self.key, "idempotent result not the stored one: the claim was lost (its lease ended, another call took it over and stored its result first)");
@@ -569,6 +607,7 @@ impl Drop for Claim {
         }
         self.done = true;
         let rest = Claim {
+            replicas: self.replicas,
             locks: self.locks.clone(),
             function: self.function,
             key: std::mem::take(&mut self.key),

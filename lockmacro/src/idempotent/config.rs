@@ -24,6 +24,7 @@ pub(super) const IDEM_ARGS: &[&str] = &[
     "skip",
     "max_body",
     "on_lost",
+    "replicas",
     "name",
     "detach",
     "client",
@@ -54,6 +55,8 @@ pub(super) struct IdemConfig {
     pub(super) max_body: u64,
     /// `on_lost = "cancel"` (default): cancel the body when the claim is found lost.
     pub(super) cancel_on_lost: bool,
+    /// `replicas = n`; `None`: the client's default.
+    pub(super) replicas: Option<u32>,
     /// `name = "..."`: the records' namespace instead of `module::path::fn`.
     pub(super) name: Option<LitStr>,
     /// `detach = false`: keep the body in the caller's future even when it could run in
@@ -228,6 +231,7 @@ pub(super) fn idem_config(
         },
         None => Some(true),
     };
+    let replicas = crate::args::replicas_arg(slots.take("replicas"), errors);
     let client = slots.take("client").map(|a| a.value);
     Some(IdemConfig {
         krate: krate?,
@@ -241,6 +245,7 @@ pub(super) fn idem_config(
         skip: skip?,
         max_body: max_body?,
         cancel_on_lost: cancel_on_lost?,
+        replicas: replicas?,
         name: name?,
         detach: detach?,
         client,

@@ -234,9 +234,11 @@ pub(super) fn spec(config: &IdemConfig, header: &str) -> TokenStream {
         required,
         max_body,
         cancel_on_lost,
+        replicas,
         ..
     } = config;
     let max_body = usize::try_from(*max_body).unwrap_or(usize::MAX);
+    let replicas = crate::args::replicas_tokens(*replicas);
     quote! {
         #krate::__private::IdemSpec {
             ttl_ms: #ttl_ms,
@@ -246,6 +248,7 @@ pub(super) fn spec(config: &IdemConfig, header: &str) -> TokenStream {
             header: #header,
             required: #required,
             cancel_on_lost: #cancel_on_lost,
+            replicas: #replicas,
         }
     }
 }

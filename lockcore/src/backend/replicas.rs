@@ -1,0 +1,141 @@
+//! Replica acknowledgement: a write, then `WAIT replicas timeout`, pipelined on one
+//! connection. `WAIT` counts the replicas that acknowledged every write the connection
+//! it is sent on made, so it must follow the write there; since the replication stream
+//! is one ordered log, acknowledging this write acknowledges every earlier one too (the
+//! write that took the lock or claimed the record, whichever connection sent it).
+//!
+//! `WAIT` holds its connection (for up to half the command timeout) while replicas
+//! catch up: calls behind it on a shared connection wait too.
+//!
+//! In memory there is nothing to replicate to: every count is acknowledged.
+
+use std::time::Duration;
+
+use super::redis::RedisBackend;
+use super::{Backend, millis};
+use crate::error::BackendError;
+use crate::key::Companion;
+
+/// What a write made to be acknowledged found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Acked<T> {
+    /// The write's own answer.
+    pub(crate) value: T,
+    /// Replicas that acknowledged it within the wait.
+    pub(crate) replicas: u32,
+}
+
+impl Backend {
+    /// A compare-and-extend of a lock just taken (lease `ttl` again), then `WAIT`:
+    /// `value` is whether the key still held the token.
+    pub(crate) async fn confirm_lock(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.confirm_lock(key, token, ttl, replicas).await,
+            Backend::Memory(m) => Ok(Acked {
+                value: m.extend(key, token, ttl),
+                replicas,
+            }),
+        }
+    }
+
+    /// [`Backend::fence`], then `WAIT`.
+    pub(crate) async fn fence_acked(
+        &self,
+        key: &str,
+        token: &str,
+        replicas: u32,
+    ) -> Result<Acked<Option<u64>>, BackendError> {
+        match self {
+            Backend::Redis(r) => r.fence_acked(key, token, replicas).await,
+            Backend::Memory(_) => Ok(Acked {
+                value: self.fence(key, token).await?,
+                replicas,
+            }),
+        }
+    }
+
+    /// A write of `{record}:acked` (gone after a second), then `WAIT`: every write made
+    /// before it, the record's included, reached this many replicas.
+    pub(crate) async fn barrier(&self, record: &str, replicas: u32) -> Result<u32, BackendError> {
+        match self {
+            Backend::Redis(r) => r.barrier(record, replicas).await,
+            Backend::Memory(_) => Ok(replicas),
+        }
+    }
+}
+
+impl RedisBackend {
+    /// How long `WAIT` waits: half the command timeout, so its answer comes back within it.
+    fn replica_wait(&self) -> u64 {
+        millis(self.timeout() / 2).max(1)
+    }
+
+    async fn confirm_lock(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        let mut pipe = redis::pipe();
+        // EVAL, not EVALSHA: a NOSCRIPT inside a pipeline would leave the WAIT alone.
+        pipe.cmd("EVAL")
+            .arg(super::scripts::EXTEND)
+            .arg(1)
+            .arg(key)
+            .arg(token)
+            .arg(millis(ttl))
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(self.replica_wait());
+        let (held, acked): (i64, u32) = self.query_pipe(&pipe).await?;
+        Ok(Acked {
+            value: held == 1,
+            replicas: acked,
+        })
+    }
+
+    async fn fence_acked(
+        &self,
+        key: &str,
+        token: &str,
+        replicas: u32,
+    ) -> Result<Acked<Option<u64>>, BackendError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("INCR")
+            .arg(Companion(key, ":fence"))
+            .cmd("GET")
+            .arg(key)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(self.replica_wait());
+        let (fence, held, acked): (u64, Option<String>, u32) = self.query_pipe(&pipe).await?;
+        Ok(Acked {
+            value: held
+                .is_some_and(|v| super::redis::holds_token(&v, token))
+                .then_some(fence),
+            replicas: acked,
+        })
+    }
+
+    async fn barrier(&self, record: &str, replicas: u32) -> Result<u32, BackendError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(Companion(record, ":acked"))
+            .arg(1)
+            .arg("PX")
+            .arg(1000)
+            .ignore()
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(self.replica_wait());
+        let (acked,): (u32,) = self.query_pipe(&pipe).await?;
+        Ok(acked)
+    }
+}

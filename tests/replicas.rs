@@ -1,0 +1,287 @@
+//! Replica acknowledgement (`replicas = n`): a primary and a replica the harness starts
+//! (`--replicaof`), the replica paused (SIGSTOP) or the primary killed and the replica
+//! promoted (`REPLICAOF NO ONE`), as in a failover. Each safety test has its control
+//! without `replicas`, which shows the failure it prevents.
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::proxy::FaultProxy;
+use common::*;
+use distlock::{Error, Locks};
+
+/// A primary and a replica of it, linked.
+fn pair() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start();
+    let replica = replica_of(primary.port);
+    (primary, replica)
+}
+
+/// A primary and a replica that replicates through a proxy: dropping the proxy's
+/// replies cuts the replica off (it receives nothing more, and acknowledges nothing).
+fn pair_via_proxy() -> (RedisServer, RedisServer, FaultProxy) {
+    let primary = RedisServer::start();
+    let proxy = FaultProxy::start(primary.port);
+    let replica = replica_of(proxy.port());
+    (primary, replica, proxy)
+}
+
+fn replica_of(port: u16) -> RedisServer {
+    let port = port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !info(&replica, "replication").contains("master_link_status:up") {
+        assert!(Instant::now() < deadline, "the replica linked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    replica
+}
+
+fn info(server: &RedisServer, section: &str) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port.to_string(), "info", section])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn signal(server: &RedisServer, sig: &str) {
+    std::process::Command::new("kill")
+        .args([sig, &server.pid().unwrap().to_string()])
+        .status()
+        .unwrap();
+}
+
+/// The replica becomes a primary (what a failover does).
+async fn promote(replica: &RedisServer) {
+    let mut conn = replica.raw().await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+async fn client(server: &RedisServer) -> Locks {
+    Locks::builder(server.url())
+        .command_timeout(Duration::from_millis(400))
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Acknowledged: the lock and its fence; asking for more replicas than there are gives
+/// the lock back with `NotReplicated` within the timeout, and the key is free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_and_its_fence_wait_for_replicas() {
+    let (primary, replica) = pair();
+    let locks = client(&primary).await;
+    let g = locks.lock("acked").replicas(1).acquire().await.unwrap();
+    let fence = g.fence().await.unwrap();
+    let on_replica: u64 = redis::AsyncCommands::get(&mut replica.raw().await, "{lock:acked}:fence")
+        .await
+        .unwrap();
+    assert_eq!(
+        on_replica, fence,
+        "the replica had the fence when it was given"
+    );
+    g.release().await.unwrap();
+
+    let started = Instant::now();
+    let e = locks.lock("acked").replicas(2).acquire().await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotReplicated {
+                acked: 1,
+                wanted: 2,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let next = locks.lock("acked").acquire().await.unwrap();
+    next.release().await.unwrap();
+
+    // The client's default, and a fence of a lock taken with it.
+    let strict = Locks::builder(primary.url())
+        .command_timeout(Duration::from_millis(400))
+        .replicas(1)
+        .connect()
+        .await
+        .unwrap();
+    let g = strict.lock("acked").acquire().await.unwrap();
+    signal(&replica, "-STOP");
+    let e = g.fence().await.unwrap_err();
+    signal(&replica, "-CONT");
+    assert!(matches!(e, Error::NotReplicated { acked: 0, .. }), "{e:?}");
+    assert_eq!(g.info().cached_fence(), None, "no fence given");
+    g.release().await.unwrap();
+}
+
+/// The failover the field warns about: the replica misses the lock (cut off), the
+/// primary dies, the replica is promoted, and another client takes the lock there.
+/// Control, without `replicas`: both hold it at once. With `replicas = 1`: the first
+/// acquire already failed with `NotReplicated`, so no two holders ever overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_never_makes_two_holders_with_replicas() {
+    for replicas in [0u32, 1] {
+        let (mut primary, replica, link) = pair_via_proxy();
+        let first = client(&primary).await;
+        link.drop_replies(true);
+        let taken = first.lock("order:1").replicas(replicas).acquire().await;
+        primary.kill();
+        promote(&replica).await;
+        let second = client(&replica).await;
+        let other = second.lock("order:1").acquire().await;
+        match replicas {
+            0 => {
+                assert!(
+                    taken.is_ok(),
+                    "control: the first client took it: {taken:?}"
+                );
+                assert!(
+                    other.is_ok(),
+                    "control: the promoted replica never saw the lock, so a second holder got it: {other:?}"
+                );
+            }
+            _ => {
+                assert!(
+                    matches!(
+                        taken,
+                        Err(Error::NotReplicated {
+                            acked: 0,
+                            wanted: 1,
+                            ..
+                        })
+                    ),
+                    "{taken:?}"
+                );
+                assert!(other.is_ok(), "{other:?}");
+            }
+        }
+    }
+}
+
+/// A fence given with `replicas = 1` never goes backwards across a failover. Control:
+/// given while the replica missed it, the promoted replica's next fence is not larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_with_replicas_survives_a_failover() {
+    for replicas in [0u32, 1] {
+        let (mut primary, replica, link) = pair_via_proxy();
+        let first = client(&primary).await;
+        // Fences 1..=3 reach the replica.
+        for _ in 0..3 {
+            let g = first.lock("stock").acquire().await.unwrap();
+            g.fence().await.unwrap();
+            g.release().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if replicas == 0 {
+            link.drop_replies(true);
+        }
+        let g = first
+            .lock("stock")
+            .ttl(Duration::from_millis(300))
+            .replicas(replicas)
+            .acquire()
+            .await;
+        let fence = match &g {
+            Ok(g) => g.fence().await.unwrap(),
+            Err(e) => panic!("{e:?}"),
+        };
+        primary.kill();
+        link.drop_replies(true);
+        promote(&replica).await;
+        let second = client(&replica).await;
+        // The replica may have the first lock too: it ends with its 300 ms lease.
+        let next = second
+            .lock("stock")
+            .wait(Duration::from_secs(3))
+            .acquire()
+            .await
+            .unwrap();
+        let after = next.fence().await.unwrap();
+        if replicas == 0 {
+            assert!(
+                after <= fence,
+                "control: the fence went backwards ({fence} then {after})"
+            );
+        } else {
+            assert!(after > fence, "{fence} then {after}");
+        }
+    }
+}
+
+#[distlock::idempotent(key = "pay:<id>", client = locks, replicas = 2, skip = [runs])]
+async fn pay_two(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, Error> {
+    runs.bump();
+    Ok(id)
+}
+
+#[distlock::idempotent(key = "pay:<id>", client = locks, replicas = 1, skip = [runs, replica])]
+async fn pay_one(locks: &Locks, id: u32, runs: &Runs, replica: &RedisServer) -> Result<u32, Error> {
+    runs.bump();
+    if id == 2 {
+        // The replica stops after the claim was acknowledged: the result is not.
+        signal(replica, "-STOP");
+    }
+    Ok(id)
+}
+
+/// `#[idempotent(replicas = n)]`: a claim too few replicas acknowledged is given back
+/// and the body does not run; a result too few acknowledged is stored on the primary
+/// and the call is told (`NotReplicated`), so a retry replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_claims_and_results_wait_for_replicas() {
+    let (primary, replica) = pair();
+    let locks = client(&primary).await;
+    let runs = Arc::new(Runs::default());
+    let e = pay_two(&locks, 1, &runs).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotReplicated {
+                acked: 1,
+                wanted: 2,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(runs.get(), 0, "the body did not run");
+    assert_eq!(
+        pay_one(&locks, 1, &runs, &replica).await.unwrap(),
+        1,
+        "the claim was given back"
+    );
+    assert_eq!(runs.get(), 1);
+
+    let e = pay_one(&locks, 2, &runs, &replica).await.unwrap_err();
+    signal(&replica, "-CONT");
+    assert!(
+        matches!(
+            e,
+            Error::NotReplicated {
+                acked: 0,
+                wanted: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(runs.get(), 2);
+    assert_eq!(
+        pay_one(&locks, 2, &runs, &replica).await.unwrap(),
+        2,
+        "replayed"
+    );
+    assert_eq!(runs.get(), 2, "from the primary, without running again");
+}
