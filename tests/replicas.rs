@@ -64,9 +64,12 @@ async fn promote(replica: &RedisServer) {
         .unwrap();
 }
 
+/// `WAIT` gets half the command timeout: 1 s here, wide enough for a loaded machine.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
 async fn client(server: &RedisServer) -> Locks {
     Locks::builder(server.url())
-        .command_timeout(Duration::from_millis(400))
+        .command_timeout(TIMEOUT)
         .connect()
         .await
         .unwrap()
@@ -112,7 +115,7 @@ async fn a_lock_and_its_fence_wait_for_replicas() {
 
     // The client's default, and a fence of a lock taken with it.
     let strict = Locks::builder(primary.url())
-        .command_timeout(Duration::from_millis(400))
+        .command_timeout(TIMEOUT)
         .replicas(1)
         .connect()
         .await
@@ -257,11 +260,11 @@ async fn idempotent_claims_and_results_wait_for_replicas() {
         "{e:?}"
     );
     assert_eq!(runs.get(), 0, "the body did not run");
-    assert_eq!(
-        pay_one(&locks, 1, &runs, &replica).await.unwrap(),
-        1,
-        "the claim was given back"
-    );
+    let records: Vec<String> = redis::AsyncCommands::keys(&mut primary.raw().await, "*pay:1")
+        .await
+        .unwrap();
+    assert!(records.is_empty(), "the claim was given back: {records:?}");
+    assert_eq!(pay_one(&locks, 1, &runs, &replica).await.unwrap(), 1);
     assert_eq!(runs.get(), 1);
 
     let e = pay_one(&locks, 2, &runs, &replica).await.unwrap_err();
@@ -284,4 +287,76 @@ async fn idempotent_claims_and_results_wait_for_replicas() {
         "replayed"
     );
     assert_eq!(runs.get(), 2, "from the primary, without running again");
+}
+
+/// With `renew`, a renewal counts only once the replicas acknowledged it: a replica cut
+/// off after the acquisition makes the lock lost when its lease ends. Control, without
+/// `replicas`: still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_wait_for_replicas() {
+    for replicas in [0u32, 1] {
+        let (_primary, _replica, link) = pair_via_proxy();
+        let locks = client(&_primary).await;
+        let g = locks
+            .lock("renewed")
+            .ttl(Duration::from_millis(600))
+            .renew(true)
+            .replicas(replicas)
+            .acquire()
+            .await
+            .unwrap();
+        link.drop_replies(true);
+        let lost = tokio::time::timeout(Duration::from_secs(4), g.lost()).await;
+        if replicas == 0 {
+            assert!(lost.is_err(), "control: renewed without replicas");
+            assert!(g.info().is_held());
+        } else {
+            assert!(
+                lost.is_ok(),
+                "unacknowledged renewals: lost at the lease's end"
+            );
+        }
+        drop(g);
+    }
+}
+
+/// `WAIT` holds its connection: a call waiting for a paused replica does not hold up the
+/// client's other calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
+    let (primary, replica) = pair();
+    let locks = client(&primary).await;
+    signal(&replica, "-STOP");
+    let waiting = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            let started = Instant::now();
+            let r = locks.lock("strict").replicas(1).acquire().await.map(drop);
+            (r, started.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let others: Vec<_> = (0..8)
+        .map(|i| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    let g = locks.lock(format!("free:{i}")).acquire().await.unwrap();
+                    g.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for o in others {
+        o.await.unwrap();
+    }
+    let others_took = started.elapsed();
+    let (r, waited) = waiting.await.unwrap();
+    signal(&replica, "-CONT");
+    assert!(matches!(r, Err(Error::NotReplicated { .. })), "{r:?}");
+    assert!(
+        others_took < waited / 2,
+        "40 other cycles took {others_took:?} while the replicated acquire waited {waited:?}"
+    );
 }

@@ -323,8 +323,9 @@ impl LocksBuilder {
     /// record claimed or completed (default 0: none waited for), unless the call says
     /// otherwise ([`LockRequest::replicas`](crate::LockRequest::replicas), `replicas = n`
     /// on the attributes). After the write, Redis `WAIT n` for up to half the command
-    /// timeout; fewer acknowledgements give the lock or claim back and return
-    /// [`Error::NotReplicated`]. This closes the failover hole of asynchronous
+    /// timeout, on a connection no other call uses meanwhile; fewer acknowledgements give
+    /// the lock or claim back and return [`Error::NotReplicated`], and a lease renewal
+    /// counts only once acknowledged. This closes the failover hole of asynchronous
     /// replication (a lock written to a primary that dies before a replica has it, a
     /// promoted replica without it, two holders) as far as `WAIT` can: it is not
     /// consensus, and a replica that acknowledged can still lose the write (a restart

@@ -281,7 +281,12 @@ impl<'a> LockRequest<'a> {
     /// Replicas that must acknowledge the lock once taken, and its fence once given
     /// (default: the client's, see [`LocksBuilder::replicas`](crate::LocksBuilder::replicas);
     /// 0 waits for none). Fewer within half the command timeout: the lock is given back
-    /// and `acquire` returns [`Error::NotReplicated`]; the fence is not given.
+    /// and `acquire` returns [`Error::NotReplicated`]; the fence is not given. With
+    /// `renew`, a renewal counts only once they acknowledged it (unacknowledged renewals
+    /// are retried; a lease that ends without one is lost). A lock found gone before the
+    /// acknowledgement (its lease already ended) was not taken: [`Error::Busy`]. The
+    /// `WAIT` runs on a connection of its own, so a lagging replica slows only the calls
+    /// that wait for it.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -378,8 +383,11 @@ impl<'a> LockRequest<'a> {
         let replicas = self.replicas.unwrap_or(self.locks.inner.replicas);
         let ttl = self.ttl;
         let guard = self.take().await?;
-        if replicas == 0 || guard.reentrant {
+        if replicas == 0 {
             return Ok(guard);
+        }
+        if guard.reentrant {
+            return guard.confirm_reentrant(replicas).await;
         }
         guard.confirm_replicated(ttl, replicas).await
     }
@@ -712,15 +720,45 @@ impl LockGuard {
                     wanted: replicas,
                 }
             }
+            // Gone before replicas could acknowledge it (its lease ended): not taken.
             Ok(_) => {
                 self.info.state.mark_lost();
-                Error::Lost { key }
+                Error::Busy {
+                    key,
+                    waited: self.acquired_at.elapsed(),
+                }
             }
             Err(e) => Error::backend(&key, e),
         };
         // Given back; what the release finds changes nothing for the caller.
         let _ = self.release().await;
         Err(err)
+    }
+
+    /// A nested acquisition asking for more replicas than the outer one was confirmed
+    /// with: a barrier (the outer lease stays as it is), and the count raised for the
+    /// fence and renewals. The nested guard releases nothing when dropped.
+    async fn confirm_reentrant(self, replicas: u32) -> Result<LockGuard> {
+        use std::sync::atomic::Ordering;
+        if replicas <= self.info.state.replicas.load(Ordering::Relaxed) {
+            return Ok(self);
+        }
+        let key = self.info.key.to_string();
+        match self.locks.inner.backend.barrier(&key, replicas).await {
+            Ok(acked) if acked >= replicas => {
+                self.info
+                    .state
+                    .replicas
+                    .fetch_max(replicas, Ordering::Relaxed);
+                Ok(self)
+            }
+            Ok(acked) => Err(Error::NotReplicated {
+                key,
+                acked,
+                wanted: replicas,
+            }),
+            Err(e) => Err(Error::backend(&key, e)),
+        }
     }
 
     /// Releases the lock with a compare-and-delete.

@@ -31,8 +31,8 @@ pub(crate) struct HeldState {
     released: AtomicBool,
     /// The lock's fence, assigned on the first `LockInfo::fence` call.
     pub(crate) fence: OnceCell<u64>,
-    /// Replicas that must acknowledge its fence (set once the lock's own acquisition
-    /// was acknowledged).
+    /// Replicas that must acknowledge its fence and its renewals (set when its
+    /// acquisition is confirmed with them).
     pub(crate) replicas: std::sync::atomic::AtomicU32,
     /// How the lock was taken.
     taking: Taking,
@@ -325,12 +325,42 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
         Ok(renewed) => renewed,
         Err(_) => Err(BackendError::timeout(first_end - sent)),
     };
+    // Locks taken with `replicas = n` count a renewal only once n replicas acknowledged
+    // it: one barrier after the batch covers every renewal in it (the replication stream
+    // is ordered). Unacknowledged, the renewal is retried, and a lease that ends without
+    // one is lost, as if it had failed.
+    let wanted = match &renewed {
+        Ok(results) => due
+            .iter()
+            .zip(results)
+            .filter(|(_, extended)| **extended)
+            .map(|(&i, _)| tracked[i].lease.state.replicas.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0),
+        Err(_) => 0,
+    };
+    let acked = if wanted == 0 {
+        0
+    } else {
+        let key = &*tracked[due[0]].lease.key;
+        match tokio::time::timeout_at(first_end, backend.barrier(key, wanted)).await {
+            Ok(Ok(acked)) => acked,
+            Ok(Err(e)) => {
+                tracing::warn!(target: "distlock", error = %e, "lock renewal not acknowledged by replicas (failed); retrying");
+                0
+            }
+            Err(_) => 0,
+        }
+    };
     match renewed {
         Ok(results) => {
             let mut lost = Vec::new();
             for (&i, extended) in due.iter().zip(results) {
                 let t = &mut tracked[i];
-                if extended {
+                if extended && t.lease.state.replicas.load(Ordering::Relaxed) > acked {
+                    tracing::warn!(target: "distlock", key = &*t.lease.key, acked, "lock renewal not acknowledged by enough replicas; retrying");
+                    t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
+                } else if extended {
                     t.lease_end = sent + t.lease.ttl;
                     t.lease.state.renewed(sent, t.lease.ttl);
                     t.due = sent + t.lease.ttl / 3;

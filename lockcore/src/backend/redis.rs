@@ -295,6 +295,41 @@ impl RedisBackend {
         self.call(Call::Pipe(pipe)).await
     }
 
+    /// Runs a pipeline within the timeout on a connection no other call uses meanwhile:
+    /// an idle or new direct connection whatever the calls in flight, else (every direct
+    /// one busy, or TLS) a connection of its own, closed after. For pipelines that end
+    /// in `WAIT`, which holds its connection while replicas catch up.
+    pub(crate) async fn query_pipe_alone<T: FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> Result<T, BackendError> {
+        let call = async {
+            let runtime = current_runtime()?;
+            if let Some(mut direct) = self.take_direct(runtime).await? {
+                let reply = Call::Pipe(pipe).run::<T, _>(&mut direct).await;
+                match &reply {
+                    Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                        drop(direct);
+                        self.broke();
+                    }
+                    _ => self.give_back(direct),
+                }
+                return reply.map_err(BackendError::from);
+            }
+            let mut own = self
+                .client
+                .get_multiplexed_async_connection()
+                .await
+                .inspect_err(|_| self.broke())?;
+            Call::Pipe(pipe)
+                .run::<T, _>(&mut own)
+                .await
+                .map_err(BackendError::from)
+        };
+        tokio::pin!(call);
+        self.within_timeout(&AtomicU64::new(0), call).await
+    }
+
     /// Runs `cmd`, an `EVALSHA` of `script` built by [`evalsha`], loading the script on
     /// NOSCRIPT: the hot paths' scripts, without a `ScriptInvocation` per call.
     async fn evalsha_call<T: FromRedisValue>(

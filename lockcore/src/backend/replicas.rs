@@ -5,7 +5,9 @@
 //! write that took the lock or claimed the record, whichever connection sent it).
 //!
 //! `WAIT` holds its connection (for up to half the command timeout) while replicas
-//! catch up: calls behind it on a shared connection wait too.
+//! catch up, so these pipelines go on a connection no other call uses meanwhile (see
+//! `RedisBackend::query_pipe_alone`): a lagging replica slows only the calls that wait
+//! for it.
 //!
 //! In memory there is nothing to replicate to: every count is acknowledged.
 
@@ -94,7 +96,7 @@ impl RedisBackend {
             .cmd("WAIT")
             .arg(replicas)
             .arg(self.replica_wait());
-        let (held, acked): (i64, u32) = self.query_pipe(&pipe).await?;
+        let (held, acked): (i64, u32) = self.query_pipe_alone(&pipe).await?;
         Ok(Acked {
             value: held == 1,
             replicas: acked,
@@ -115,7 +117,7 @@ impl RedisBackend {
             .cmd("WAIT")
             .arg(replicas)
             .arg(self.replica_wait());
-        let (fence, held, acked): (u64, Option<String>, u32) = self.query_pipe(&pipe).await?;
+        let (fence, held, acked): (u64, Option<String>, u32) = self.query_pipe_alone(&pipe).await?;
         Ok(Acked {
             value: held
                 .is_some_and(|v| super::redis::holds_token(&v, token))
@@ -135,7 +137,7 @@ impl RedisBackend {
             .cmd("WAIT")
             .arg(replicas)
             .arg(self.replica_wait());
-        let (acked,): (u32,) = self.query_pipe(&pipe).await?;
+        let (acked,): (u32,) = self.query_pipe_alone(&pipe).await?;
         Ok(acked)
     }
 }

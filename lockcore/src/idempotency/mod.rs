@@ -440,7 +440,13 @@ impl Claim {
                     .idem_renew(&self.key, &self.owner, self.lease, self.lifetime)
                     .await
                 {
-                    Ok(true) => *crate::util::lock(&self.renewed) = sent,
+                    // With `replicas`, a renewal counts once they acknowledged it.
+                    Ok(true) => match self.acked().await {
+                        Ok(()) => *crate::util::lock(&self.renewed) = sent,
+                        Err(e) => {
+                            tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotency lease renewal not acknowledged by replicas; retrying");
+                        }
+                    },
                     Ok(false) => {
                         tracing::warn!(target: "distlock", key = self.key, cancel = cancel_on_lost, "idempotency claim lost while the body ran (its lease ended and another call took it over)");
                         return;
@@ -516,6 +522,8 @@ impl Claim {
                 Ok(true) => {
                     tracing::debug!(target: "distlock", key = self.key, bytes = record.len(), "idempotent result stored");
                     observe(self.function, self.claimed.elapsed());
+                    // Stored: a caller dropped from here on must not make it stored again.
+                    self.pending = None;
                     // Stored on the primary either way: the caller learns whether a
                     // failover could lose it.
                     return self.acked().await;
