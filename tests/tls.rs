@@ -244,3 +244,47 @@ fn the_default_client_reads_tls_from_the_environment() {
         "says why: {stdout}"
     );
 }
+
+/// Direct connections (a socket per call for latency-bound callers) speak TLS too, and
+/// one Redis closed for idleness is not used: the next call opens another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_connections_over_tls() {
+    let (server, files) = RedisServer::start_tls(false);
+    let locks = tls_locks(&files).await;
+    for _ in 0..3 {
+        locks
+            .lock("direct")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let mut raw = server.raw().await;
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        clients.contains("name=distlock-direct"),
+        "a direct connection served the calls: {clients}"
+    );
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "timeout", "1"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for _ in 0..3 {
+        locks
+            .lock("direct")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+}

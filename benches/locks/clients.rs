@@ -117,8 +117,7 @@ impl Client {
         }
     }
 
-    /// [`connect`](Self::connect) over TLS (`rediss://`, trusting `files`' CA): distlock's
-    /// direct connections step aside, every call goes over its multiplexed connection.
+    /// [`connect`](Self::connect) over TLS (`rediss://`, trusting `files`' CA).
     #[cfg(feature = "tls")]
     pub(crate) async fn connect_tls(kind: Kind, files: &testkit::TlsFiles) -> Client {
         let raw = || async {

@@ -196,9 +196,9 @@ fn print_uncontended(
     print_uncontended_targets(wire, w1, w2, w2f);
 }
 
-/// `DISTLOCK_BENCH_ONLY=tls` (built with `--features tls`): W1 on the plain port (with
-/// distlock's direct connections) and W1 over TLS on a server of its own (where they step
-/// aside), each against raw redis-rs on the same connection kind, in one run.
+/// `DISTLOCK_BENCH_ONLY=tls` (built with `--features tls`): W1 on the plain port and W1
+/// over TLS on a server of its own, distlock's direct connections speaking TLS there,
+/// each against raw redis-rs on the same kind of connection, in one run.
 #[cfg(feature = "tls")]
 async fn run_w1_tls(cfg: &Config, url: &str) {
     let plain = [
@@ -228,7 +228,7 @@ async fn run_w1_tls(cfg: &Config, url: &str) {
         println!("  {name} distlock / raw per round: median {mid:.2}x, range {lo:.2}x-{hi:.2}x");
     }
     println!(
-        "  W1 plain (direct connections): {:.2}x raw; W1T over TLS (multiplexed only): {:.2}x raw",
+        "  W1 plain: {:.2}x raw; W1T over TLS: {:.2}x raw (direct connections on both)",
         w1[0].rate() / w1[1].rate(),
         w1t[0].rate() / w1t[1].rate()
     );

@@ -272,6 +272,47 @@ impl TlsMaterial {
 }
 
 #[cfg(feature = "tls")]
+impl TlsMaterial {
+    /// The rustls configuration of a direct connection.
+    fn client_config(&self) -> std::result::Result<rustls::ClientConfig, String> {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let mut roots = rustls::RootCertStore::empty();
+        match &self.root_cert {
+            Some(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    roots
+                        .add(cert.map_err(|e| e.to_string())?)
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            None => {
+                let native = rustls_native_certs::load_native_certs();
+                if let Some(e) = native.errors.first() {
+                    return Err(e.to_string());
+                }
+                for cert in native.certs {
+                    roots.add(cert).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        match &self.client {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert)
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| e.to_string())?;
+                let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| e.to_string())?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| e.to_string())
+            }
+            None => Ok(builder.with_no_client_auth()),
+        }
+    }
+}
+
+#[cfg(feature = "tls")]
 impl fmt::Debug for TlsMaterial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let set = |on: bool| if on { "<set>" } else { "<none>" };
@@ -514,6 +555,20 @@ impl LocksBuilder {
         redis::Client::open(info).map_err(|e| format!("invalid redis url: {e}"))
     }
 
+    /// How direct connections speak TLS: a rustls configuration like the one redis-rs
+    /// makes for the URL (the given CA, else the system's roots; the client certificate
+    /// if any). When it cannot be made, direct connections step aside (the multiplexed
+    /// connection then reports what is wrong).
+    fn direct_tls(&self, info: &redis::ConnectionInfo) -> crate::backend::direct::DirectTls {
+        #[cfg(feature = "tls")]
+        if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            let config = self.tls.client_config().ok().map(Arc::new);
+            return crate::backend::direct::DirectTls { config };
+        }
+        let _ = info;
+        crate::backend::direct::DirectTls::default()
+    }
+
     /// Checks the settings and returns a client that connects on first use.
     pub fn build(self) -> Result<Locks> {
         let target = redact(&self.url);
@@ -531,7 +586,11 @@ impl LocksBuilder {
         }
         let client = self.redis_client().map_err(config_err)?;
         Ok(Locks::new(
-            Backend::Redis(RedisBackend::new(client.clone(), self.timeout)),
+            Backend::Redis(RedisBackend::new(
+                client.clone(),
+                self.timeout,
+                self.direct_tls(client.get_connection_info()),
+            )),
             self.notify.then(|| Notifier::new(client, self.timeout)),
             self.prefix,
             self.holder,

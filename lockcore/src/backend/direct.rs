@@ -59,16 +59,32 @@ enum Stream {
     Tcp(tokio::net::TcpStream),
     #[cfg(unix)]
     Unix(tokio::net::UnixStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
+}
+
+/// How direct connections speak TLS (`rediss://`): the rustls configuration made from
+/// the client's certificates, as redis-rs makes its own (the given CA, else the
+/// system's roots; the client certificate if any). None: they step aside over TLS.
+#[derive(Clone, Default)]
+pub(crate) struct DirectTls {
+    #[cfg(feature = "tls")]
+    pub(crate) config: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Direct {
-    /// Whether direct connections can serve `info`'s address (plain TCP or a unix
-    /// socket; not TLS).
-    pub(crate) fn serves(info: &ConnectionInfo) -> bool {
+    /// Whether direct connections can serve `info`'s address (plain TCP, a unix socket,
+    /// or TLS with `tls`'s configuration; never `#insecure`).
+    pub(crate) fn serves(info: &ConnectionInfo, tls: &DirectTls) -> bool {
+        let _ = tls;
         match info.addr() {
             ConnectionAddr::Tcp(..) => true,
             #[cfg(unix)]
             ConnectionAddr::Unix(_) => true,
+            #[cfg(feature = "tls")]
+            ConnectionAddr::TcpTls {
+                insecure: false, ..
+            } => tls.config.is_some(),
             _ => false,
         }
     }
@@ -77,14 +93,35 @@ impl Direct {
     /// configured database. Only for addresses it [`serves`](Self::serves).
     pub(crate) async fn open(
         info: &ConnectionInfo,
+        tls: &DirectTls,
         runtime: tokio::runtime::Id,
         place: Place,
     ) -> Result<Direct, RedisError> {
+        let _ = tls;
         let stream = match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 tcp.set_nodelay(true)?;
                 Stream::Tcp(tcp)
+            }
+            #[cfg(feature = "tls")]
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                ..
+            } => {
+                let Some(config) = &tls.config else {
+                    return Err(io::Error::from(io::ErrorKind::Unsupported).into());
+                };
+                let name = rustls::pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                tcp.set_nodelay(true)?;
+                let tls = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name, tcp)
+                    .await?;
+                Stream::Tls(Box::new(tls))
             }
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => {
@@ -155,6 +192,13 @@ impl Direct {
             Stream::Tcp(s) => s.try_read(&mut byte),
             #[cfg(unix)]
             Stream::Unix(s) => s.try_read(&mut byte),
+            // Bytes may not be read from under TLS: whether the socket became readable
+            // (a close, or anything else Redis sent unasked) says it as well.
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => {
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                return s.get_ref().0.poll_read_ready(&mut cx).is_ready();
+            }
         };
         !matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
@@ -165,6 +209,11 @@ impl Direct {
             Stream::Tcp(s) => s.write_all(&self.write).await?,
             #[cfg(unix)]
             Stream::Unix(s) => s.write_all(&self.write).await?,
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => {
+                s.write_all(&self.write).await?;
+                s.flush().await?;
+            }
         }
         let mut replies = Vec::with_capacity(count);
         for i in 0..skip + count {
@@ -191,6 +240,8 @@ impl Direct {
                 Stream::Tcp(s) => s.read_buf(&mut self.read).await?,
                 #[cfg(unix)]
                 Stream::Unix(s) => s.read_buf(&mut self.read).await?,
+                #[cfg(feature = "tls")]
+                Stream::Tls(s) => s.read_buf(&mut self.read).await?,
             };
             if n == 0 {
                 return Err(io::Error::new(

@@ -10,7 +10,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, FromRedisValue, Script, ScriptInvocation};
 use tokio::runtime::Handle;
 
-use super::direct::{Direct, Place};
+use super::direct::{Direct, DirectTls, Place};
 use super::native::Native;
 use super::{Attempt, ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
@@ -34,6 +34,8 @@ const DIRECT_BELOW: usize = 3;
 
 pub(crate) struct RedisBackend {
     client: redis::Client,
+    /// How direct connections speak TLS.
+    tls: DirectTls,
     timeout: Duration,
     /// Live connections and the runtimes they were born on: a connection's driver task
     /// dies with its runtime, so a call from another runtime opens its own. Kept short
@@ -74,9 +76,10 @@ struct Slot {
 }
 
 impl RedisBackend {
-    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
-        let direct = Direct::serves(client.get_connection_info());
+    pub(crate) fn new(client: redis::Client, timeout: Duration, tls: DirectTls) -> Self {
+        let direct = Direct::serves(client.get_connection_info(), &tls);
         RedisBackend {
+            tls,
             client,
             timeout,
             slots: Mutex::new(Vec::new()),
@@ -155,7 +158,7 @@ impl RedisBackend {
             }
         };
         let info = self.client.get_connection_info();
-        let opened = Direct::open(info, runtime, place)
+        let opened = Direct::open(info, &self.tls, runtime, place)
             .await
             .inspect_err(|_| self.broke())?;
         self.observe(opened.run_id());
