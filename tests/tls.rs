@@ -245,22 +245,21 @@ fn the_default_client_reads_tls_from_the_environment() {
     );
 }
 
+/// `n` acquire + release of `key`, one after another.
+async fn cycles(locks: &Locks, key: &str, n: usize) {
+    for _ in 0..n {
+        let g = locks.lock(key).acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
+}
+
 /// Direct connections (a socket per call for latency-bound callers) speak TLS too, and
 /// one Redis closed for idleness is not used: the next call opens another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_connections_over_tls() {
     let (server, files) = RedisServer::start_tls(false);
     let locks = tls_locks(&files).await;
-    for _ in 0..3 {
-        locks
-            .lock("direct")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-    }
+    cycles(&locks, "direct", 3).await;
     let mut raw = server.raw().await;
     let clients: String = redis::cmd("CLIENT")
         .arg("LIST")
@@ -277,14 +276,5 @@ async fn direct_connections_over_tls() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    for _ in 0..3 {
-        locks
-            .lock("direct")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-    }
+    cycles(&locks, "direct", 3).await;
 }

@@ -47,11 +47,7 @@ pub(crate) async fn reset_commandstats(conn: &mut MultiplexedConnection) {
 
 /// Calls per command since the reset (`INFO commandstats`: the commands Lua ran count too).
 pub(crate) async fn read_commandstats(conn: &mut MultiplexedConnection) -> BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
-        .await
-        .expect("INFO commandstats");
+    let info = info_section(conn, "commandstats").await;
     let mut calls_by_name = BTreeMap::new();
     for line in info.lines() {
         let Some((name, rest)) = line

@@ -258,12 +258,9 @@ async fn phase(
 /// script's time includes its inner calls, which also count on their own (counted
 /// twice; neither endpoint runs a script on its usual path).
 async fn command_usec(conn: &mut MultiplexedConnection) -> f64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(conn)
+    info_section(conn, "commandstats")
         .await
-        .expect("INFO commandstats");
-    info.lines()
+        .lines()
         .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
         .filter(|(name, _)| !["info", "config|resetstat", "exec"].contains(name))
         .filter_map(|(_, rest)| {

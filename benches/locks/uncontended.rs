@@ -168,14 +168,20 @@ pub(crate) fn own_cpu() -> f64 {
     ns as f64 / 1e9
 }
 
-/// Server CPU seconds so far (`INFO cpu`: user + sys of redis-server).
-pub(crate) async fn server_cpu(conn: &mut MultiplexedConnection) -> f64 {
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
+/// `INFO <section>` of the server.
+pub(crate) async fn info_section(conn: &mut MultiplexedConnection, section: &str) -> String {
+    redis::cmd("INFO")
+        .arg(section)
         .query_async(conn)
         .await
-        .expect("INFO cpu");
-    info.lines()
+        .unwrap_or_else(|e| panic!("INFO {section}: {e}"))
+}
+
+/// Server CPU seconds so far (`INFO cpu`: user + sys of redis-server).
+pub(crate) async fn server_cpu(conn: &mut MultiplexedConnection) -> f64 {
+    info_section(conn, "cpu")
+        .await
+        .lines()
         .filter_map(|l| {
             l.strip_prefix("used_cpu_user:")
                 .or_else(|| l.strip_prefix("used_cpu_sys:"))
