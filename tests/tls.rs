@@ -270,6 +270,28 @@ async fn direct_connections_over_tls() {
         clients.contains("name=distlock-direct"),
         "a direct connection served the calls: {clients}"
     );
+    // A healthy idle one is used again, not reopened.
+    let connections = |stats: String| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .map(|n| n.trim().to_owned())
+    };
+    let info = |mut raw: redis::aio::MultiplexedConnection| async move {
+        let stats: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        stats
+    };
+    let before = connections(info(raw.clone()).await);
+    cycles(&locks, "direct", 5).await;
+    assert_eq!(
+        connections(info(raw.clone()).await),
+        before,
+        "no new connection"
+    );
     let _: () = redis::cmd("CONFIG")
         .arg(&["SET", "timeout", "1"])
         .query_async(&mut raw)

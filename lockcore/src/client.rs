@@ -277,6 +277,12 @@ impl TlsMaterial {
     fn client_config(&self) -> std::result::Result<rustls::ClientConfig, String> {
         use rustls::pki_types::pem::PemObject as _;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        // As redis-rs does: the system's roots are loaded (and must load) even when a CA
+        // is given, which then replaces them; so both paths refuse the same settings.
+        let native = rustls_native_certs::load_native_certs();
+        if let Some(e) = native.errors.first() {
+            return Err(format!("the system's root certificates: {e}"));
+        }
         let mut roots = rustls::RootCertStore::empty();
         match &self.root_cert {
             Some(pem) => {
@@ -287,10 +293,6 @@ impl TlsMaterial {
                 }
             }
             None => {
-                let native = rustls_native_certs::load_native_certs();
-                if let Some(e) = native.errors.first() {
-                    return Err(e.to_string());
-                }
                 for cert in native.certs {
                     roots.add(cert).map_err(|e| e.to_string())?;
                 }
@@ -562,7 +564,13 @@ impl LocksBuilder {
     fn direct_tls(&self, info: &redis::ConnectionInfo) -> crate::backend::direct::DirectTls {
         #[cfg(feature = "tls")]
         if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            let config = self.tls.client_config().ok().map(Arc::new);
+            let config = match self.tls.client_config() {
+                Ok(config) => Some(Arc::new(config)),
+                Err(e) => {
+                    tracing::warn!(target: "distlock", error = %e, "direct connections step aside over TLS: their configuration cannot be made");
+                    None
+                }
+            };
             return crate::backend::direct::DirectTls { config };
         }
         let _ = info;

@@ -193,11 +193,13 @@ impl Direct {
             #[cfg(unix)]
             Stream::Unix(s) => s.try_read(&mut byte),
             // Bytes may not be read from under TLS: whether the socket became readable
-            // (a close, or anything else Redis sent unasked) says it as well.
+            // (a close, or anything else Redis sent unasked) says it as well, and so does
+            // rustls holding something already read (plaintext, or a close_notify).
             #[cfg(feature = "tls")]
             Stream::Tls(s) => {
+                let (tcp, session) = s.get_ref();
                 let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-                return s.get_ref().0.poll_read_ready(&mut cx).is_ready();
+                return !session.wants_read() || tcp.poll_read_ready(&mut cx).is_ready();
             }
         };
         !matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
