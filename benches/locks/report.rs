@@ -600,6 +600,7 @@ fn print_w5(w5: &Http) {
         for (who, p, b) in [
             ("distlock", &w5.distlock[i], &w5.baseline[i]),
             ("baseline", &w5.baseline[i], &w5.baseline[i]),
+            ("guarded", &w5.guarded[i], &w5.baseline[i]),
         ] {
             println!(
                 "  {name:<6} {who:<9} {:>10.0} {:>12.2} {:>16.1} {:>14.1} {:>14.1} {:>14.2} {:>11}",
@@ -627,6 +628,12 @@ fn print_w5(w5: &Http) {
     println!(
         "  W5  server CPU per first call <= 1.3x:   {cpu:.2}x {}",
         verdict(cpu <= 1.3)
+    );
+    println!(
+        "  W5  the hand-written floor with distlock's guarantees (guarded): first calls {:.2}x, replays {:.2}x, server CPU {:.2}x",
+        w5.guarded[0].rate() / w5.baseline[0].rate().max(1e-9),
+        w5.guarded[1].rate() / w5.baseline[1].rate().max(1e-9),
+        w5.guarded[0].cpu_us() / w5.baseline[0].cpu_us().max(1e-9)
     );
     println!(
         "  W5  commands per first call / replay:    {:.2} / {:.2} (baseline {:.2} / {:.2})",
