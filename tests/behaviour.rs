@@ -685,16 +685,7 @@ async fn a_timed_out_call_never_leaves_its_reply_to_the_next() {
         .connect()
         .await
         .unwrap();
-    for _ in 0..5 {
-        locks
-            .lock("busy-key")
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-    }
+    cycles(&locks, "busy-key", 5).await;
     let other = Locks::connect(&server.url()).await.unwrap();
     let held = other.lock("busy-key").acquire().await.unwrap();
     let pid = server_pid(server.port);
@@ -827,10 +818,7 @@ async fn a_release_across_a_restart_is_never_a_silent_ok() {
     let control = locks.lock("restarted").acquire().await.unwrap();
     control.release().await.unwrap();
     // Every connection of the client is open and warm before the restart.
-    for _ in 0..3 {
-        let g = locks.lock("warm").acquire().await.unwrap();
-        g.release().await.unwrap();
-    }
+    cycles(&locks, "warm", 3).await;
     let g = locks
         .lock("restarted")
         .ttl(Duration::from_secs(30))

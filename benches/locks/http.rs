@@ -51,6 +51,16 @@ async fn distlock_pay(State(app): State<App>, Json(pay): Json<Pay>) -> Json<Rece
     })
 }
 
+/// The receipt every endpoint answers, as JSON.
+fn receipt_json(pay: Pay) -> String {
+    serde_json::to_string(&Receipt {
+        order: pay.order,
+        cents: pay.cents,
+        receipt: "r-1",
+    })
+    .expect("a receipt serializes")
+}
+
 async fn baseline_pay(State(app): State<App>, headers: HeaderMap, body: String) -> Response {
     let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
         return StatusCode::BAD_REQUEST.into_response();
@@ -71,12 +81,7 @@ async fn baseline_pay(State(app): State<App>, headers: HeaderMap, body: String) 
             let _: Result<(), _> = conn.del(&rkey).await;
             return StatusCode::UNPROCESSABLE_ENTITY.into_response();
         };
-        let text = serde_json::to_string(&Receipt {
-            order: pay.order,
-            cents: pay.cents,
-            receipt: "r-1",
-        })
-        .unwrap();
+        let text = receipt_json(pay);
         let _: Result<(), _> = redis::cmd("SET")
             .arg(&rkey)
             .arg(&text)
@@ -166,12 +171,7 @@ async fn guarded_pay(State(app): State<App>, headers: HeaderMap, body: String) -
         let Ok(pay) = serde_json::from_value::<Pay>(payload) else {
             return StatusCode::UNPROCESSABLE_ENTITY.into_response();
         };
-        let text = serde_json::to_string(&Receipt {
-            order: pay.order,
-            cents: pay.cents,
-            receipt: "r-1",
-        })
-        .unwrap();
+        let text = receipt_json(pay);
         let done = format!(
             r#"{{"status":"completed","fp":"{fp}","completed_at_ms":{now},"response":{}}}"#,
             serde_json::json!({

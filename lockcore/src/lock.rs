@@ -743,22 +743,16 @@ impl LockGuard {
         if replicas <= self.info.state.replicas.load(Ordering::Relaxed) {
             return Ok(self);
         }
-        let key = self.info.key.to_string();
-        match self.locks.inner.backend.barrier(&key, replicas).await {
-            Ok(acked) if acked >= replicas => {
-                self.info
-                    .state
-                    .replicas
-                    .fetch_max(replicas, Ordering::Relaxed);
-                Ok(self)
-            }
-            Ok(acked) => Err(Error::NotReplicated {
-                key,
-                acked,
-                wanted: replicas,
-            }),
-            Err(e) => Err(Error::backend(&key, e)),
-        }
+        self.locks
+            .inner
+            .backend
+            .require_acked(&self.info.key, replicas)
+            .await?;
+        self.info
+            .state
+            .replicas
+            .fetch_max(replicas, Ordering::Relaxed);
+        Ok(self)
     }
 
     /// Releases the lock with a compare-and-delete.

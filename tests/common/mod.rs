@@ -36,6 +36,14 @@ use std::time::{Duration, Instant};
 #[allow(unused_imports)] // each test file uses some of them
 pub use testkit::{NO_REAPER_VAR, REAPER_SCRIPT, RedisServer, free_port, ping, spawn_reaper};
 
+/// `n` acquire + release of `key` through `locks`, one after another.
+pub async fn cycles(locks: &distlock::Locks, key: &str, n: usize) {
+    for _ in 0..n {
+        let g = locks.lock(key).acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
+}
+
 /// A task that takes `key` through `locks`, waiting up to `wait`, and releases it at
 /// once; it resolves to the instant it held the lock.
 pub fn take_and_release(

@@ -23,13 +23,15 @@ use crate::util::now_ms;
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_CLAIM));
 static SETTLE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_SETTLE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RELEASE));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RENEW));
 
 /// How every completed record begins (see [`crate::idempotency::record`]); it cannot occur
 /// inside an in-progress record, whose strings escape their quotes.
-pub(crate) const COMPLETED: &str = r#"{"status":"completed","fp":""#;
+const COMPLETED: &str = r#"{"status":"completed","fp":""#;
 
 /// Where the stored result begins in a record's value: the first completed record.
-pub(crate) fn completed_at(raw: &str) -> Option<usize> {
+fn completed_at(raw: &str) -> Option<usize> {
     raw.find(COMPLETED)
 }
 
@@ -52,17 +54,19 @@ fn owner_range(record: &str) -> Option<std::ops::Range<usize>> {
     None
 }
 
+/// The fingerprint of the completed record `done` begins (hex: no escapes in it).
+fn completed_fp(done: &str) -> &str {
+    done[COMPLETED.len()..].split('"').next().unwrap_or("")
+}
+
 /// A completed record at `raw[at..]`: a replay of it when its fingerprint is `fp`.
 fn completed_claim(raw: &str, at: usize, fp: &str) -> Claimed {
-    let rest = &raw[at + COMPLETED.len()..];
-    if rest.split('"').next() == Some(fp) {
+    if completed_fp(&raw[at..]) == fp {
         Claimed::Completed(raw[at..].to_owned())
     } else {
         Claimed::Mismatch
     }
 }
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RELEASE));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RENEW));
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,8 +210,8 @@ impl RedisBackend {
 
     /// One `MULTI`: `SET key record NX PX retention` (writes a key gone meanwhile whole,
     /// with a ttl; the `APPEND` then repeats the record after itself, and the first copy
-    /// is the result), `APPEND key record`, and `GETRANGE` of the bytes of `written` that
-    /// spell this claim's owner token. While the claim's key lives (the usual case) the
+    /// is the result), `APPEND key record`, and, when `written` is known, `GETRANGE` of
+    /// its bytes that spell this claim's owner token. While the claim's key lives (the usual case) the
     /// `SET` does nothing, the `APPEND` adds the result, and the key keeps its ttl: the
     /// lease plus the retention, from the claim or its last renewal.
     ///
@@ -233,7 +237,6 @@ impl RedisBackend {
         {
             return Ok(true);
         }
-        let owner_at = written.and_then(owner_range);
         let mut pipe = redis::pipe();
         pipe.atomic()
             .cmd("SET")
@@ -246,14 +249,19 @@ impl RedisBackend {
             .cmd("APPEND")
             .arg(key)
             .arg(record);
-        let (start, end) = owner_at.clone().map_or((0, 0), |r| (r.start, r.end));
-        pipe.cmd("GETRANGE").arg(key).arg(start).arg(end.max(1) - 1);
-        let (len, at): (usize, Vec<u8>) = self.query_pipe(&pipe).await?;
-        if let (Some(w), Some(range)) = (written, owner_at)
-            && w.len() + record.len() == len
-            && w.as_bytes()[range] == at[..]
-        {
-            return Ok(true);
+        // Without the claim's record as written there is nothing to compare: the script
+        // decides.
+        if let Some((w, range)) = written.and_then(|w| Some((w, owner_range(w)?))) {
+            pipe.cmd("GETRANGE")
+                .arg(key)
+                .arg(range.start)
+                .arg(range.end - 1);
+            let (len, at): (usize, Vec<u8>) = self.query_pipe(&pipe).await?;
+            if w.len() + record.len() == len && w.as_bytes()[range] == at[..] {
+                return Ok(true);
+            }
+        } else {
+            let _: (usize,) = self.query_pipe(&pipe).await?;
         }
         let mut inv = SETTLE.prepare_invoke();
         inv.key(key).arg(record).arg(channel);
@@ -418,7 +426,7 @@ impl MemoryBackend {
             return false;
         }
         // As `idem_settle.lua`: a claim of another payload in front keeps its record.
-        let fp = record[COMPLETED.len()..].split('"').next().unwrap_or("");
+        let fp = completed_fp(record);
         if at > 0 && !raw[..at].contains(&format!(r#""fp":"{fp}""#)) {
             let kept = format!("{}{}", &raw[..at], &raw[at + record.len()..]);
             *raw = kept;

@@ -177,6 +177,20 @@ impl RedisBackend {
         crate::util::lock(&self.idle).push(conn);
     }
 
+    /// A direct connection after a call that got `reply` on it: back to the pool while
+    /// it is in step (an answer, or an error the server sent); else closed, with the idle
+    /// ones (they likely share its fate), and the break counted.
+    fn done_with<T>(&self, conn: Direct, reply: &redis::RedisResult<T>) {
+        match reply {
+            Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                drop(conn);
+                self.drop_idle();
+                self.broke();
+            }
+            _ => self.give_back(conn),
+        }
+    }
+
     /// Closes every idle direct connection (one broke: the others likely share its fate).
     fn drop_idle(&self) {
         let stale = std::mem::take(&mut *crate::util::lock(&self.idle));
@@ -310,13 +324,7 @@ impl RedisBackend {
             let runtime = current_runtime()?;
             if let Some(mut direct) = self.take_direct(runtime).await? {
                 let reply = Call::Pipe(pipe).run::<T, _>(&mut direct).await;
-                match &reply {
-                    Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                        drop(direct);
-                        self.broke();
-                    }
-                    _ => self.give_back(direct),
-                }
+                self.done_with(direct, &reply);
                 return reply.map_err(BackendError::from);
             }
             let mut own = self
@@ -353,18 +361,7 @@ impl RedisBackend {
                 && let Some(mut direct) = self.take_direct(runtime).await?
             {
                 let reply = what.run::<T, _>(&mut direct).await;
-                match &reply {
-                    Ok(_) => self.give_back(direct),
-                    // The server answered: the connection is in step.
-                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                        self.give_back(direct)
-                    }
-                    Err(_) => {
-                        drop(direct);
-                        self.drop_idle();
-                        self.broke();
-                    }
-                }
+                self.done_with(direct, &reply);
                 return reply.map_err(BackendError::from);
             }
             let (mut conn, generation) = self.connection().await?;
@@ -463,15 +460,8 @@ impl RedisBackend {
     /// written back once gone), so every later holder's fence is larger. Otherwise the
     /// lock is lost and the value is skipped.
     pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("INCR")
-            .arg(Companion(key, ":fence"))
-            .cmd("GET")
-            .arg(key);
-        let (fence, held): (u64, Option<String>) = self.query_pipe(&pipe).await?;
-        Ok(held
-            .is_some_and(|v| holds_token(&v, token))
-            .then_some(fence))
+        let (fence, held): (u64, Option<String>) = self.query_pipe(&fence_pipe(key)).await?;
+        Ok(fence_if_held(fence, held, token))
     }
 
     /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
@@ -629,7 +619,23 @@ fn may_take_over(held: &str, token: &str, client: &str) -> bool {
 
 /// Whether a lock key's value `held` is `token`, as written, or with a waiter's mark
 /// (`<token> waiting`, see `acquire.lua`).
-pub(super) fn holds_token(held: &str, token: &str) -> bool {
+/// `INCR` of `key`'s fence counter, then `GET` of the key: see [`RedisBackend::fence`].
+pub(super) fn fence_pipe(key: &str) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("INCR")
+        .arg(Companion(key, ":fence"))
+        .cmd("GET")
+        .arg(key);
+    pipe
+}
+
+/// The counter's value is a fence when the key still held the token.
+pub(super) fn fence_if_held(fence: u64, held: Option<String>, token: &str) -> Option<u64> {
+    held.is_some_and(|v| holds_token(&v, token))
+        .then_some(fence)
+}
+
+fn holds_token(held: &str, token: &str) -> bool {
     held.strip_prefix(token)
         .is_some_and(|rest| rest.is_empty() || rest == " waiting")
 }

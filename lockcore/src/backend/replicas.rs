@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use super::redis::RedisBackend;
 use super::{Backend, millis};
-use crate::error::BackendError;
+use crate::error::{BackendError, Error};
 use crate::key::Companion;
 
 /// What a write made to be acknowledged found.
@@ -70,6 +70,23 @@ impl Backend {
             Backend::Memory(_) => Ok(replicas),
         }
     }
+
+    /// [`barrier`](Self::barrier) as the caller's answer: `Ok` when `replicas`
+    /// acknowledged, else [`Error::NotReplicated`] (or `Backend`) about `key`.
+    pub(crate) async fn require_acked(&self, key: &str, replicas: u32) -> Result<(), Error> {
+        match self.barrier(key, replicas).await {
+            Ok(acked) if acked >= replicas => Ok(()),
+            Ok(acked) => {
+                tracing::warn!(target: "distlock", key, acked, wanted = replicas, "write not acknowledged by enough replicas");
+                Err(Error::NotReplicated {
+                    key: key.to_owned(),
+                    acked,
+                    wanted: replicas,
+                })
+            }
+            Err(e) => Err(Error::backend(key, e)),
+        }
+    }
 }
 
 impl RedisBackend {
@@ -109,19 +126,11 @@ impl RedisBackend {
         token: &str,
         replicas: u32,
     ) -> Result<Acked<Option<u64>>, BackendError> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("INCR")
-            .arg(Companion(key, ":fence"))
-            .cmd("GET")
-            .arg(key)
-            .cmd("WAIT")
-            .arg(replicas)
-            .arg(self.replica_wait());
+        let mut pipe = super::redis::fence_pipe(key);
+        pipe.cmd("WAIT").arg(replicas).arg(self.replica_wait());
         let (fence, held, acked): (u64, Option<String>, u32) = self.query_pipe_alone(&pipe).await?;
         Ok(Acked {
-            value: held
-                .is_some_and(|v| super::redis::holds_token(&v, token))
-                .then_some(fence),
+            value: super::redis::fence_if_held(fence, held, token),
             replicas: acked,
         })
     }

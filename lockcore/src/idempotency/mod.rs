@@ -398,19 +398,11 @@ impl Claim {
         if self.replicas == 0 {
             return Ok(());
         }
-        let backend = &self.locks.inner.backend;
-        match backend.barrier(&self.key, self.replicas).await {
-            Ok(acked) if acked >= self.replicas => Ok(()),
-            Ok(acked) => {
-                tracing::warn!(target: "distlock", key = self.key, acked, wanted = self.replicas, "idempotency record not acknowledged by enough replicas");
-                Err(Error::NotReplicated {
-                    key: self.key.clone(),
-                    acked,
-                    wanted: self.replicas,
-                })
-            }
-            Err(e) => Err(Error::backend(&self.key, e)),
-        }
+        self.locks
+            .inner
+            .backend
+            .require_acked(&self.key, self.replicas)
+            .await
     }
 
     /// Runs `body`, renewing the lease every `lease / 3` meanwhile (in this task, so the
