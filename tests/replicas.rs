@@ -360,3 +360,75 @@ async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
         "40 other cycles took {others_took:?} while the replicated acquire waited {waited:?}"
     );
 }
+
+/// Between the lines of a replicated acquire: cancelled while it waits for a paused
+/// replica, and its connection killed during the wait. Either way the lock is given
+/// back (another client takes it long before its 30 s lease), and the caller sees an
+/// error, never a lock. Used from a runtime of its own, the client works as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_acquire_cancelled_or_cut_gives_the_lock_back() {
+    let (primary, replica) = pair();
+    let proxy = FaultProxy::start(primary.port);
+    let locks = proxy.locks(TIMEOUT);
+    let other = client(&primary).await;
+    let free_soon = |key: &'static str| {
+        let other = other.clone();
+        async move {
+            let started = Instant::now();
+            let g = other
+                .lock(key)
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap();
+            g.release().await.unwrap();
+            started.elapsed()
+        }
+    };
+
+    // From another runtime: acknowledged, fenced, released.
+    let from_thread = locks.clone();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let g = from_thread.lock("rt").replicas(1).acquire().await.unwrap();
+                g.fence().await.unwrap();
+                g.release().await.unwrap();
+            })
+    })
+    .join()
+    .unwrap();
+
+    signal(&replica, "-STOP");
+    // Cancelled at the WAIT.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(200),
+        locks.lock("c").replicas(1).acquire(),
+    )
+    .await;
+    assert!(cancelled.is_err(), "still waiting for the replica");
+    let took = free_soon("c").await;
+    assert!(took < Duration::from_secs(5), "given back after {took:?}");
+
+    // The connection killed during the WAIT.
+    let waiting = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock("k").replicas(1).acquire().await.map(drop) }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.reset_all();
+    let cut = waiting.await.unwrap();
+    assert!(
+        matches!(
+            cut,
+            Err(Error::Backend { .. } | Error::NotReplicated { .. })
+        ),
+        "{cut:?}"
+    );
+    let took = free_soon("k").await;
+    assert!(took < Duration::from_secs(5), "given back after {took:?}");
+    signal(&replica, "-CONT");
+}
