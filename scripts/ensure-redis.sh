@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs redis-server (and redis-cli) and openssl with apt-get when missing, then prints
-# the server's version.
+# Installs redis-server (and redis-cli), redis-sentinel and openssl with apt-get when
+# missing, then prints the server's version.
 # Used by test.sh and bench.sh; servers themselves are started by the tests and the bench.
 set -euo pipefail
 
 # openssl (the command) makes the certificates of the TLS tests.
 missing=""
 command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || missing="redis-server"
+command -v redis-sentinel >/dev/null 2>&1 || missing="$missing redis-sentinel"
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
 if [ -n "$missing" ]; then
   echo "not found: installing $missing with apt-get" >&2

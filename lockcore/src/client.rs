@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::backend::{Backend, memory::MemoryBackend, redis::RedisBackend};
 use crate::error::{BackendError, BackendErrorKind, Error, Result};
 use crate::local::LocalQueues;
-use crate::notify::{Notifier, Subscription, channel_of};
+use crate::notify::{Notifier, Source as NotifySource, Subscription, channel_of};
 use crate::watchdog::Watchdog;
 
 /// Default key prefix: the lock on `order:42` lives at Redis key `lock:order:42`.
@@ -105,6 +105,7 @@ impl Locks {
     pub fn builder(url: impl Into<String>) -> LocksBuilder {
         LocksBuilder {
             url: url.into(),
+            nodes: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_COMMAND_TIMEOUT,
             holder: None,
@@ -114,6 +115,25 @@ impl Locks {
             #[cfg(feature = "tls")]
             tls: TlsMaterial::default(),
         }
+    }
+
+    /// Starts configuring a client for the Redis Cluster that these nodes belong to (any
+    /// of its nodes will do: the others are found through them). Each lock's keys, and
+    /// each idempotency record's, live in one hash slot; waiters are woken with sharded
+    /// Pub/Sub (Redis 7.0+) on the node that owns the slot. The URL form
+    /// `redis+cluster://host1:7000,host2:7001` given to [`Locks::builder`] (or in
+    /// `REDIS_URL`) does the same.
+    ///
+    /// ```
+    /// let locks = lockcore::Locks::cluster(["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"])
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn cluster<S: AsRef<str>>(nodes: impl IntoIterator<Item = S>) -> LocksBuilder {
+        let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
+        let mut builder = Locks::builder(nodes.join(","));
+        builder.nodes = Some(nodes);
+        builder
     }
 
     /// Locks kept in this process, with the same TTL, token, fencing, `Busy` and `Lost`
@@ -225,6 +245,9 @@ impl fmt::Debug for Locks {
 #[derive(Debug, Clone)]
 pub struct LocksBuilder {
     url: String,
+    /// A cluster's nodes (from [`Locks::cluster`]; else read from a `redis+cluster://`
+    /// URL at build).
+    nodes: Option<Vec<String>>,
     prefix: String,
     timeout: Duration,
     holder: Option<String>,
@@ -502,59 +525,134 @@ impl LocksBuilder {
 
     /// The redis-rs client for the URL (and, with the `tls` feature, the certificates).
     fn redis_client(&self) -> std::result::Result<redis::Client, String> {
+        let info = self.connection_info(&self.url)?;
+        #[cfg(feature = "tls")]
+        if let Some(certs) = self.tls_certificates(std::slice::from_ref(&info))? {
+            return redis::Client::build_with_tls(info, certs)
+                .map_err(|e| format!("invalid TLS settings: {e}"));
+        }
+        redis::Client::open(info).map_err(|e| format!("invalid redis url: {e}"))
+    }
+
+    /// The certificates to give redis-rs for these URLs (`None`: its defaults), once
+    /// checked; installs rustls's `ring` provider when a URL is `rediss://`, unless the
+    /// process installed one before (install yours before building a client).
+    #[cfg(feature = "tls")]
+    fn tls_certificates(
+        &self,
+        infos: &[redis::ConnectionInfo],
+    ) -> std::result::Result<Option<redis::TlsCertificates>, String> {
+        let tls = infos
+            .iter()
+            .any(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }));
+        if tls {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        if self.tls.root_cert.is_none() && self.tls.client.is_none() {
+            return Ok(None);
+        }
+        if !tls {
+            return Err("TLS certificates are set but the URL is not `rediss://`".into());
+        }
+        self.tls.check()?;
+        Ok(Some(redis::TlsCertificates {
+            client_tls: self.tls.client.clone().map(|(client_cert, client_key)| {
+                redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }
+            }),
+            root_cert: self.tls.root_cert.clone(),
+        }))
+    }
+
+    /// One URL, checked: TLS only with the `tls` feature, and never `#insecure`.
+    fn connection_info(&self, url: &str) -> std::result::Result<redis::ConnectionInfo, String> {
         use redis::IntoConnectionInfo as _;
-        let scheme = self.url.trim_start().to_ascii_lowercase();
-        if !cfg!(feature = "tls")
-            && ["rediss://", "valkeys://"]
-                .iter()
-                .any(|s| scheme.starts_with(s))
-        {
+        let scheme = url.trim_start().to_ascii_lowercase();
+        let tls_url = ["rediss://", "valkeys://"]
+            .iter()
+            .any(|s| scheme.starts_with(s));
+        if !cfg!(feature = "tls") && tls_url {
             return Err(
                 "a `rediss://` URL (TLS) needs the `tls` feature: `distlock = { features = [\"tls\"] }`"
                     .into(),
             );
         }
-        let info = self
-            .url
-            .as_str()
+        let info = url
             .into_connection_info()
             .map_err(|e| format!("invalid redis url: {e}"))?;
         #[cfg(feature = "tls")]
-        {
-            let tls_url = match info.addr() {
-                redis::ConnectionAddr::TcpTls { insecure: true, .. } => {
-                    return Err(
-                        "`#insecure` (TLS without checking the server's certificate) is not supported: give the CA with `tls_root_cert`"
-                            .into(),
-                    );
-                }
-                redis::ConnectionAddr::TcpTls { .. } => true,
-                _ => false,
-            };
-            if tls_url {
-                // rustls needs a crypto provider: `ring`, unless the process installed
-                // one before (install yours before building a client).
-                let _ = rustls::crypto::ring::default_provider().install_default();
-            }
-            if self.tls.root_cert.is_some() || self.tls.client.is_some() {
-                if !tls_url {
-                    return Err("TLS certificates are set but the URL is not `rediss://`".into());
-                }
-                self.tls.check()?;
-                let certs = redis::TlsCertificates {
-                    client_tls: self.tls.client.clone().map(|(client_cert, client_key)| {
-                        redis::ClientTlsConfig {
-                            client_cert,
-                            client_key,
-                        }
-                    }),
-                    root_cert: self.tls.root_cert.clone(),
-                };
-                return redis::Client::build_with_tls(info, certs)
-                    .map_err(|e| format!("invalid TLS settings: {e}"));
-            }
+        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
+            return Err(
+                "`#insecure` (TLS without checking the server's certificate) is not supported: give the CA with `tls_root_cert`"
+                    .into(),
+            );
         }
-        redis::Client::open(info).map_err(|e| format!("invalid redis url: {e}"))
+        Ok(info)
+    }
+
+    /// A cluster's nodes: from [`Locks::cluster`], or a `redis+cluster://` URL
+    /// (`rediss+cluster://` for TLS) read as one URL per host; `None`: one server.
+    fn cluster_nodes(&self) -> Option<Vec<String>> {
+        if let Some(nodes) = &self.nodes {
+            return Some(nodes.clone());
+        }
+        let url = self.url.trim();
+        let (scheme, rest) = url.split_once("://")?;
+        let scheme = scheme.to_ascii_lowercase();
+        let plain = scheme.strip_suffix("+cluster")?;
+        let (auth, rest) = match rest.rsplit_once('@') {
+            Some((auth, rest)) => (format!("{auth}@"), rest),
+            None => (String::new(), rest),
+        };
+        let (hosts, query) = match rest.split_once(['/', '?']) {
+            Some((hosts, _)) if rest.contains('?') => (hosts, rest.find('?').map(|q| &rest[q..])),
+            Some((hosts, _)) => (hosts, None),
+            None => (rest, None),
+        };
+        Some(
+            hosts
+                .split(',')
+                .filter(|h| !h.is_empty())
+                .map(|h| format!("{plain}://{auth}{h}/{}", query.unwrap_or("")))
+                .collect(),
+        )
+    }
+
+    /// The builder of a redis-rs cluster client for `nodes`, with this client's timeout
+    /// and certificates.
+    fn cluster_builder(
+        &self,
+        nodes: &[String],
+    ) -> std::result::Result<
+        Arc<dyn Fn() -> redis::cluster::ClusterClientBuilder + Send + Sync>,
+        String,
+    > {
+        if nodes.is_empty() {
+            return Err("a cluster needs at least one node URL".into());
+        }
+        let infos = nodes
+            .iter()
+            .map(|n| self.connection_info(n))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        #[cfg(feature = "tls")]
+        let certs = self.tls_certificates(&infos)?;
+        let timeout = self.timeout;
+        redis::cluster::ClusterClientBuilder::new(infos.clone())
+            .build()
+            .map_err(|e| format!("invalid cluster settings: {e}"))?;
+        Ok(Arc::new(move || {
+            let builder = redis::cluster::ClusterClientBuilder::new(infos.clone())
+                .connection_timeout(timeout)
+                .response_timeout(timeout);
+            #[cfg(feature = "tls")]
+            let builder = match &certs {
+                Some(certs) => builder.certs(certs.clone()),
+                None => builder,
+            };
+            builder
+        }))
     }
 
     /// How direct connections speak TLS: a rustls configuration like the one redis-rs
@@ -592,14 +690,31 @@ impl LocksBuilder {
         if self.timeout.is_zero() {
             return Err(config_err("the command timeout must not be zero".into()));
         }
-        let client = self.redis_client().map_err(config_err)?;
+        let (backend, source) = match self.cluster_nodes() {
+            Some(nodes) => {
+                let builder = self.cluster_builder(&nodes).map_err(config_err)?;
+                // No retries in redis-rs: see `backend::redis`.
+                let client = builder()
+                    .retries(0)
+                    .build()
+                    .map_err(|e| config_err(format!("invalid cluster settings: {e}")))?;
+                (
+                    RedisBackend::cluster(client, self.timeout),
+                    NotifySource::Cluster(builder),
+                )
+            }
+            None => {
+                let client = self.redis_client().map_err(config_err)?;
+                let tls = self.direct_tls(client.get_connection_info());
+                (
+                    RedisBackend::new(client.clone(), self.timeout, tls),
+                    NotifySource::Single(client),
+                )
+            }
+        };
         Ok(Locks::new(
-            Backend::Redis(RedisBackend::new(
-                client.clone(),
-                self.timeout,
-                self.direct_tls(client.get_connection_info()),
-            )),
-            self.notify.then(|| Notifier::new(client, self.timeout)),
+            Backend::Redis(backend),
+            self.notify.then(|| Notifier::new(source, self.timeout)),
             self.prefix,
             self.holder,
             target,

@@ -7,18 +7,28 @@
 //! cancelled. A waiter sees a release as a change of a per-channel sequence number, so a
 //! message that arrives between two looks is never missed. When Pub/Sub is unavailable,
 //! waiters still wake on their capped fallback timer.
+//!
+//! On a Redis Cluster the channels are sharded (`SSUBSCRIBE`, on the node that owns the
+//! key's slot) over one RESP3 cluster connection per runtime, which redis-rs resubscribes
+//! after a reconnect and when slots move; a channel the server drops (its slot moved
+//! away) wakes its waiters, who try again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 use redis::aio::PubSubSink;
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind};
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// The channel a lock's release is published on.
+/// The channel a lock's release is published on: `{<key>}:released`, in the key's hash
+/// slot (see [`crate::key::companion`]), as sharded Pub/Sub on a cluster needs.
 pub(crate) fn channel_of(key: &str) -> String {
-    format!("{key}:released")
+    crate::key::companion(key, ":released")
 }
 
 /// Channels with waiters: a sequence number per channel (0 until the subscription is
@@ -177,9 +187,18 @@ impl Hub {
     }
 }
 
+/// Where a notifier subscribes.
+pub(crate) enum Source {
+    /// One server: plain Pub/Sub.
+    Single(redis::Client),
+    /// A cluster: sharded Pub/Sub; makes the builder of a cluster client with the
+    /// client's nodes and settings.
+    Cluster(Arc<dyn Fn() -> ClusterClientBuilder + Send + Sync>),
+}
+
 /// The Pub/Sub side of one client: a hub per tokio runtime, made on first wait.
 pub(crate) struct Notifier {
-    client: redis::Client,
+    source: Source,
     timeout: Duration,
     /// How a yield message names this client (` <client id> `): its waiters are not
     /// woken by a lock left to others.
@@ -189,9 +208,9 @@ pub(crate) struct Notifier {
 }
 
 impl Notifier {
-    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Notifier {
+    pub(crate) fn new(source: Source, timeout: Duration) -> Notifier {
         Notifier {
-            client,
+            source,
             timeout,
             named: Arc::from(&b""[..]),
             hubs: Mutex::new(Vec::new()),
@@ -221,11 +240,7 @@ impl Notifier {
         if let Some(hub) = self.live_hub(runtime) {
             return Some(hub);
         }
-        let pubsub = tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
-            .await
-            .ok()?
-            .ok()?;
-        let (sink, stream) = pubsub.split();
+        let (sink, stream) = self.connect().await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let hub = Arc::new(Hub {
             registry: Registry::default(),
@@ -247,6 +262,34 @@ impl Notifier {
         }
         hubs.push((runtime, hub.clone()));
         Some(hub)
+    }
+
+    /// A Pub/Sub connection and what it delivers, within the timeout.
+    async fn connect(&self) -> Option<(Sink, BoxStream<'static, Delivery>)> {
+        match &self.source {
+            Source::Single(client) => {
+                let pubsub = tokio::time::timeout(self.timeout, client.get_async_pubsub())
+                    .await
+                    .ok()?
+                    .ok()?;
+                let (sink, stream) = pubsub.split();
+                Some((Sink::Single(sink), stream.map(Delivery::Message).boxed()))
+            }
+            Source::Cluster(builder) => {
+                let (tx, mut rx) = mpsc::unbounded_channel();
+                let client = builder()
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .push_sender(tx)
+                    .build()
+                    .ok()?;
+                let conn = tokio::time::timeout(self.timeout, client.get_async_connection())
+                    .await
+                    .ok()?
+                    .ok()?;
+                let pushes = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+                Some((Sink::Cluster(conn), pushes.map(Delivery::Push).boxed()))
+            }
+        }
     }
 
     /// Subscribes to `channel`, waiting (within the timeout) for Redis to confirm it.
@@ -307,10 +350,76 @@ impl Notifier {
     }
 }
 
+/// Where (un)subscriptions are sent.
+enum Sink {
+    Single(PubSubSink),
+    Cluster(ClusterConnection),
+}
+
+impl Sink {
+    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            Sink::Single(sink) => sink.subscribe(channel).await,
+            Sink::Cluster(conn) => conn.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            Sink::Single(sink) => sink.unsubscribe(channel).await,
+            Sink::Cluster(conn) => conn.sunsubscribe(channel).await,
+        }
+    }
+}
+
+/// What a Pub/Sub connection delivered.
+enum Delivery {
+    /// A message (one server).
+    Message(redis::Msg),
+    /// A push (a cluster): a message, a subscription's change, or a disconnection.
+    Push(PushInfo),
+}
+
+/// Hands one delivery to the hub's waiters; `named`: see [`passes_over`].
+fn deliver(hub: &Hub, delivery: Delivery, named: &[u8]) {
+    match delivery {
+        Delivery::Message(msg) => {
+            if !passes_over(msg.get_payload_bytes(), named) {
+                hub.registry.publish(msg.get_channel_name());
+            }
+        }
+        Delivery::Push(push) => {
+            let bytes = |i: usize| match push.data.get(i) {
+                Some(redis::Value::BulkString(b)) => Some(b.as_slice()),
+                _ => None,
+            };
+            match push.kind {
+                PushKind::SMessage | PushKind::Message => {
+                    if let (Some(channel), Some(payload)) = (bytes(0), bytes(1))
+                        && !passes_over(payload, named)
+                    {
+                        hub.registry.publish(&String::from_utf8_lossy(channel));
+                    }
+                }
+                // The server dropped the channel (its slot moved) or confirmed a drop:
+                // its waiters try again (a needless try when this client left it).
+                PushKind::SUnsubscribe => {
+                    if let Some(channel) = bytes(0) {
+                        hub.registry.publish(&String::from_utf8_lossy(channel));
+                    }
+                }
+                // Reconnecting: redis-rs resubscribes; a release meanwhile is missed.
+                PushKind::Disconnection => hub.registry.wake_all(),
+                _ => {}
+            }
+        }
+    }
+}
+
 async fn drive(
     hub: Weak<Hub>,
-    mut sink: PubSubSink,
-    mut stream: redis::aio::PubSubStream,
+    mut sink: Sink,
+    mut stream: BoxStream<'static, Delivery>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     timeout: Duration,
     named: Arc<[u8]>,
@@ -352,10 +461,9 @@ async fn drive(
     });
     loop {
         tokio::select! {
-            msg = stream.next() => match msg {
-                Some(msg) => match hub.upgrade() {
-                    Some(_) if passes_over(msg.get_payload_bytes(), &named) => {}
-                    Some(hub) => hub.registry.publish(msg.get_channel_name()),
+            delivery = stream.next() => match delivery {
+                Some(delivery) => match hub.upgrade() {
+                    Some(hub) => deliver(&hub, delivery, &named),
                     None => break,
                 },
                 None => break,

@@ -375,3 +375,187 @@ pub fn redis_server_version() -> String {
         })
         .unwrap_or_else(|| "unknown".into())
 }
+
+/// A local Redis Cluster of servers this test started (see [`RedisServer`]): every node
+/// on a free port with its bus on another free port, slots spread evenly over the
+/// primaries by `redis-cli --cluster create`.
+pub struct RedisCluster {
+    /// The nodes, primaries first as created (a failover or a reshard changes roles).
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `primaries` primaries with `replicas` replicas each and waits until every
+    /// node sees every slot served (`cluster_state:ok`) and every replica has synced.
+    pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
+            .map(|_| {
+                let bus = free_port().to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--cluster-port",
+                    &bus,
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli runs");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok(Duration::from_secs(30));
+        cluster
+    }
+
+    /// `redis://127.0.0.1:<port>/` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Runs `redis-cli -p <port> <args>` and returns its output (trimmed).
+    pub fn cli(port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Waits until every live node reports `cluster_state:ok` with all 16384 slots, and
+    /// every replica reports its link to its primary up.
+    pub fn wait_ok(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let ok = self.nodes.iter().filter(|n| n.pid().is_some()).all(|n| {
+                let info = Self::cli(n.port, &["CLUSTER", "INFO"]);
+                let repl = Self::cli(n.port, &["INFO", "replication"]);
+                info.contains("cluster_state:ok")
+                    && info.contains("cluster_slots_ok:16384")
+                    && (repl.contains("role:master") || repl.contains("master_link_status:up"))
+            });
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The slot of `key` (`CLUSTER KEYSLOT`).
+    pub fn slot(&self, key: &str) -> u16 {
+        let port = self.nodes[0].port;
+        Self::cli(port, &["CLUSTER", "KEYSLOT", key])
+            .parse()
+            .expect("a slot number")
+    }
+
+    /// The port of the primary that serves `slot` now, as the first live node sees it.
+    pub fn primary_of(&self, slot: u16) -> u16 {
+        let port = self.live_port();
+        let shards = Self::cli(port, &["CLUSTER", "SLOTS"]);
+        // `redis-cli` prints each reply element on its own line: start, end, then the
+        // primary's ip, port, id, ...
+        let lines: Vec<&str> = shards.lines().map(str::trim).collect();
+        let mut i = 0;
+        while i + 3 < lines.len() {
+            if let (Ok(start), Ok(end)) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>())
+                && lines[i + 2] == "127.0.0.1"
+                && start <= slot
+                && slot <= end
+                && let Ok(port) = lines[i + 3].parse::<u16>()
+            {
+                return port;
+            }
+            i += 1;
+        }
+        panic!("no primary serves slot {slot}: {shards}");
+    }
+
+    /// The node id of the server on `port` (`CLUSTER MYID`).
+    pub fn node_id(port: u16) -> String {
+        Self::cli(port, &["CLUSTER", "MYID"])
+    }
+
+    /// The ports of the replicas of the primary on `port`.
+    pub fn replicas_of(&self, port: u16) -> Vec<u16> {
+        let id = Self::node_id(port);
+        self.nodes
+            .iter()
+            .filter(|n| n.pid().is_some())
+            .filter(|n| {
+                Self::cli(n.port, &["CLUSTER", "NODES"])
+                    .lines()
+                    .any(|l| l.contains("myself") && l.contains("slave") && l.contains(&id))
+            })
+            .map(|n| n.port)
+            .collect()
+    }
+
+    /// Moves `slot` from the primary serving it to the primary on `to`, key by key with
+    /// `MIGRATE`, the way `redis-cli --cluster reshard` does: `IMPORTING` on the target,
+    /// `MIGRATING` on the source, keys moved in batches of `batch` with `pause` between
+    /// batches (so calls meet `ASK` redirects), then `NODE` on every primary.
+    pub fn migrate_slot(&self, slot: u16, to: u16, batch: usize, pause: Duration) {
+        let from = self.primary_of(slot);
+        assert_ne!(from, to, "slot {slot} already on {to}");
+        let (from_id, to_id) = (Self::node_id(from), Self::node_id(to));
+        let s = slot.to_string();
+        assert_eq!(
+            Self::cli(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]),
+            "OK"
+        );
+        assert_eq!(
+            Self::cli(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]),
+            "OK"
+        );
+        loop {
+            let keys = Self::cli(from, &["CLUSTER", "GETKEYSINSLOT", &s, &batch.to_string()]);
+            let keys: Vec<&str> = keys
+                .lines()
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1"];
+            let port = to.to_string();
+            args.push(&port);
+            args.extend(["", "0", "5000", "KEYS"]);
+            args.extend(keys.iter().copied());
+            let out = Self::cli(from, &args);
+            assert!(out == "OK" || out == "NOKEY", "MIGRATE: {out}");
+            std::thread::sleep(pause);
+        }
+        for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+            let _ = Self::cli(node.port, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
+        }
+    }
+
+    fn live_port(&self) -> u16 {
+        self.nodes
+            .iter()
+            .find(|n| n.pid().is_some())
+            .expect("a live node")
+            .port
+    }
+}

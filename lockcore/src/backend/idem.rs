@@ -22,8 +22,10 @@ use crate::error::{BackendError, BackendErrorKind};
 use crate::util::now_ms;
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_CLAIM));
-static SETTLE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_SETTLE));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RELEASE));
+static SETTLE: LazyLock<[Script; 2]> =
+    LazyLock::new(|| super::scripts::both(super::scripts::IDEM_SETTLE));
+static RELEASE: LazyLock<[Script; 2]> =
+    LazyLock::new(|| super::scripts::both(super::scripts::IDEM_RELEASE));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RENEW));
 
 /// How every completed record begins (see [`crate::idempotency::record`]); it cannot occur
@@ -263,7 +265,7 @@ impl RedisBackend {
         } else {
             let _: (usize,) = self.query_pipe(&pipe).await?;
         }
-        let mut inv = SETTLE.prepare_invoke();
+        let mut inv = self.script(&SETTLE).prepare_invoke();
         inv.key(key).arg(record).arg(channel);
         Ok(self.eval::<i64>(&inv).await? == 1)
     }
@@ -275,7 +277,7 @@ impl RedisBackend {
         channel: &str,
         retention: Duration,
     ) -> Result<bool, BackendError> {
-        let mut inv = RELEASE.prepare_invoke();
+        let mut inv = self.script(&RELEASE).prepare_invoke();
         inv.key(key).arg(owner).arg(channel).arg(millis(retention));
         Ok(self.eval::<i64>(&inv).await? == 1)
     }

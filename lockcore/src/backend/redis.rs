@@ -1,12 +1,24 @@
 //! The Redis backend: one multiplexed connection per client and tokio runtime,
 //! reconnected when it breaks, plus a few direct connections for the lock scripts (see
 //! [`super::direct`]); every call bounded by the command timeout.
+//!
+//! On a Redis Cluster the connection is a redis-rs cluster connection instead, built to
+//! retry nothing itself: a command it re-sent after an I/O error might run twice (a
+//! release that already deleted its key would then report the lock lost). Redirects
+//! (`MOVED`, `ASK`) and the replies that say a command did not run (`TRYAGAIN`,
+//! `CLUSTERDOWN`, no connection to the slot's node) are followed here, within the
+//! command timeout; an I/O error reaches the caller, which knows whether a retry is safe.
+//! Direct connections stay off on a cluster, and waking uses sharded Pub/Sub (see
+//! [`sharded`](super::scripts::sharded)).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{AsyncConnectionConfig, FromRedisValue, Script, ScriptInvocation};
 use tokio::runtime::Handle;
 
@@ -18,7 +30,8 @@ use crate::key::Companion;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::ACQUIRE));
 static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::UNLOCK));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::RELEASE));
+static RELEASE: LazyLock<[Script; 2]> =
+    LazyLock::new(|| super::scripts::both(super::scripts::RELEASE));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
 
 /// How many runtimes' connections one client keeps.
@@ -32,8 +45,16 @@ const MAX_DIRECT: usize = 4;
 /// commands per socket read and write, which costs redis-server less CPU per command.
 const DIRECT_BELOW: usize = 3;
 
+/// Where the backend connects.
+pub(crate) enum Target {
+    /// One server.
+    Single(redis::Client),
+    /// A Redis Cluster (built with no retries, see the module docs).
+    Cluster(ClusterClient),
+}
+
 pub(crate) struct RedisBackend {
-    client: redis::Client,
+    target: Target,
     /// How direct connections speak TLS.
     tls: DirectTls,
     timeout: Duration,
@@ -49,8 +70,10 @@ pub(crate) struct RedisBackend {
     live: Arc<AtomicUsize>,
     /// Script calls in flight now.
     in_flight: AtomicUsize,
-    /// Whether the address can be served by direct connections (not TLS).
+    /// Whether the address can be served by direct connections (one server).
     direct: bool,
+    /// A cluster: scripts wake waiters with sharded Pub/Sub (see [`Self::script`]).
+    sharded: bool,
     /// Whether the server's eviction policy was read (once per client, see
     /// [`warn_if_evicting`]).
     policy_checked: AtomicBool,
@@ -71,16 +94,32 @@ pub(crate) struct RedisBackend {
 
 struct Slot {
     runtime: tokio::runtime::Id,
-    conn: MultiplexedConnection,
+    conn: Conn,
     generation: u64,
 }
 
 impl RedisBackend {
+    /// One server.
     pub(crate) fn new(client: redis::Client, timeout: Duration, tls: DirectTls) -> Self {
         let direct = Direct::serves(client.get_connection_info(), &tls);
+        Self::with(Target::Single(client), timeout, tls, direct)
+    }
+
+    /// A Redis Cluster; `client` retries nothing itself (see the module docs).
+    pub(crate) fn cluster(client: ClusterClient, timeout: Duration) -> Self {
+        Self::with(
+            Target::Cluster(client),
+            timeout,
+            DirectTls::default(),
+            false,
+        )
+    }
+
+    fn with(target: Target, timeout: Duration, tls: DirectTls, direct: bool) -> Self {
+        let sharded = matches!(target, Target::Cluster(_));
         RedisBackend {
             tls,
-            client,
+            target,
             timeout,
             slots: Mutex::new(Vec::new()),
             connecting: tokio::sync::Mutex::new(()),
@@ -89,6 +128,7 @@ impl RedisBackend {
             live: Arc::new(AtomicUsize::new(0)),
             in_flight: AtomicUsize::new(0),
             direct,
+            sharded,
             policy_checked: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             run_id: Mutex::new(None),
@@ -99,6 +139,11 @@ impl RedisBackend {
 
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Which of a script's two forms this server runs: sharded Pub/Sub on a cluster.
+    pub(super) fn script<'s>(&self, pair: &'s [Script; 2]) -> &'s Script {
+        &pair[usize::from(self.sharded)]
     }
 
     /// The current epoch (see the field).
@@ -131,6 +176,9 @@ impl RedisBackend {
         &self,
         runtime: tokio::runtime::Id,
     ) -> Result<Option<Direct>, BackendError> {
+        let Target::Single(client) = &self.target else {
+            return Ok(None);
+        };
         if !self.direct {
             return Ok(None);
         }
@@ -157,7 +205,7 @@ impl RedisBackend {
                 }
             }
         };
-        let info = self.client.get_connection_info();
+        let info = client.get_connection_info();
         let opened = Direct::open(info, &self.tls, runtime, place)
             .await
             .inspect_err(|_| self.broke())?;
@@ -197,7 +245,7 @@ impl RedisBackend {
         drop(stale);
     }
 
-    fn cached(&self, runtime: tokio::runtime::Id) -> Option<(MultiplexedConnection, u64)> {
+    fn cached(&self, runtime: tokio::runtime::Id) -> Option<(Conn, u64)> {
         let slots = crate::util::lock(&self.slots);
         slots
             .iter()
@@ -205,7 +253,7 @@ impl RedisBackend {
             .map(|s| (s.conn.clone(), s.generation))
     }
 
-    async fn connection(&self) -> Result<(MultiplexedConnection, u64), BackendError> {
+    async fn connection(&self) -> Result<(Conn, u64), BackendError> {
         let runtime = current_runtime()?;
         if let Some(found) = self.cached(runtime) {
             return Ok(found);
@@ -217,18 +265,38 @@ impl RedisBackend {
         // Every call on it is bounded by `within_timeout`, which also drops the
         // connection on a timeout: a response timeout of its own would be a second timer
         // per command.
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(None);
-        let conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .inspect_err(|_| self.broke())?;
+        let conn = match &self.target {
+            Target::Single(client) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(None);
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .inspect_err(|_| self.broke())?;
+                let (native, run_id) = detect_native(conn.clone(), self.timeout).await;
+                self.observe(run_id.as_deref());
+                *crate::util::lock(&self.native) = native;
+                Conn::Single(conn)
+            }
+            // The nodes may run different versions: scripts only, no native commands.
+            Target::Cluster(client) => {
+                let connect = client.get_async_connection();
+                match tokio::time::timeout(self.timeout, connect).await {
+                    Ok(Ok(conn)) => Conn::Cluster(conn),
+                    Ok(Err(e)) => {
+                        self.broke();
+                        return Err(e.into());
+                    }
+                    Err(_) => {
+                        self.broke();
+                        return Err(BackendError::timeout(self.timeout));
+                    }
+                }
+            }
+        };
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let (native, run_id) = detect_native(conn.clone(), self.timeout).await;
-        self.observe(run_id.as_deref());
-        *crate::util::lock(&self.native) = native;
+        let native = self.native();
         let mut slots = crate::util::lock(&self.slots);
         slots.retain(|s| s.runtime != runtime);
         if slots.len() >= MAX_RUNTIMES {
@@ -251,7 +319,7 @@ impl RedisBackend {
         {
             return;
         }
-        if let Ok((conn, _)) = self.connection().await {
+        if let Ok((Conn::Single(conn), _)) = self.connection().await {
             tokio::spawn(warn_if_evicting(conn, self.timeout));
         }
     }
@@ -327,8 +395,12 @@ impl RedisBackend {
                 self.done_with(direct, &reply);
                 return reply.map_err(BackendError::from);
             }
-            let mut own = self
-                .client
+            let Target::Single(client) = &self.target else {
+                // A cluster: the shared connection to the slot's primary (a lagging
+                // replica slows the calls to that primary meanwhile).
+                return self.call_on_shared(Call::Pipe(pipe)).await;
+            };
+            let mut own = client
                 .get_multiplexed_async_connection()
                 .await
                 .inspect_err(|_| self.broke())?;
@@ -364,14 +436,70 @@ impl RedisBackend {
                 self.done_with(direct, &reply);
                 return reply.map_err(BackendError::from);
             }
-            let (mut conn, generation) = self.connection().await?;
+            let (conn, generation) = self.connection().await?;
             used.store(generation, Ordering::Relaxed);
-            what.run::<T, _>(&mut conn)
+            self.run_on(conn, what)
                 .await
                 .map_err(|e| self.failed(generation, e))
         };
         tokio::pin!(call);
         self.within_timeout(&used, call).await
+    }
+
+    /// `what` on the shared connection (not a direct one), without a timer of its own:
+    /// for a caller already within the timeout.
+    async fn call_on_shared<T: FromRedisValue>(
+        &self,
+        what: Call<'_, '_>,
+    ) -> Result<T, BackendError> {
+        let (conn, generation) = self.connection().await?;
+        self.run_on(conn, what)
+            .await
+            .map_err(|e| self.failed(generation, e))
+    }
+
+    /// `what` on `conn`; on a cluster, following redirects and waiting out the replies
+    /// that say the command did not run (see the module docs).
+    async fn run_on<T: FromRedisValue>(
+        &self,
+        conn: Conn,
+        what: Call<'_, '_>,
+    ) -> redis::RedisResult<T> {
+        let mut conn = match conn {
+            Conn::Single(mut conn) => return what.run::<T, _>(&mut conn).await,
+            Conn::Cluster(conn) => conn,
+        };
+        let mut at: Option<AtNode> = None;
+        let mut round = 0u32;
+        loop {
+            let reply = match &at {
+                None => what.run::<T, _>(&mut conn).await,
+                Some(node) => what.run::<T, _>(&mut node.on(&mut conn)).await,
+            };
+            let e = match reply {
+                Err(e) if round < MAX_REDIRECTS => e,
+                reply => return reply,
+            };
+            round += 1;
+            at = match e.kind() {
+                redis::ErrorKind::Server(redis::ServerErrorKind::Moved) => {
+                    // The slot has another owner: after a failover, keys the old one had
+                    // not replicated are gone.
+                    self.broke();
+                    AtNode::of(&e, false)
+                }
+                redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => AtNode::of(&e, true),
+                redis::ErrorKind::Server(
+                    redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::ClusterDown,
+                )
+                | redis::ErrorKind::ClusterConnectionNotFound => {
+                    let pause = Duration::from_millis(u64::from(round.min(10)) * 5);
+                    tokio::time::sleep(pause).await;
+                    None
+                }
+                _ => return Err(e),
+            };
+        }
     }
 
     /// `call` within the command timeout. On a timeout the multiplexed connection it was
@@ -476,7 +604,7 @@ impl RedisBackend {
                 _ => {}
             }
         }
-        let mut inv = RELEASE.prepare_invoke();
+        let mut inv = self.script(&RELEASE).prepare_invoke();
         let (client, window) = call.yield_to.map_or(("", 0), |(c, w)| (c, millis(w)));
         let (next, next_ttl, turn_over) = call
             .successor
@@ -509,6 +637,17 @@ impl RedisBackend {
         &self,
         leases: &[(&str, &str, Duration)],
     ) -> Result<Vec<bool>, BackendError> {
+        if self.sharded {
+            // The keys live in many slots: one call each, sent together.
+            let calls = leases.iter().map(|(key, token, ttl)| async move {
+                let mut cmd = evalsha(&EXTEND, 1, 2, key.len() + token.len());
+                cmd.arg(*key).arg(*token).arg(millis(*ttl));
+                self.evalsha_call::<i64>(&EXTEND, &cmd)
+                    .await
+                    .map(|r| r == 1)
+            });
+            return futures_util::future::try_join_all(calls).await;
+        }
         let scripted = || {
             let mut pipe = redis::pipe();
             for (key, token, ttl) in leases {
@@ -593,10 +732,10 @@ impl RedisBackend {
         let used = AtomicU64::new(0);
         let call = async {
             self.check_policy_once().await;
-            let (mut conn, generation) = self.connection().await?;
+            let (conn, generation) = self.connection().await?;
             used.store(generation, Ordering::Relaxed);
-            redis::cmd("PING")
-                .query_async::<()>(&mut conn)
+            let ping = redis::cmd("PING");
+            self.run_on::<()>(conn, Call::Cmd(&ping))
                 .await
                 .map_err(|e| self.failed(generation, e))
         };
@@ -755,5 +894,146 @@ impl Call<'_, '_> {
                 reply => reply,
             },
         }
+    }
+}
+
+/// How many redirects and not-run replies one cluster call follows before it reports
+/// the last one (the command timeout bounds it too).
+const MAX_REDIRECTS: u32 = 16;
+
+/// A multiplexed connection to one server, or a cluster connection.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The cluster node a redirect named, and whether it wants `ASKING` first.
+struct AtNode {
+    host: String,
+    port: u16,
+    asking: bool,
+}
+
+impl AtNode {
+    /// The node of a `MOVED` or `ASK` reply (`None`: route by slot again).
+    fn of(e: &redis::RedisError, asking: bool) -> Option<AtNode> {
+        let (addr, _slot) = e.redirect_node()?;
+        let (host, port) = addr.rsplit_once(':')?;
+        Some(AtNode {
+            host: host.to_owned(),
+            port: port.parse().ok()?,
+            asking,
+        })
+    }
+
+    fn on<'c>(&'c self, conn: &'c mut ClusterConnection) -> Routed<'c> {
+        Routed { node: self, conn }
+    }
+}
+
+/// A cluster connection whose commands all go to one node.
+struct Routed<'c> {
+    node: &'c AtNode,
+    conn: &'c mut ClusterConnection,
+}
+
+impl Routed<'_> {
+    fn route(&self) -> SingleNodeRoutingInfo {
+        SingleNodeRoutingInfo::ByAddress {
+            host: self.node.host.clone(),
+            port: self.node.port,
+        }
+    }
+}
+
+impl redis::aio::ConnectionLike for Routed<'_> {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        Box::pin(async move {
+            let route = self.route();
+            if !self.node.asking {
+                return self
+                    .conn
+                    .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
+                    .await;
+            }
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").add_command(cmd.clone());
+            let mut replies = self.conn.route_pipeline(pipe, 1, 1, route).await?;
+            replies
+                .pop()
+                .ok_or_else(|| (redis::ErrorKind::Client, "no reply after ASKING").into())
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        Box::pin(async move {
+            let route = self.route();
+            if !self.node.asking {
+                return self
+                    .conn
+                    .route_pipeline(pipeline.clone(), offset, count, route)
+                    .await;
+            }
+            // `ASKING` first, then the pipeline as it would be sent (a transaction
+            // keeps its `MULTI` and `EXEC`), its replies skipped like the pipeline's.
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING");
+            if pipeline.is_transaction() {
+                pipe.cmd("MULTI");
+            }
+            for cmd in pipeline.cmd_iter() {
+                pipe.add_command(cmd.clone());
+            }
+            if pipeline.is_transaction() {
+                pipe.cmd("EXEC");
+            }
+            self.conn
+                .route_pipeline(pipe, offset + 1, count, route)
+                .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        0
     }
 }

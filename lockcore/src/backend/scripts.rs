@@ -21,3 +21,39 @@ pub const IDEM_RENEW: &str = concat!(
     include_str!("../scripts/idem_owned.lua"),
     include_str!("../scripts/idem_renew.lua")
 );
+
+/// The form of a script for a Redis Cluster: sharded Pub/Sub (`SPUBLISH` to, and
+/// `PUBSUB SHARDNUMSUB` of, the key's channel, which lives in the key's slot), since a
+/// cluster node counts and delivers plain Pub/Sub on its own connections only.
+pub fn sharded(script: &str) -> String {
+    script
+        .replace("'PUBLISH'", "'SPUBLISH'")
+        .replace("'NUMSUB'", "'SHARDNUMSUB'")
+}
+
+/// A script as loaded for one server (`[0]`) and for a cluster (`[1]`, [`sharded`]).
+pub(crate) fn both(script: &str) -> [redis::Script; 2] {
+    [
+        redis::Script::new(script),
+        redis::Script::new(&sharded(script)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cluster_forms_publish_and_count_in_the_slot() {
+        for script in [RELEASE, IDEM_RELEASE, IDEM_SETTLE] {
+            assert!(script.contains("'PUBLISH'"));
+            let cluster = sharded(script);
+            assert!(!cluster.contains("'PUBLISH'") && cluster.contains("'SPUBLISH'"));
+            assert!(!cluster.contains("'NUMSUB'"));
+        }
+        assert!(sharded(RELEASE).contains("'PUBSUB', 'SHARDNUMSUB'"));
+        for script in [ACQUIRE, UNLOCK, EXTEND, IDEM_CLAIM, IDEM_RENEW] {
+            assert_eq!(sharded(script), script, "publishes nothing");
+        }
+    }
+}
