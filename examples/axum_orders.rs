@@ -6,7 +6,8 @@
 //! cargo run --example axum_orders --features axum -- --demo  # serve, then act as clients
 //! ```
 //!
-//! It uses the Redis at `REDIS_URL` (default `redis://127.0.0.1:6379/`); with `--demo` and
+//! It uses the Redis at `REDIS_URL` (default `redis://127.0.0.1:6379/`; a Redis Cluster as
+//! `redis+cluster://host1:7000,host2:7001`); with `--demo` and
 //! no Redis reachable it falls back to the in-memory backend and says so. The README's
 //! "Idempotency" section has curl commands to try by hand.
 use std::collections::BTreeMap;

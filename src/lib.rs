@@ -44,13 +44,13 @@
 //! | **`wait`** | waiters sleep until the release message, the holder's remaining lease, or 100 ms, whichever is first, and stop exactly at the deadline. |
 //! | **Every exit releases** | return, `?`, a panic, and a dropped (cancelled) future: the guard's `Drop` schedules the release at once. A cancelled `release()` too: the release goes on in a task of its own, and when a try may already have reached Redis it goes on as a retry, which finds the lock released, handed to the next local waiter (woken holding it) or still held (released now). |
 //! | **Fencing** | on demand: `current_lock().unwrap().fence().await?` (or [`LockGuard::fence`]) is one round trip of two plain commands, `INCR {lock:order:42}:fence` then `GET lock:order:42`: when the key still holds the lock's token, the number is its fence, else `Lost` (and the number is skipped); later calls in the same acquisition (nested ones included) return the same number without a round trip, and a lock that never asks pays nothing. A holder that gets a fence after another got one gets a larger one; a holder paused past its ttl either got a smaller fence than the next holder's or gets `Lost` when it asks. So ask right before the write, and hand it to storage that rejects smaller fences: the check and the guard in one. Only the first call checks; later ones return the cached number. The counter has no ttl on purpose: under a `maxmemory-policy` other than `noeviction` Redis may evict it (or the lock key itself, which lets a second holder in), and `FLUSHDB` deletes it; either way fences start again from 1, as they do after a restart of a Redis without persistence (RDB or AOF) or a failover to a replica that had not received the counter's last value. Use `noeviction` and persistence; a client reads the policy once and warns when it is another. |
-//! | **Upgrading** | the lock protocol changed with fences on demand (no fence at acquisition, waiters mark the holder's value), and idempotency records changed with appended results (see `#[idempotent]`): stop every client of the previous version before starting the new one on the same Redis. |
+//! | **Upgrading** | the lock protocol changed with fences on demand (no fence at acquisition, waiters mark the holder's value), idempotency records changed with appended results (see `#[idempotent]`), and the wake-up channel is now `{<key>}:released` (in the key's hash slot): stop every client of the previous version before starting the new one on the same Redis. |
 //! | **Native commands** | where the server has them (Redis 8.4+ `SET ... IFEQ`, `DELEX ... IFEQ`; Valkey 8.1+ `SET ... IFEQ`, 9.0+ `DELIFEQ`), detected once per connection, renewals and clean-ups use them instead of scripts; Lua is the fallback everywhere. |
 //!
 //! ## Waiting, fairness, lease keeping, reentrancy
 //!
 //! - **Woken, not polling.** The release script publishes on the lock's channel
-//!   (`lock:order:42:released`) in the same round trip that deletes the key, when the
+//!   (`{lock:order:42}:released`) in the same round trip that deletes the key, when the
 //!   channel has subscribers. All waiters of one [`Locks`] client share one Pub/Sub
 //!   connection; a channel is subscribed while at least one waiter wants it. A missed
 //!   message (or a holder that died without releasing) is covered by a fallback retry at
@@ -126,6 +126,19 @@
 //! closed while idle is noticed before use. Direct connections authenticate and select
 //! the database from the URL, work over `unix://`, and show as `name=distlock-direct` in
 //! `CLIENT LIST`; TLS addresses use the multiplexed connection only.
+//!
+//! ## Redis Cluster
+//!
+//! [`Locks::cluster`] (or the URL `redis+cluster://host1:7000,host2:7001`, also in
+//! `REDIS_URL`) runs both attributes unchanged on a Redis Cluster (7.0+). A lock's keys
+//! (the key, `{key}:fence`, `{key}:turns`, the wake-up channel `{key}:released`) and an
+//! idempotency record's share one hash slot; waiters are woken with sharded Pub/Sub on
+//! the node that owns it. Redirects (`MOVED`, `ASK`) and `TRYAGAIN` during a slot's
+//! migration are followed within the command timeout; the redis-rs cluster client's own
+//! retries are off, since a command it re-sent after an I/O error could run twice (a
+//! release that already deleted its key would then report the lock lost). Each call goes
+//! over one cluster connection per tokio runtime; direct connections stay off, and
+//! `replicas = n` waits on the connection to the slot's primary that other calls share.
 //!
 //! ## Testing without Redis
 //!

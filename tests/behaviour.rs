@@ -563,7 +563,7 @@ async fn release_scripts_answer_by_what_the_key_holds() {
         inv.key("lock:retry")
             .key("{lock:retry}:turns")
             .arg(token)
-            .arg("lock:retry:released")
+            .arg("{lock:retry}:released")
             .arg(&["test:client", "10"][..])
             .arg(next)
             .arg(&["30000", "", "0"][..]);

@@ -208,3 +208,498 @@ async fn fifty_concurrent_idempotent_calls_run_once_on_every_primary() {
         assert_eq!(again.get(), 0);
     }
 }
+
+/// Tasks on two clients take `key` in turn, each checking that nobody else is inside and
+/// that its fence is larger than every earlier holder's; until `stop`, then `rounds`
+/// more each. Returns (cycles, overlaps, fences that went backwards, errors).
+async fn contend(
+    clients: &[Locks],
+    key: &str,
+    tasks_per_client: usize,
+    stop: Arc<AtomicBool>,
+) -> (u64, u64, u64, Vec<String>) {
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let backwards = Arc::new(AtomicU64::new(0));
+    let last_fence = Arc::new(AtomicU64::new(0));
+    let cycles = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for locks in clients {
+        for _ in 0..tasks_per_client {
+            let (locks, key, stop) = (locks.clone(), key.to_owned(), stop.clone());
+            let (inside, overlaps, backwards, last_fence, cycles, errors) = (
+                inside.clone(),
+                overlaps.clone(),
+                backwards.clone(),
+                last_fence.clone(),
+                cycles.clone(),
+                errors.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut after_stop = 0;
+                while after_stop < 3 {
+                    if stop.load(Ordering::SeqCst) {
+                        after_stop += 1;
+                    }
+                    let g = match locks
+                        .lock(key.as_str())
+                        .ttl(Duration::from_secs(10))
+                        .wait(Duration::from_secs(20))
+                        .acquire()
+                        .await
+                    {
+                        Ok(g) => g,
+                        Err(e) => {
+                            errors.lock().unwrap().push(format!("acquire: {e}"));
+                            continue;
+                        }
+                    };
+                    if inside.fetch_add(1, Ordering::SeqCst) > 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    match g.fence().await {
+                        Ok(f) => {
+                            if last_fence.fetch_max(f, Ordering::SeqCst) >= f {
+                                backwards.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        Err(e) => errors.lock().unwrap().push(format!("fence: {e}")),
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    if let Err(e) = g.release().await {
+                        errors.lock().unwrap().push(format!("release: {e}"));
+                    }
+                    cycles.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let errors = errors.lock().unwrap().clone();
+    (
+        cycles.load(Ordering::SeqCst),
+        overlaps.load(Ordering::SeqCst),
+        backwards.load(Ordering::SeqCst),
+        errors,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migrated_under_a_held_contended_lock() {
+    let cluster = Arc::new(RedisCluster::start(3, 0));
+    let key = "moving";
+    let slot = cluster.slot("lock:moving");
+    let from = cluster.primary_of(slot);
+    let to = (0..16384u16)
+        .step_by(2000)
+        .map(|s| cluster.primary_of(s))
+        .find(|p| *p != from)
+        .unwrap();
+    let clients = [
+        Locks::cluster(cluster.urls()).connect().await.unwrap(),
+        Locks::cluster(cluster.urls()).connect().await.unwrap(),
+    ];
+    // The counter exists before the move, so it moves too.
+    let g = clients[0].lock(key).acquire().await.unwrap();
+    let first = g.fence().await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let run = {
+        let (clients, stop) = (clients.clone(), stop.clone());
+        tokio::spawn(async move { contend(&clients, key, 3, stop).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Held and waited for while its keys move one by one (each `MIGRATE` 300 ms apart,
+    // so calls meet ASK and TRYAGAIN), then the slot is the other primary's (MOVED).
+    let moving = {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || {
+            cluster.migrate_slot(slot, to, 1, Duration::from_millis(300))
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    g.release().await.unwrap();
+    moving.await.unwrap();
+    assert_eq!(cluster.primary_of(slot), to, "the slot moved");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (cycles, overlaps, backwards, errors) = run.await.unwrap();
+    eprintln!("{cycles} cycles, errors: {errors:?}");
+    assert_eq!(overlaps, 0, "two holders at once");
+    assert_eq!(backwards, 0, "a fence went backwards");
+    assert!(
+        errors.is_empty(),
+        "calls failed through the move: {errors:?}"
+    );
+    assert!(
+        cycles >= 18,
+        "every task took the lock after the move ({cycles})"
+    );
+    let g = clients[1].lock(key).acquire().await.unwrap();
+    assert!(g.fence().await.unwrap() > first);
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_promoted_by_cluster_failover() {
+    failover(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_and_its_replica_promoted() {
+    failover(true).await;
+}
+
+/// Lock cycles on a primary's keys while its replica takes over: `CLUSTER FAILOVER`
+/// (coordinated: nothing is lost), or the primary SIGKILLed (the cluster promotes the
+/// replica after the node timeout, 2 s). Calls fail with `Backend` within their timeouts
+/// meanwhile, and work afterwards without a new client.
+async fn failover(kill: bool) {
+    let mut cluster = RedisCluster::start(3, 1);
+    let timeout = Duration::from_millis(500);
+    let locks = Locks::cluster(cluster.urls())
+        .command_timeout(timeout)
+        .connect()
+        .await
+        .unwrap();
+    let held_key = "failing";
+    let slot = cluster.slot("lock:failing");
+    let primary = cluster.primary_of(slot);
+    let replica = cluster.replicas_of(primary)[0];
+    // Another key on the same primary for the cycles.
+    let key = (0..)
+        .map(|i| format!("busy-{i}"))
+        .find(|k| cluster.primary_of(cluster.slot(&format!("lock:{k}"))) == primary)
+        .unwrap();
+    let held = locks
+        .lock(held_key)
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let first = held.fence().await.unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycles = {
+        let (locks, stop) = (locks.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let start = Instant::now();
+                let outcome = async {
+                    let g = locks
+                        .lock(key.as_str())
+                        .ttl(Duration::from_secs(1))
+                        .acquire()
+                        .await?;
+                    g.fence().await?;
+                    g.release().await
+                }
+                .await;
+                outcomes.push((start.elapsed(), outcome));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            outcomes
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    if kill {
+        let node = cluster
+            .nodes
+            .iter_mut()
+            .find(|n| n.port == primary)
+            .unwrap();
+        node.kill();
+    } else {
+        assert_eq!(RedisCluster::cli(replica, &["CLUSTER", "FAILOVER"]), "OK");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cluster.primary_of(slot) != replica {
+        assert!(Instant::now() < deadline, "the replica was promoted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Past the cycles' 1 s ttl: a lock whose release failed meanwhile has expired.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::SeqCst);
+    let outcomes = cycles.await.unwrap();
+    let failed: Vec<_> = outcomes.iter().filter(|(_, o)| o.is_err()).collect();
+    eprintln!("{} cycles, {} failed", outcomes.len(), failed.len());
+    for (took, outcome) in &failed {
+        // Busy: a release that failed meanwhile leaves its lock held until its ttl.
+        assert!(
+            matches!(outcome, Err(Error::Backend { .. } | Error::Busy { .. })),
+            "a failed call is a backend error: {outcome:?}"
+        );
+        // acquire, fence and release: each call bounded by the command timeout.
+        assert!(
+            *took < 3 * timeout + Duration::from_millis(500),
+            "took {took:?}"
+        );
+    }
+    // Then every call works, on the promoted replica.
+    for _ in 0..20 {
+        let g = locks.lock("busy-after").acquire().await.unwrap();
+        g.release().await.unwrap();
+    }
+    assert!(
+        outcomes.iter().rev().take(5).all(|(_, o)| o.is_ok()),
+        "working again before the end"
+    );
+    if kill {
+        // What the replica had received of the lock is what is left; fences go on.
+        drop(held);
+        return;
+    }
+    // A coordinated failover loses nothing: the held lock is still held, its fences go on.
+    assert!(matches!(
+        locks.lock(held_key).acquire().await,
+        Err(Error::Busy { .. })
+    ));
+    held.release().await.unwrap();
+    let again = locks.lock(held_key).acquire().await.unwrap();
+    assert!(again.fence().await.unwrap() > first);
+    again.release().await.unwrap();
+}
+
+/// Environment of a child process: its role (`locked` or `unlocked`), the cluster's URL,
+/// the keys.
+const ROLE_VAR: &str = "DISTLOCK_CLUSTER_CHILD";
+const URL_VAR: &str = "DISTLOCK_CLUSTER_URL";
+const KEYS_VAR: &str = "DISTLOCK_CLUSTER_KEYS";
+/// Read-modify-write rounds per key and child.
+const ROUNDS: u64 = 25;
+
+/// Entry point of child processes; does nothing in a normal test run.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(ROLE_VAR) else {
+        return;
+    };
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(120));
+        std::process::exit(3);
+    });
+    let url = std::env::var(URL_VAR).unwrap();
+    let keys: Vec<String> = std::env::var(KEYS_VAR)
+        .unwrap()
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // The default client's URL form.
+        let locks = Locks::builder(url.as_str()).connect().await.unwrap();
+        let nodes: Vec<String> = url
+            .trim_start_matches("redis+cluster://")
+            .split(',')
+            .map(|h| format!("redis://{h}/"))
+            .collect();
+        let mut data = redis::cluster::ClusterClient::new(nodes)
+            .unwrap()
+            .get_async_connection()
+            .await
+            .unwrap();
+        for _ in 0..ROUNDS {
+            for key in &keys {
+                let guard = if role == "locked" {
+                    Some(
+                        locks
+                            .lock(key.as_str())
+                            .wait(Duration::from_secs(30))
+                            .acquire()
+                            .await
+                            .unwrap(),
+                    )
+                } else {
+                    None
+                };
+                let counter = format!("count:{key}");
+                let n: u64 = data
+                    .get::<_, Option<u64>>(&counter)
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let _: () = data.set(&counter, n + 1).await.unwrap();
+                if let Some(g) = guard {
+                    g.release().await.unwrap();
+                }
+            }
+        }
+    });
+    println!("@@done");
+}
+
+/// Two processes add 1 to each key's counter `ROUNDS` times, with or without the lock;
+/// returns how many additions were lost over all keys.
+async fn two_processes(cluster: &RedisCluster, tag: &str, role: &str) -> u64 {
+    let keys = spread_keys(cluster, tag, 2);
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+                .env(ROLE_VAR, role)
+                .env(URL_VAR, cluster_url(cluster))
+                .env(KEYS_VAR, keys.join(","))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let lines: Vec<String> = out.lines().map_while(Result::ok).collect();
+        let status = child.wait().unwrap();
+        assert!(
+            status.success() && lines.iter().any(|l| l.contains("@@done")),
+            "a child failed ({status}): {lines:?}"
+        );
+    }
+    let mut data = raw_cluster(cluster).await;
+    let mut lost = 0;
+    for key in &keys {
+        let n: u64 = data.get(format!("count:{key}")).await.unwrap();
+        lost += 2 * ROUNDS - n;
+    }
+    lost
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_processes_on_every_primary() {
+    let lost = two_processes(shared(), "procs", "locked").await;
+    assert_eq!(lost, 0, "updates lost under the lock");
+}
+
+/// Control: without the lock the same work loses updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_the_lock_processes_lose_updates() {
+    let lost = two_processes(shared(), "noprocs", "unlocked").await;
+    assert!(lost > 0, "no update lost: the workload shows no race");
+}
+
+#[test]
+fn one_client_from_several_runtimes() {
+    let cluster = shared();
+    let keys = spread_keys(cluster, "runtimes", 1);
+    let others = spread_keys(cluster, "runtimes-b", 1);
+    let locks = Locks::cluster(cluster.urls()).build().unwrap();
+    let rt = |locks: Locks, keys: Vec<String>| {
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                for key in &keys {
+                    cycles(&locks, key, 5).await;
+                    // A waiter woken on this runtime's Pub/Sub connection.
+                    let g = locks.lock(key.as_str()).acquire().await.unwrap();
+                    let w = take_and_release(&locks.clone(), key, Duration::from_secs(10));
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    g.release().await.unwrap();
+                    w.await.unwrap();
+                }
+            });
+            // The runtime, its connections and their tasks end here.
+        })
+    };
+    // One after another (a runtime that ended leaves dead connections behind), then
+    // two at once.
+    rt(locks.clone(), keys.clone()).join().unwrap();
+    rt(locks.clone(), keys.clone()).join().unwrap();
+    let (a, b) = (rt(locks.clone(), keys), rt(locks, others));
+    a.join().unwrap();
+    b.join().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_at_every_await_leaves_the_lock_free() {
+    let cluster = shared();
+    let locks = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    let other = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    for key in spread_keys(cluster, "cancel", 1) {
+        for step in 0..40u64 {
+            // Dropped somewhere in acquire, fence or release (or after).
+            let _ = tokio::time::timeout(Duration::from_micros(step * 50), async {
+                let g = locks
+                    .lock(key.as_str())
+                    .ttl(Duration::from_secs(30))
+                    .acquire()
+                    .await?;
+                g.fence().await?;
+                g.release().await
+            })
+            .await;
+            // Free long before the 30 s ttl: a cancelled acquire gives back what it took,
+            // a cancelled release finishes in a task of its own.
+            let g = other
+                .lock(key.as_str())
+                .wait(Duration::from_secs(3))
+                .acquire()
+                .await
+                .unwrap_or_else(|e| panic!("{key}, cancelled after {}µs: {e}", step * 50));
+            g.release().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_killed_under_contention() {
+    // Its own cluster: the kills would cut the other tests' connections too.
+    let cluster = &RedisCluster::start(3, 0);
+    let key = "killed";
+    let clients = [
+        Locks::cluster(cluster.urls()).connect().await.unwrap(),
+        Locks::cluster(cluster.urls()).connect().await.unwrap(),
+    ];
+    let stop = Arc::new(AtomicBool::new(false));
+    let run = {
+        let (clients, stop) = (clients.clone(), stop.clone());
+        tokio::spawn(async move { contend(&clients, key, 2, stop).await })
+    };
+    let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        for port in &ports {
+            RedisCluster::cli(*port, &["CLIENT", "KILL", "TYPE", "normal"]);
+            RedisCluster::cli(*port, &["CLIENT", "KILL", "TYPE", "pubsub"]);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (cycles, overlaps, backwards, errors) = run.await.unwrap();
+    eprintln!("{cycles} cycles, errors: {errors:?}");
+    assert_eq!(overlaps, 0, "two holders at once");
+    assert_eq!(backwards, 0, "a fence went backwards");
+    for e in &errors {
+        assert!(
+            e.contains("backend") && !e.contains("lost"),
+            "a killed connection is a backend error, never a lost lock: {e}"
+        );
+    }
+    // Working again, with the same clients.
+    for locks in &clients {
+        cycles_ok(locks, key).await;
+    }
+}
+
+async fn cycles_ok(locks: &Locks, key: &str) {
+    for _ in 0..5 {
+        let g = locks
+            .lock(key)
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        g.fence().await.unwrap();
+        g.release().await.unwrap();
+    }
+}

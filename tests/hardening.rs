@@ -6,6 +6,8 @@
 //! 2. a local handoff whose reply the releaser never saw stalled the key for a ttl;
 //! 3. a `release()` cancelled before its script was written released nothing;
 //! 4. an expired in-progress idempotency claim was taken over by another payload;
+//! 5. an `acquire()` cancelled while its try was in flight left the lock to nobody for
+//!    its ttl (the server had run the `SET`);
 //!
 //! and what came with them: `on_lost` for `#[idempotent]`, the eviction-policy warning, and
 //! `release()` cancelled at every point.
@@ -832,4 +834,49 @@ async fn a_claim_whose_reply_comes_late_is_given_back() {
         2,
         "the warm-up and the retry; the late claim never ran it"
     );
+}
+
+/// 5. The try reaches the server and its reply is held; the caller gives up; its
+/// clean-up is held back until the check that the key holds the cancelled try's token
+/// (the fault's condition). Then the lock is free long before its 30 s ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_with_its_try_in_flight_gives_the_lock_back() {
+    use common::proxy::Dir;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let locks = proxy.locks(Duration::from_secs(2));
+    let other = Locks::connect(&server.url()).await.unwrap();
+    // Connections made (the try then needs no handshake through the held replies).
+    cycles(&locks, "in-flight", 1).await;
+    proxy.hold_replies();
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(300),
+        locks
+            .lock("in-flight")
+            .ttl(Duration::from_secs(30))
+            .acquire(),
+    );
+    let stall = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        proxy.stall(Dir::ToServer, true);
+    };
+    let (cancelled, ()) = tokio::join!(cancelled, stall);
+    assert!(cancelled.is_err(), "the caller gave up");
+    let held = get(&server.url(), "lock:in-flight");
+    assert!(held.is_some(), "the cancelled try's SET ran on the server");
+    proxy.stall(Dir::ToServer, false);
+    proxy.release_replies();
+    let started = Instant::now();
+    let g = other
+        .lock("in-flight")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "free after {:?}",
+        started.elapsed()
+    );
+    g.release().await.unwrap();
 }

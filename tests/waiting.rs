@@ -105,7 +105,7 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
         .collect();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        numsub(&server, "lock:cancel-wait:released").await,
+        numsub(&server, "{lock:cancel-wait}:released").await,
         1,
         "one subscription shared by all waiters"
     );
@@ -117,7 +117,7 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
         let _ = w.await;
     }
     let deadline = Instant::now() + Duration::from_secs(2);
-    while numsub(&server, "lock:cancel-wait:released").await != 0 {
+    while numsub(&server, "{lock:cancel-wait}:released").await != 0 {
         assert!(
             Instant::now() < deadline,
             "the channel stayed subscribed after every waiter left"
@@ -701,7 +701,7 @@ async fn client_id(server: &RedisServer, locks: &Locks) -> String {
     let other = redis_locks(server).await;
     let g = locks.lock("whoami").acquire().await.unwrap();
     let waiter = take_and_release(&other, "whoami", Duration::from_secs(5));
-    until_subscribed(server, "lock:whoami:released").await;
+    until_subscribed(server, "{lock:whoami}:released").await;
     g.release().await.unwrap();
     waiter.await.unwrap();
     let turns: String = redis::cmd("GET")
@@ -719,12 +719,12 @@ async fn tries_woken_by(server: &RedisServer, waiting: &Locks, payload: &str) ->
     let holder = redis_locks(server).await;
     let g = holder.lock("passed-over").acquire().await.unwrap();
     let waiter = take_and_release(waiting, "passed-over", Duration::from_secs(10));
-    until_subscribed(server, "lock:passed-over:released").await;
+    until_subscribed(server, "{lock:passed-over}:released").await;
     let before = evalsha_calls(server).await;
     let mut raw = server.raw().await;
     for _ in 0..20 {
         redis::cmd("PUBLISH")
-            .arg("lock:passed-over:released")
+            .arg("{lock:passed-over}:released")
             .arg(payload)
             .exec_async(&mut raw)
             .await

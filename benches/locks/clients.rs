@@ -52,11 +52,11 @@ impl Kind {
 pub(crate) enum Client {
     Distlock(distlock::Locks),
     Raw {
-        conn: MultiplexedConnection,
+        conn: RawConn,
         release: redis::Script,
     },
     RawLua {
-        conn: MultiplexedConnection,
+        conn: RawConn,
         release: redis::Script,
     },
     Floor {
@@ -90,30 +90,54 @@ impl Client {
                     .await
                     .expect("distlock connects"),
             ),
-            Kind::Raw => {
-                let mut conn = raw_connection(url).await;
-                let release = redis::Script::new(RAW_RELEASE);
-                release
-                    .prepare_invoke()
-                    .load_async(&mut conn)
-                    .await
-                    .expect("SCRIPT LOAD");
-                Client::Raw { conn, release }
-            }
-            Kind::RawLua => {
-                let mut conn = raw_connection(url).await;
-                let release = redis::Script::new(LUA_UNLOCK);
-                release
-                    .prepare_invoke()
-                    .load_async(&mut conn)
-                    .await
-                    .expect("SCRIPT LOAD");
-                Client::RawLua { conn, release }
+            Kind::Raw | Kind::RawLua => {
+                Client::raw(kind, RawConn::Single(raw_connection(url).await)).await
             }
             Kind::Floor => Client::Floor {
                 conn: raw_connection(url).await,
                 queue: Arc::default(),
             },
+        }
+    }
+
+    /// [`connect`](Self::connect) to a Redis Cluster (W1, W2 and W3 only): distlock with
+    /// [`distlock::Locks::cluster`], the baselines over a redis-rs cluster connection.
+    pub(crate) async fn connect_cluster(kind: Kind, urls: &[String]) -> Client {
+        match kind {
+            Kind::Distlock => Client::Distlock(
+                distlock::Locks::cluster(urls)
+                    .connect()
+                    .await
+                    .expect("distlock connects to the cluster"),
+            ),
+            Kind::Raw | Kind::RawLua => {
+                let conn = redis::cluster::ClusterClient::new(urls.to_vec())
+                    .expect("cluster urls")
+                    .get_async_connection()
+                    .await
+                    .expect("the cluster connects");
+                Client::raw(kind, RawConn::Cluster(conn)).await
+            }
+            Kind::Floor => unreachable!("the floor runs on one server"),
+        }
+    }
+
+    /// A baseline over `conn`, its release script loaded.
+    async fn raw(kind: Kind, mut conn: RawConn) -> Client {
+        let release = redis::Script::new(if kind == Kind::Raw {
+            RAW_RELEASE
+        } else {
+            LUA_UNLOCK
+        });
+        release
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .expect("SCRIPT LOAD");
+        if kind == Kind::Raw {
+            Client::Raw { conn, release }
+        } else {
+            Client::RawLua { conn, release }
         }
     }
 
@@ -133,16 +157,6 @@ impl Client {
             .await
             .expect("redis connects over TLS")
         };
-        let script = |text| async move {
-            let mut conn = raw().await;
-            let script = redis::Script::new(text);
-            script
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await
-                .expect("SCRIPT LOAD");
-            (conn, script)
-        };
         match kind {
             Kind::Distlock => Client::Distlock(
                 distlock::Locks::builder(files.url())
@@ -151,14 +165,7 @@ impl Client {
                     .await
                     .expect("distlock connects over TLS"),
             ),
-            Kind::Raw => {
-                let (conn, release) = script(RAW_RELEASE).await;
-                Client::Raw { conn, release }
-            }
-            Kind::RawLua => {
-                let (conn, release) = script(LUA_UNLOCK).await;
-                Client::RawLua { conn, release }
-            }
+            Kind::Raw | Kind::RawLua => Client::raw(kind, RawConn::Single(raw().await)).await,
             Kind::Floor => unreachable!("W1 over TLS runs distlock, raw and raw+lua"),
         }
     }
@@ -330,6 +337,41 @@ pub(crate) fn raw_token() -> String {
         SEED.hash_one((n, 1u8)),
         std::process::id()
     )
+}
+
+/// The baselines' connection: to one server, or to a cluster.
+#[derive(Clone)]
+pub(crate) enum RawConn {
+    Single(MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for RawConn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            RawConn::Single(c) => c.req_packed_command(cmd),
+            RawConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            RawConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RawConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
 }
 
 pub(crate) async fn raw_connection(url: &str) -> MultiplexedConnection {

@@ -2,7 +2,8 @@
 //!
 //! Run with `scripts/bench.sh` (or `cargo bench --bench locks`). `DISTLOCK_BENCH_QUICK=1`
 //! divides every count by 10 for a quick look; `DISTLOCK_BENCH_ONLY=uncontended` runs RT,
-//! W1, W2 and W2F only, `DISTLOCK_BENCH_ONLY=w5` W5 only. Benchmarks never fail: the targets are
+//! W1, W2 and W2F only, `DISTLOCK_BENCH_ONLY=w5` W5 only, `DISTLOCK_BENCH_ONLY=cluster`
+//! W1, W2 and W3 on a local 3-primary Redis Cluster (`cluster.rs`). Benchmarks never fail: the targets are
 //! printed as met or not, and the exit status only reflects whether the bench could run.
 //!
 //! The baseline is what a careful user writes by hand: `SET key token NX PX 30000` to
@@ -63,6 +64,7 @@ fn main() {
 }
 
 mod clients;
+mod cluster;
 mod config;
 mod contended;
 mod http;
@@ -71,4 +73,6 @@ mod report;
 mod uncontended;
 
 #[allow(unused_imports)]
-use {clients::*, config::*, contended::*, http::*, measure::*, report::*, uncontended::*};
+use {
+    clients::*, cluster::*, config::*, contended::*, http::*, measure::*, report::*, uncontended::*,
+};

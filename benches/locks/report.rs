@@ -77,7 +77,7 @@ pub(crate) fn opt(v: Option<f64>) -> String {
 }
 
 /// The pairs/s row of one uncontended workload: raw, raw+lua, distlock.
-fn print_rate_row(name: &str, d: &Uncontended, r: &Uncontended, l: &Uncontended) {
+pub(crate) fn print_rate_row(name: &str, d: &Uncontended, r: &Uncontended, l: &Uncontended) {
     println!(
         "  {name:<4} {:>30} {:>10.0} {:>10.0} {:>10.0}",
         "pairs/s",
@@ -88,7 +88,7 @@ fn print_rate_row(name: &str, d: &Uncontended, r: &Uncontended, l: &Uncontended)
 }
 
 /// The CPU rows of one uncontended workload: redis-server's and this process's, per pair.
-fn print_cpu_rows(name: &str, d: &Uncontended, r: &Uncontended, l: &Uncontended) {
+pub(crate) fn print_cpu_rows(name: &str, d: &Uncontended, r: &Uncontended, l: &Uncontended) {
     println!(
         "  {name:<4} {:>30} {:>10.1} {:>10.1} {:>10.1}",
         "redis-server CPU us per pair",
@@ -206,7 +206,7 @@ async fn run_w1_tls(cfg: &Config, url: &str) {
         Arc::new(Client::connect(Kind::Raw, url).await),
         Arc::new(Client::connect(Kind::RawLua, url).await),
     ];
-    let w1 = run_w1(cfg, url, &plain).await;
+    let w1 = run_w1(cfg, &[url.to_owned()], &plain).await;
     drop(plain);
     let (server, files) = testkit::RedisServer::start_tls(false);
     let tls = [
@@ -214,7 +214,7 @@ async fn run_w1_tls(cfg: &Config, url: &str) {
         Arc::new(Client::connect_tls(Kind::Raw, &files).await),
         Arc::new(Client::connect_tls(Kind::RawLua, &files).await),
     ];
-    let w1t = run_w1(cfg, &server.url(), &tls).await;
+    let w1t = run_w1(cfg, &[server.url()], &tls).await;
     drop(tls);
     println!(
         "
@@ -260,6 +260,11 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
         return;
     }
 
+    if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("cluster")) {
+        run_cluster(cfg).await;
+        return;
+    }
+
     #[cfg(feature = "tls")]
     if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("tls")) {
         run_w1_tls(cfg, &url).await;
@@ -284,11 +289,11 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
         Arc::new(Client::connect(Kind::Raw, &url).await),
         Arc::new(Client::connect(Kind::RawLua, &url).await),
     ];
-    let w1 = run_w1(cfg, &url, &clients).await;
+    let w1 = run_w1(cfg, std::slice::from_ref(&url), &clients).await;
     println!("  W1 done");
-    let w2 = run_w2(cfg, &url, &clients, false).await;
+    let w2 = run_w2(cfg, std::slice::from_ref(&url), &clients, false).await;
     println!("  W2 done");
-    let w2f = run_w2(cfg, &url, &clients, true).await;
+    let w2f = run_w2(cfg, std::slice::from_ref(&url), &clients, true).await;
     println!("  W2F done");
     drop(clients);
     if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("uncontended")) {

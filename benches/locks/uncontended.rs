@@ -190,8 +190,30 @@ pub(crate) async fn server_cpu(conn: &mut MultiplexedConnection) -> f64 {
         .sum()
 }
 
-pub(crate) async fn run_w1(cfg: &Config, url: &str, clients: &[Arc<Client>; 3]) -> Three {
-    let mut stats = raw_connection(url).await;
+/// Connections to every server whose CPU counts (one, or a cluster's nodes).
+pub(crate) struct Servers(Vec<MultiplexedConnection>);
+
+impl Servers {
+    pub(crate) async fn connect(urls: &[String]) -> Servers {
+        let mut conns = Vec::with_capacity(urls.len());
+        for url in urls {
+            conns.push(raw_connection(url).await);
+        }
+        Servers(conns)
+    }
+
+    /// CPU seconds the servers have spent so far, summed.
+    pub(crate) async fn cpu(&mut self) -> f64 {
+        let mut sum = 0.0;
+        for conn in &mut self.0 {
+            sum += server_cpu(conn).await;
+        }
+        sum
+    }
+}
+
+pub(crate) async fn run_w1(cfg: &Config, servers: &[String], clients: &[Arc<Client>; 3]) -> Three {
+    let mut stats = Servers::connect(servers).await;
     let mut out: Three = Default::default();
     for client in clients {
         let mut sink = Vec::new();
@@ -202,12 +224,12 @@ pub(crate) async fn run_w1(cfg: &Config, url: &str, clients: &[Arc<Client>; 3]) 
     for round in 0..ROUNDS {
         for kind in round_order(round) {
             let i = slot(kind);
-            let cpu = server_cpu(&mut stats).await;
+            let cpu = stats.cpu().await;
             let own = own_cpu();
             let res = &mut out[i];
             let (elapsed, errors) = w1_block(&clients[i], next[i], per_block, &mut res.lat).await;
             res.client_cpu += own_cpu() - own;
-            res.server_cpu += server_cpu(&mut stats).await - cpu;
+            res.server_cpu += stats.cpu().await - cpu;
             next[i] += per_block;
             res.add_block(per_block, elapsed, errors);
         }
@@ -220,21 +242,21 @@ pub(crate) async fn run_w1(cfg: &Config, url: &str, clients: &[Arc<Client>; 3]) 
 
 pub(crate) async fn run_w2(
     cfg: &Config,
-    url: &str,
+    servers: &[String],
     clients: &[Arc<Client>; 3],
     fenced: bool,
 ) -> Three {
-    let mut stats = raw_connection(url).await;
+    let mut stats = Servers::connect(servers).await;
     let mut out: Three = Default::default();
     let per_block = cfg.w2_pairs / ROUNDS;
     for round in 0..ROUNDS {
         for kind in round_order(round) {
             let i = slot(kind);
-            let cpu = server_cpu(&mut stats).await;
+            let cpu = stats.cpu().await;
             let own = own_cpu();
             let (elapsed, errors) = w2_block(&clients[i], cfg.w2_tasks, per_block, fenced).await;
             out[i].client_cpu += own_cpu() - own;
-            out[i].server_cpu += server_cpu(&mut stats).await - cpu;
+            out[i].server_cpu += stats.cpu().await - cpu;
             out[i].add_block(per_block, elapsed, errors);
         }
     }

@@ -643,9 +643,11 @@ impl LocksBuilder {
             .build()
             .map_err(|e| format!("invalid cluster settings: {e}"))?;
         Ok(Arc::new(move || {
+            // Calls are bounded by the command timeout above redis-rs: a response
+            // timeout of its own would also reset the node's connection under every
+            // other call in flight on it.
             let builder = redis::cluster::ClusterClientBuilder::new(infos.clone())
-                .connection_timeout(timeout)
-                .response_timeout(timeout);
+                .connection_timeout(timeout);
             #[cfg(feature = "tls")]
             let builder = match &certs {
                 Some(certs) => builder.certs(certs.clone()),

@@ -475,11 +475,19 @@ impl<'a> LockRequest<'a> {
             } else {
                 Attempt::First
             };
-            let left = match inner
+            // Dropped while the try is in flight (the caller cancelled), the try may
+            // still write the token: it is taken back.
+            let in_flight = TryInFlight {
+                locks: self.locks,
+                key: &key,
+                token: &token,
+            };
+            let tried = inner
                 .backend
                 .try_acquire(&key, &token, self.ttl, &inner.client_id, how)
-                .await
-            {
+                .await;
+            std::mem::forget(in_flight);
+            let left = match tried {
                 Ok(Try::Taken) => {
                     drop(wake);
                     let taking = Taking::Sent {
@@ -594,6 +602,21 @@ impl<'a> LockRequest<'a> {
 /// Longest sleep between lock tries while subscribed: covers a missed release message
 /// and a holder whose lease ran out without a release.
 const LOCK_RETRY_CAP: Duration = Duration::from_millis(100);
+
+/// An acquire try in flight: dropped before it answered (its caller was cancelled), it
+/// takes its token back with [`spawn_cleanup`]. Forgotten once the try answered.
+struct TryInFlight<'a> {
+    locks: &'a Locks,
+    key: &'a Arc<str>,
+    token: &'a Arc<str>,
+}
+
+impl Drop for TryInFlight<'_> {
+    fn drop(&mut self) {
+        tracing::trace!(target: "distlock", key = &**self.key, "lock acquire cancelled with a try in flight; taking its token back");
+        spawn_cleanup(self.locks.clone(), self.key.clone(), self.token.clone());
+    }
+}
 
 /// Takes back `token` from `key`, where a try whose reply was lost may have written it:
 /// at once, and once more a command timeout later, for a request that was itself late

@@ -1,6 +1,6 @@
 //! Waking waiters when a lock is released.
 //!
-//! The release script publishes on the lock's channel (`<key>:released`) in the same round
+//! The release script publishes on the lock's channel (`{<key>}:released`) in the same round
 //! trip that deletes the key. Every waiter of one [`Locks`](crate::Locks) client shares
 //! one Pub/Sub connection (one per tokio runtime); channels are subscribed while at least
 //! one waiter wants them and unsubscribed when the last one leaves, is served or is
@@ -188,6 +188,8 @@ impl Hub {
 }
 
 /// Where a notifier subscribes.
+// One per client, read once per hub: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Source {
     /// One server: plain Pub/Sub.
     Single(redis::Client),

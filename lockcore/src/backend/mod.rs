@@ -1,6 +1,8 @@
 //! Where locks and idempotency records live: a standalone Redis (multiplexed and direct
-//! connections, `redis` and `direct`), or process memory (`memory`, for tests and
-//! examples). Nothing above this layer knows which.
+//! connections, `redis` and `direct`), a Redis Cluster (`redis` over a cluster
+//! connection: the same commands and scripts, redirects followed there, sharded Pub/Sub
+//! in the scripts' cluster forms, `scripts::sharded`), or process memory (`memory`, for
+//! tests and examples). Nothing above this layer knows which.
 //!
 //! # What a topology provides
 //!
@@ -15,7 +17,7 @@
 //!   compare accepts a token with or without that mark.
 //! - `fence`: the next value of the fencing counter (`<key>:fence`, same hash slot)
 //!   when the key holds the token from before the counter moved, else nothing (lost):
-//!   Redis pipelines `INCR` then `GET` (see `redis.rs`).
+//!   one Redis pipelines `INCR` then `GET` (see `redis.rs`), a cluster runs `fence.lua`.
 //! - `release`: compare the token, then delete, hand to the next local waiter, or leave a
 //!   yield marker; publish on the key's channel when someone listens. Without a
 //!   successor and without a waiter's mark, a compare-and-delete and nothing more.

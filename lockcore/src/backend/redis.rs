@@ -33,6 +33,7 @@ static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::U
 static RELEASE: LazyLock<[Script; 2]> =
     LazyLock::new(|| super::scripts::both(super::scripts::RELEASE));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
+static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
 
 /// How many runtimes' connections one client keeps.
 const MAX_RUNTIMES: usize = 8;
@@ -46,6 +47,8 @@ const MAX_DIRECT: usize = 4;
 const DIRECT_BELOW: usize = 3;
 
 /// Where the backend connects.
+// One per client, behind its `Arc` (see `Backend`).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Target {
     /// One server.
     Single(redis::Client),
@@ -139,6 +142,11 @@ impl RedisBackend {
 
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        self.sharded
     }
 
     /// Which of a script's two forms this server runs: sharded Pub/Sub on a cluster.
@@ -481,6 +489,7 @@ impl RedisBackend {
                 reply => return reply,
             };
             round += 1;
+            tracing::trace!(target: "distlock", error = %e, round, "redis cluster redirect or try-again");
             at = match e.kind() {
                 redis::ErrorKind::Server(redis::ServerErrorKind::Moved) => {
                     // The slot has another owner: after a failover, keys the old one had
@@ -493,7 +502,7 @@ impl RedisBackend {
                     redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::ClusterDown,
                 )
                 | redis::ErrorKind::ClusterConnectionNotFound => {
-                    let pause = Duration::from_millis(u64::from(round.min(10)) * 5);
+                    let pause = Duration::from_millis(u64::from(round.min(10)) * 2);
                     tokio::time::sleep(pause).await;
                     None
                 }
@@ -588,6 +597,11 @@ impl RedisBackend {
     /// written back once gone), so every later holder's fence is larger. Otherwise the
     /// lock is lost and the value is skipped.
     pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+        if self.sharded {
+            let mut cmd = evalsha(&FENCE, 2, 1, 2 * key.len() + token.len());
+            cmd.arg(key).arg(Companion(key, ":fence")).arg(token);
+            return self.evalsha_call(&FENCE, &cmd).await;
+        }
         let (fence, held): (u64, Option<String>) = self.query_pipe(&fence_pipe(key)).await?;
         Ok(fence_if_held(fence, held, token))
     }
@@ -899,7 +913,7 @@ impl Call<'_, '_> {
 
 /// How many redirects and not-run replies one cluster call follows before it reports
 /// the last one (the command timeout bounds it too).
-const MAX_REDIRECTS: u32 = 16;
+const MAX_REDIRECTS: u32 = 1000;
 
 /// A multiplexed connection to one server, or a cluster connection.
 #[derive(Clone)]
@@ -1014,22 +1028,30 @@ impl redis::aio::ConnectionLike for Routed<'_> {
                     .route_pipeline(pipeline.clone(), offset, count, route)
                     .await;
             }
-            // `ASKING` first, then the pipeline as it would be sent (a transaction
-            // keeps its `MULTI` and `EXEC`), its replies skipped like the pipeline's.
+            // A transaction: `ASKING`, then `MULTI` ... `EXEC` (the flag lasts until
+            // `EXEC`). Otherwise `ASKING` before each command, its `OK` dropped. On a
+            // cluster a pipeline has one key (see `RedisBackend::fence`), so the node
+            // that asked for it has it.
             let mut pipe = redis::pipe();
-            pipe.cmd("ASKING");
             if pipeline.is_transaction() {
-                pipe.cmd("MULTI");
+                pipe.cmd("ASKING").cmd("MULTI");
+                for cmd in pipeline.cmd_iter() {
+                    pipe.add_command(cmd.clone());
+                }
+                pipe.cmd("EXEC");
+                return self
+                    .conn
+                    .route_pipeline(pipe, offset + 1, count, route)
+                    .await;
             }
             for cmd in pipeline.cmd_iter() {
-                pipe.add_command(cmd.clone());
+                pipe.cmd("ASKING").add_command(cmd.clone());
             }
-            if pipeline.is_transaction() {
-                pipe.cmd("EXEC");
-            }
-            self.conn
-                .route_pipeline(pipe, offset + 1, count, route)
-                .await
+            let replies = self
+                .conn
+                .route_pipeline(pipe, 2 * offset, 2 * count, route)
+                .await?;
+            Ok(replies.into_iter().skip(1).step_by(2).collect())
         })
     }
 

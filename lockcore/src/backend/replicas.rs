@@ -126,6 +126,24 @@ impl RedisBackend {
         token: &str,
         replicas: u32,
     ) -> Result<Acked<Option<u64>>, BackendError> {
+        if self.is_cluster() {
+            // One script (see `RedisBackend::fence`), EVAL for the reason above.
+            let mut pipe = redis::pipe();
+            pipe.cmd("EVAL")
+                .arg(super::scripts::FENCE)
+                .arg(2)
+                .arg(key)
+                .arg(Companion(key, ":fence"))
+                .arg(token)
+                .cmd("WAIT")
+                .arg(replicas)
+                .arg(self.replica_wait());
+            let (fence, acked): (Option<u64>, u32) = self.query_pipe_alone(&pipe).await?;
+            return Ok(Acked {
+                value: fence,
+                replicas: acked,
+            });
+        }
         let mut pipe = super::redis::fence_pipe(key);
         pipe.cmd("WAIT").arg(replicas).arg(self.replica_wait());
         let (fence, held, acked): (u64, Option<String>, u32) = self.query_pipe_alone(&pipe).await?;

@@ -7,6 +7,8 @@ pub const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
 pub const UNLOCK: &str = include_str!("../scripts/unlock.lua");
 /// Release, hand over or yield a lock, waking its waiters.
 pub const RELEASE: &str = include_str!("../scripts/release.lua");
+/// A fence on a cluster (one server pipelines `INCR` and `GET` instead).
+pub const FENCE: &str = include_str!("../scripts/fence.lua");
 /// Compare-and-extend leases.
 pub const EXTEND: &str = include_str!("../scripts/extend.lua");
 /// Claim an idempotency record.
@@ -52,7 +54,7 @@ mod tests {
             assert!(!cluster.contains("'NUMSUB'"));
         }
         assert!(sharded(RELEASE).contains("'PUBSUB', 'SHARDNUMSUB'"));
-        for script in [ACQUIRE, UNLOCK, EXTEND, IDEM_CLAIM, IDEM_RENEW] {
+        for script in [ACQUIRE, UNLOCK, FENCE, EXTEND, IDEM_CLAIM, IDEM_RENEW] {
             assert_eq!(sharded(script), script, "publishes nothing");
         }
     }
