@@ -106,6 +106,7 @@ impl Locks {
         LocksBuilder {
             url: url.into(),
             nodes: None,
+            sentinel: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_COMMAND_TIMEOUT,
             holder: None,
@@ -133,6 +134,38 @@ impl Locks {
         let nodes: Vec<String> = nodes.into_iter().map(|n| n.as_ref().to_owned()).collect();
         let mut builder = Locks::builder(nodes.join(","));
         builder.nodes = Some(nodes);
+        builder
+    }
+
+    /// Starts configuring a client for the Redis primary that these sentinels call
+    /// `master`. The primary is found through the sentinels when a connection is made,
+    /// and found again after a connection error, a `READONLY` reply (it was demoted) or a
+    /// `+switch-master` message, without rebuilding the client. The primary is reached with
+    /// the credentials and database of the first sentinel URL. The URL form
+    /// `redis+sentinel://host1:26379,host2:26379/mymaster` given to [`Locks::builder`]
+    /// (or in `REDIS_URL`) does the same (its credentials and database, as in
+    /// `redis+sentinel://:password@host1:26379/mymaster/0`, are the primary's).
+    ///
+    /// During a failover calls fail with [`Error::Backend`] within their timeout. A
+    /// failover loses the writes the old primary had not replicated: `replicas = 1`
+    /// closes that hole for locks and records (see the crate docs).
+    ///
+    /// ```
+    /// let locks = lockcore::Locks::sentinel("mymaster", ["redis://127.0.0.1:26379"])
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn sentinel<S: AsRef<str>>(
+        master: impl Into<String>,
+        sentinels: impl IntoIterator<Item = S>,
+    ) -> LocksBuilder {
+        let sentinels: Vec<String> = sentinels
+            .into_iter()
+            .map(|n| n.as_ref().to_owned())
+            .collect();
+        let master = master.into();
+        let mut builder = Locks::builder(format!("{master} via {}", sentinels.join(",")));
+        builder.sentinel = Some((master, sentinels));
         builder
     }
 
@@ -248,6 +281,9 @@ pub struct LocksBuilder {
     /// A cluster's nodes (from [`Locks::cluster`]; else read from a `redis+cluster://`
     /// URL at build).
     nodes: Option<Vec<String>>,
+    /// The primary's name and the sentinels (from [`Locks::sentinel`]; else read from a
+    /// `redis+sentinel://` URL at build).
+    sentinel: Option<(String, Vec<String>)>,
     prefix: String,
     timeout: Duration,
     holder: Option<String>,
@@ -691,6 +727,43 @@ impl LocksBuilder {
         }
         if self.timeout.is_zero() {
             return Err(config_err("the command timeout must not be zero".into()));
+        }
+        let sentinel = match &self.sentinel {
+            Some((master, sentinels)) => {
+                let node = sentinels.first().cloned().unwrap_or_default();
+                Some((master.clone(), sentinels.clone(), node))
+            }
+            None => crate::backend::sentinel::parse_url(&self.url)
+                .transpose()
+                .map_err(config_err)?,
+        };
+        if let Some((master, sentinels, node)) = sentinel {
+            let infos = sentinels
+                .iter()
+                .map(|s| self.connection_info(s))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(config_err)?;
+            if infos.is_empty() {
+                return Err(config_err(
+                    "Sentinel needs at least one sentinel URL".into(),
+                ));
+            }
+            let node = self.connection_info(&node).map_err(config_err)?;
+            let primary = crate::backend::sentinel::SentinelTarget::new(
+                master,
+                infos,
+                node.redis_settings().clone(),
+            );
+            return Ok(Locks::new(
+                Backend::Redis(RedisBackend::sentinel(primary.clone(), self.timeout)),
+                self.notify
+                    .then(|| Notifier::new(NotifySource::Sentinel(primary), self.timeout)),
+                self.prefix,
+                self.holder,
+                target.clone(),
+                self.yield_window,
+                self.replicas,
+            ));
         }
         let (backend, source) = match self.cluster_nodes() {
             Some(nodes) => {

@@ -174,6 +174,8 @@ pub(crate) struct Hub {
     /// Channels whose `UNSUBSCRIBE` is sent but not yet confirmed: Redis still counts
     /// this connection as a subscriber.
     leaving: Mutex<HashMap<String, usize>>,
+    /// Behind Sentinel: the count of new primaries announced when it was made.
+    switched: u64,
 }
 
 impl Hub {
@@ -196,6 +198,18 @@ pub(crate) enum Source {
     /// A cluster: sharded Pub/Sub; makes the builder of a cluster client with the
     /// client's nodes and settings.
     Cluster(Arc<dyn Fn() -> ClusterClientBuilder + Send + Sync>),
+    /// The primary the sentinels name: a hub made before they announced another one is
+    /// left for a new one there.
+    Sentinel(Arc<crate::backend::sentinel::SentinelTarget>),
+}
+
+impl Source {
+    fn switched(&self) -> u64 {
+        match self {
+            Source::Sentinel(target) => target.switched(),
+            _ => 0,
+        }
+    }
 }
 
 /// The Pub/Sub side of one client: a hub per tokio runtime, made on first wait.
@@ -228,8 +242,11 @@ impl Notifier {
 
     fn live_hub(&self, runtime: tokio::runtime::Id) -> Option<Arc<Hub>> {
         let hubs = crate::util::lock(&self.hubs);
+        let switched = self.source.switched();
         hubs.iter()
-            .find(|(rt, hub)| *rt == runtime && !hub.commands.is_closed())
+            .find(|(rt, hub)| {
+                *rt == runtime && !hub.commands.is_closed() && hub.switched == switched
+            })
             .map(|(_, hub)| hub.clone())
     }
 
@@ -242,12 +259,15 @@ impl Notifier {
         if let Some(hub) = self.live_hub(runtime) {
             return Some(hub);
         }
-        let (sink, stream) = self.connect().await?;
+        let switched = self.source.switched();
+        // Boxed: the connecting futures are deep types (see `RedisBackend::connection`).
+        let (sink, stream) = Box::pin(self.connect()).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let hub = Arc::new(Hub {
             registry: Registry::default(),
             commands: tx,
             leaving: Mutex::default(),
+            switched,
         });
         tokio::spawn(drive(
             Arc::downgrade(&hub),
@@ -268,8 +288,17 @@ impl Notifier {
 
     /// A Pub/Sub connection and what it delivers, within the timeout.
     async fn connect(&self) -> Option<(Sink, BoxStream<'static, Delivery>)> {
-        match &self.source {
-            Source::Single(client) => {
+        let found;
+        let single = match &self.source {
+            Source::Single(client) => Some(client),
+            Source::Sentinel(target) => {
+                found = target.primary(self.timeout).await.ok()?;
+                Some(&found)
+            }
+            Source::Cluster(_) => None,
+        };
+        match (single, &self.source) {
+            (Some(client), _) => {
                 let pubsub = tokio::time::timeout(self.timeout, client.get_async_pubsub())
                     .await
                     .ok()?
@@ -277,7 +306,7 @@ impl Notifier {
                 let (sink, stream) = pubsub.split();
                 Some((Sink::Single(sink), stream.map(Delivery::Message).boxed()))
             }
-            Source::Cluster(builder) => {
+            (None, Source::Cluster(builder)) => {
                 let (tx, mut rx) = mpsc::unbounded_channel();
                 let client = builder()
                     .use_protocol(redis::ProtocolVersion::RESP3)
@@ -291,6 +320,7 @@ impl Notifier {
                 let pushes = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
                 Some((Sink::Cluster(conn), pushes.map(Delivery::Push).boxed()))
             }
+            (None, _) => None,
         }
     }
 

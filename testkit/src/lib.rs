@@ -559,3 +559,113 @@ impl RedisCluster {
             .port
     }
 }
+
+/// A `redis-sentinel` this test started, watching one primary as `mymaster` (quorum 2,
+/// down after 1 s, failover timeout 5 s); killed on drop and by the reaper.
+pub struct RedisSentinel {
+    /// The port it listens on (127.0.0.1).
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl RedisSentinel {
+    /// The name the sentinels give the primary.
+    pub const MASTER: &'static str = "mymaster";
+
+    /// Starts a sentinel watching the primary on `primary_port`, and waits until it
+    /// answers.
+    pub fn start(primary_port: u16) -> RedisSentinel {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("distlock-test-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        tell_reaper("dir", dir.to_str().expect("temp dir path is UTF-8"));
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+                 sentinel monitor {m} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {m} 1000\n\
+                 sentinel failover-timeout {m} 5000\n\
+                 sentinel parallel-syncs {m} 1\n",
+                dir.display(),
+                m = Self::MASTER,
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-sentinel")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start `redis-sentinel` (install redis-sentinel): {e}")
+            });
+        tell_reaper("pid", &child.id().to_string());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ping(port) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-sentinel on {port} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        RedisSentinel {
+            port,
+            child: Some(child),
+            dir,
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port of the primary this sentinel names now.
+    pub fn primary_port(&self) -> Option<u16> {
+        let out = RedisCluster::cli(
+            self.port,
+            &["SENTINEL", "get-master-addr-by-name", Self::MASTER],
+        );
+        out.lines().nth(1)?.trim().parse().ok()
+    }
+
+    /// Waits until this sentinel knows `sentinels - 1` other sentinels and `replicas`
+    /// replicas of the primary.
+    pub fn wait_ready(&self, sentinels: usize, replicas: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let info = RedisCluster::cli(self.port, &["SENTINEL", "master", Self::MASTER]);
+            let field = |name: &str| -> usize {
+                let lines: Vec<&str> = info.lines().map(str::trim).collect();
+                lines
+                    .iter()
+                    .position(|l| *l == name)
+                    .and_then(|i| lines.get(i + 1))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            if field("num-other-sentinels") + 1 >= sentinels && field("num-slaves") >= replicas {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels did not see each other: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            tell_reaper("unpid", &c.id().to_string());
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -46,6 +46,7 @@ pub(crate) mod native;
 pub(crate) mod redis;
 pub(crate) mod replicas;
 pub mod scripts;
+pub(crate) mod sentinel;
 
 /// What one acquire try found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,6 +24,7 @@ use tokio::runtime::Handle;
 
 use super::direct::{Direct, DirectTls, Place};
 use super::native::Native;
+use super::sentinel::SentinelTarget;
 use super::{Attempt, ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::key::Companion;
@@ -54,6 +55,8 @@ pub(crate) enum Target {
     Single(redis::Client),
     /// A Redis Cluster (built with no retries, see the module docs).
     Cluster(ClusterClient),
+    /// The primary the sentinels name (see `sentinel.rs`).
+    Sentinel(Arc<SentinelTarget>),
 }
 
 pub(crate) struct RedisBackend {
@@ -99,6 +102,8 @@ struct Slot {
     runtime: tokio::runtime::Id,
     conn: Conn,
     generation: u64,
+    /// Behind Sentinel: the count of new primaries announced when it was made.
+    switched: u64,
 }
 
 impl RedisBackend {
@@ -106,6 +111,17 @@ impl RedisBackend {
     pub(crate) fn new(client: redis::Client, timeout: Duration, tls: DirectTls) -> Self {
         let direct = Direct::serves(client.get_connection_info(), &tls);
         Self::with(Target::Single(client), timeout, tls, direct)
+    }
+
+    /// Redis behind Sentinel. Direct connections stay off: a primary that was demoted
+    /// keeps its connections.
+    pub(crate) fn sentinel(target: Arc<SentinelTarget>, timeout: Duration) -> Self {
+        Self::with(
+            Target::Sentinel(target),
+            timeout,
+            DirectTls::default(),
+            false,
+        )
     }
 
     /// A Redis Cluster; `client` retries nothing itself (see the module docs).
@@ -254,11 +270,25 @@ impl RedisBackend {
     }
 
     fn cached(&self, runtime: tokio::runtime::Id) -> Option<(Conn, u64)> {
-        let slots = crate::util::lock(&self.slots);
+        let switched = self.switched();
+        let mut slots = crate::util::lock(&self.slots);
+        if slots.iter().any(|s| s.switched != switched) {
+            // The sentinels announced a new primary: connect to it.
+            slots.retain(|s| s.switched == switched);
+            self.broke();
+        }
         slots
             .iter()
             .find(|s| s.runtime == runtime)
             .map(|s| (s.conn.clone(), s.generation))
+    }
+
+    /// Behind Sentinel, the count of new primaries announced; else 0.
+    fn switched(&self) -> u64 {
+        match &self.target {
+            Target::Sentinel(target) => target.switched(),
+            _ => 0,
+        }
     }
 
     async fn connection(&self) -> Result<(Conn, u64), BackendError> {
@@ -266,6 +296,13 @@ impl RedisBackend {
         if let Some(found) = self.cached(runtime) {
             return Ok(found);
         }
+        // Boxed: the connecting futures (a cluster's, the sentinels') are deep types, and
+        // every call's future would carry them, up to the users' functions.
+        Box::pin(self.connect(runtime)).await
+    }
+
+    /// A new connection for `runtime` (one at a time), unless another call made one.
+    async fn connect(&self, runtime: tokio::runtime::Id) -> Result<(Conn, u64), BackendError> {
         let _one_at_a_time = self.connecting.lock().await;
         if let Some(found) = self.cached(runtime) {
             return Ok(found);
@@ -273,8 +310,22 @@ impl RedisBackend {
         // Every call on it is bounded by `within_timeout`, which also drops the
         // connection on a timeout: a response timeout of its own would be a second timer
         // per command.
-        let conn = match &self.target {
-            Target::Single(client) => {
+        let switched = self.switched();
+        let sentinel_client;
+        let single = match &self.target {
+            Target::Single(client) => Some(client),
+            Target::Sentinel(target) => {
+                target.listen();
+                sentinel_client = target
+                    .primary(self.timeout)
+                    .await
+                    .inspect_err(|_| self.broke())?;
+                Some(&sentinel_client)
+            }
+            Target::Cluster(_) => None,
+        };
+        let conn = match (single, &self.target) {
+            (Some(client), _) => {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.timeout))
                     .set_response_timeout(None);
@@ -288,7 +339,7 @@ impl RedisBackend {
                 Conn::Single(conn)
             }
             // The nodes may run different versions: scripts only, no native commands.
-            Target::Cluster(client) => {
+            (None, Target::Cluster(client)) => {
                 let connect = client.get_async_connection();
                 match tokio::time::timeout(self.timeout, connect).await {
                     Ok(Ok(conn)) => Conn::Cluster(conn),
@@ -302,6 +353,7 @@ impl RedisBackend {
                     }
                 }
             }
+            (None, _) => unreachable!("one server or Sentinel gave a client"),
         };
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let native = self.native();
@@ -314,6 +366,7 @@ impl RedisBackend {
             runtime,
             conn: conn.clone(),
             generation,
+            switched,
         });
         tracing::debug!(target: "distlock", generation, ?native, "connected to redis");
         Ok((conn, generation))
@@ -348,7 +401,9 @@ impl RedisBackend {
     /// that broke is dropped (the next call reconnects) and counts as a sign of lost keys
     /// (see `epoch`); a server error reply leaves it in use.
     fn failed(&self, generation: u64, e: redis::RedisError) -> BackendError {
-        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        // READONLY: the server was demoted (a failover); the command did not run.
+        let demoted = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        if demoted || e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
             self.forget(generation);
             self.broke();
         }
@@ -403,10 +458,12 @@ impl RedisBackend {
                 self.done_with(direct, &reply);
                 return reply.map_err(BackendError::from);
             }
-            let Target::Single(client) = &self.target else {
+            let client = match &self.target {
+                Target::Single(client) => client.clone(),
+                Target::Sentinel(target) => target.current(self.timeout).await?,
                 // A cluster: the shared connection to the slot's primary (a lagging
                 // replica slows the calls to that primary meanwhile).
-                return self.call_on_shared(Call::Pipe(pipe)).await;
+                Target::Cluster(_) => return self.call_on_shared(Call::Pipe(pipe)).await,
             };
             let mut own = client
                 .get_multiplexed_async_connection()

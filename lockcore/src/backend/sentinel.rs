@@ -1,0 +1,209 @@
+//! Redis behind Sentinel: the primary's address is asked of the sentinels whenever a
+//! connection is made, and asked again after a connection error, a `READONLY` reply (the
+//! server was demoted), or a `+switch-master` message for this primary (a listener task
+//! per client, subscribed on one of the sentinels). Each of these drops the connections
+//! made before (see [`SentinelTarget::switched`]), so the next call connects to the
+//! primary the sentinels name now.
+//!
+//! A resolution builds a redis-rs sentinel client of its own: its cached connections to
+//! the sentinels belong to the runtime that made them, and a client of ours is used from
+//! many.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+
+use crate::error::BackendError;
+
+/// The sentinels, the primary's name, and what is known of the primary now.
+pub(crate) struct SentinelTarget {
+    master: String,
+    sentinels: Vec<redis::ConnectionInfo>,
+    /// Credentials and database for the primary.
+    node: redis::RedisConnectionInfo,
+    /// Bumped on every `+switch-master` for this primary.
+    switched: AtomicU64,
+    /// Whether a listener task runs.
+    listening: AtomicBool,
+    /// The primary last found.
+    current: Mutex<Option<redis::Client>>,
+}
+
+impl SentinelTarget {
+    pub(crate) fn new(
+        master: String,
+        sentinels: Vec<redis::ConnectionInfo>,
+        node: redis::RedisConnectionInfo,
+    ) -> Arc<SentinelTarget> {
+        Arc::new(SentinelTarget {
+            master,
+            sentinels,
+            node,
+            switched: AtomicU64::new(0),
+            listening: AtomicBool::new(false),
+            current: Mutex::new(None),
+        })
+    }
+
+    /// How many times the sentinels announced a new primary since this client began.
+    pub(crate) fn switched(&self) -> u64 {
+        self.switched.load(Ordering::Acquire)
+    }
+
+    /// The primary the sentinels name now (which also answered `ROLE` as a primary),
+    /// within `timeout`.
+    pub(crate) async fn primary(&self, timeout: Duration) -> Result<redis::Client, BackendError> {
+        let node =
+            SentinelNodeConnectionInfo::default().set_redis_connection_info(self.node.clone());
+        let mut sentinel = SentinelClient::build(
+            self.sentinels.clone(),
+            self.master.clone(),
+            Some(node),
+            SentinelServerType::Master,
+        )?;
+        let client = match tokio::time::timeout(timeout, sentinel.async_get_client()).await {
+            Ok(found) => found?,
+            Err(_) => return Err(BackendError::timeout(timeout)),
+        };
+        *crate::util::lock(&self.current) = Some(client.clone());
+        Ok(client)
+    }
+
+    /// The primary last found, else found now.
+    pub(crate) async fn current(&self, timeout: Duration) -> Result<redis::Client, BackendError> {
+        let known = crate::util::lock(&self.current).clone();
+        match known {
+            Some(client) => Ok(client),
+            None => self.primary(timeout).await,
+        }
+    }
+
+    /// Starts the `+switch-master` listener on this runtime unless one runs.
+    pub(crate) fn listen(self: &Arc<Self>) {
+        if self.listening.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        if !crate::util::spawn_here(listen(weak)) {
+            self.listening.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Clears `listening` when the listener ends (its runtime shut down, or the client was
+/// dropped), so that the next connection starts another.
+struct Listening(Weak<SentinelTarget>);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        if let Some(target) = self.0.upgrade() {
+            target.listening.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Subscribes to `+switch-master` on the first sentinel that answers and counts the
+/// messages naming this primary; on to the next sentinel when the connection ends. Ends
+/// once the client is gone.
+async fn listen(weak: Weak<SentinelTarget>) {
+    let _listening = Listening(weak.clone());
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let Some(target) = weak.upgrade() else { return };
+        let (sentinels, master) = (target.sentinels.clone(), target.master.clone());
+        drop(target);
+        for info in sentinels {
+            let Ok(client) = redis::Client::open(info) else {
+                continue;
+            };
+            let connect = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub());
+            let Ok(Ok(mut pubsub)) = connect.await else {
+                continue;
+            };
+            if pubsub.subscribe("+switch-master").await.is_err() {
+                continue;
+            }
+            let mut messages = pubsub.on_message();
+            loop {
+                tokio::select! {
+                    msg = messages.next() => match msg {
+                        Some(msg) => {
+                            let payload: String = msg.get_payload().unwrap_or_default();
+                            if payload.split(' ').next() == Some(master.as_str()) {
+                                let Some(target) = weak.upgrade() else { return };
+                                target.switched.fetch_add(1, Ordering::AcqRel);
+                                tracing::debug!(target: "distlock", %payload, "sentinel announced a new primary");
+                            }
+                        }
+                        None => break,
+                    },
+                    _ = check.tick() => if weak.strong_count() == 0 {
+                        return;
+                    },
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The primary's name, the sentinels' URLs, and a URL with the primary's credentials.
+pub(crate) type SentinelUrl = (String, Vec<String>, String);
+
+/// The primary's name and the sentinels of a `redis+sentinel://s1:26379,s2:26379/<name>[/<db>]`
+/// URL (`rediss+sentinel://` is refused for now); the URL's credentials and database are
+/// the primary's.
+pub(crate) fn parse_url(url: &str) -> Option<Result<SentinelUrl, String>> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let plain = scheme.strip_suffix("+sentinel")?;
+    if plain != "redis" {
+        return Some(Err(format!(
+            "`{scheme}://`: Sentinel is supported over plain `redis+sentinel://` only"
+        )));
+    }
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((auth, rest)) => (format!("{auth}@"), rest),
+        None => (String::new(), rest),
+    };
+    let mut parts = rest.splitn(3, '/');
+    let hosts = parts.next().unwrap_or("");
+    let Some(master) = parts.next().filter(|m| !m.is_empty()) else {
+        return Some(Err(
+            "a `redis+sentinel://` URL names the primary: redis+sentinel://host:26379/<name>"
+                .into(),
+        ));
+    };
+    let db = parts.next().unwrap_or("");
+    let sentinels = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("redis://{h}/"))
+        .collect();
+    Some(Ok((
+        master.to_owned(),
+        sentinels,
+        format!("redis://{auth}primary/{db}"),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_url;
+
+    #[test]
+    fn sentinel_urls() {
+        let (master, sentinels, node) =
+            parse_url("redis+sentinel://:pw@s1:26379,s2:26380/mymaster/2")
+                .unwrap()
+                .unwrap();
+        assert_eq!(master, "mymaster");
+        assert_eq!(sentinels, ["redis://s1:26379/", "redis://s2:26380/"]);
+        assert_eq!(node, "redis://:pw@primary/2");
+        assert!(parse_url("redis+sentinel://s1:26379").unwrap().is_err());
+        assert!(parse_url("redis://s1:6379/").is_none());
+    }
+}

@@ -1,0 +1,230 @@
+//! Redis behind Sentinel: one primary, one replica and 3 sentinels the harness starts
+//! (`redis-sentinel`, quorum 2, down after 1 s). The primary killed, or demoted by
+//! `SENTINEL FAILOVER`: calls fail with `Backend` within their timeouts meanwhile, then
+//! work on the promoted replica with the same client. The control: a client pinned to
+//! the old primary's address does not recover.
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{Error, Locks};
+use testkit::{RedisCluster, RedisSentinel};
+
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+struct Setup {
+    primary: RedisServer,
+    replica: RedisServer,
+    sentinels: Vec<RedisSentinel>,
+}
+
+impl Setup {
+    fn start() -> Setup {
+        let primary = RedisServer::start();
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+        let sentinels: Vec<RedisSentinel> =
+            (0..3).map(|_| RedisSentinel::start(primary.port)).collect();
+        for s in &sentinels {
+            s.wait_ready(3, 1, Duration::from_secs(30));
+        }
+        Setup {
+            primary,
+            replica,
+            sentinels,
+        }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisSentinel::url).collect()
+    }
+
+    fn url_form(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!(
+            "redis+sentinel://{}/{}",
+            hosts.join(","),
+            RedisSentinel::MASTER
+        )
+    }
+
+    /// Waits until every sentinel names the replica as the primary.
+    async fn wait_promoted(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self
+            .sentinels
+            .iter()
+            .all(|s| s.primary_port() == Some(self.replica.port))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels promoted the replica"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Lock cycles (1 s ttl) until `stop`: how long each took and how it ended.
+fn cycle_until(
+    locks: &Locks,
+    key: &'static str,
+    stop: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<(Duration, Result<(), Error>)>> {
+    let (locks, stop) = (locks.clone(), stop.clone());
+    tokio::spawn(async move {
+        let mut outcomes = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            let start = Instant::now();
+            let outcome = async {
+                let g = locks
+                    .lock(key)
+                    .ttl(Duration::from_secs(1))
+                    .acquire()
+                    .await?;
+                g.fence().await?;
+                g.release().await
+            }
+            .await;
+            outcomes.push((start.elapsed(), outcome));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        outcomes
+    })
+}
+
+fn check_outcomes(outcomes: &[(Duration, Result<(), Error>)]) {
+    let failed = outcomes.iter().filter(|(_, o)| o.is_err()).count();
+    eprintln!("{} cycles, {failed} failed", outcomes.len());
+    for (took, outcome) in outcomes {
+        if outcome.is_err() {
+            // Busy: a release that failed meanwhile leaves its lock held until its ttl.
+            // Lost: a lock taken on the old primary just before the switch never reached
+            // the replica (replication is asynchronous: `replicas = 1` closes that hole);
+            // its holder is told.
+            assert!(
+                matches!(
+                    outcome,
+                    Err(Error::Backend { .. } | Error::Busy { .. } | Error::Lost { .. })
+                ),
+                "a failed call is a backend error: {outcome:?}"
+            );
+            // acquire, fence and release, each within the timeout (and the sentinels'
+            // answer within it too).
+            assert!(
+                *took < 6 * TIMEOUT + Duration::from_millis(500),
+                "took {took:?}"
+            );
+        }
+    }
+    assert!(
+        outcomes.iter().rev().take(5).all(|(_, o)| o.is_ok()),
+        "working again on the promoted replica"
+    );
+}
+
+/// The promoted replica holds what the client writes now.
+async fn lands_on(locks: &Locks, server: &RedisServer) {
+    let g = locks.lock("where").acquire().await.unwrap();
+    let mut raw = server.raw().await;
+    let held: Option<String> = redis::cmd("GET")
+        .arg("lock:where")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        held.as_deref(),
+        Some(g.token()),
+        "the lock is on the new primary"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_is_replaced_without_a_new_client() {
+    let mut setup = Setup::start();
+    let locks = Locks::sentinel(RedisSentinel::MASTER, setup.urls())
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    lands_on(&locks, &setup.primary).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycles = cycle_until(&locks, "killed", &stop);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    setup.primary.kill();
+    setup.wait_promoted().await;
+    // Past the cycles' 1 s ttl: a lock whose release failed meanwhile has expired.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::SeqCst);
+    check_outcomes(&cycles.await.unwrap());
+    lands_on(&locks, &setup.replica).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_demoted_by_sentinel_failover() {
+    let setup = Setup::start();
+    // The default client's URL form.
+    let locks = Locks::builder(setup.url_form())
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    let other = Locks::sentinel(RedisSentinel::MASTER, setup.urls())
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    // The control: a client pinned to the primary's address.
+    let pinned = Locks::builder(setup.primary.url())
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    lands_on(&locks, &setup.primary).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycles = cycle_until(&locks, "demoted", &stop);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let out = RedisCluster::cli(
+        setup.sentinels[0].port,
+        &["SENTINEL", "FAILOVER", RedisSentinel::MASTER],
+    );
+    assert_eq!(out, "OK");
+    setup.wait_promoted().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::SeqCst);
+    check_outcomes(&cycles.await.unwrap());
+    lands_on(&locks, &setup.replica).await;
+    // Waiters are woken by messages on the new primary.
+    let g = locks.lock("wake").acquire().await.unwrap();
+    let w = take_and_release(&other, "wake", Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let gap = w.await.unwrap().saturating_duration_since(released);
+    assert!(
+        gap < Duration::from_millis(60),
+        "handoff after {gap:?}: no message"
+    );
+    // The control: the old primary is a replica now, and refuses the pinned client's
+    // writes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !RedisCluster::cli(setup.primary.port, &["ROLE"]).starts_with("slave") {
+        assert!(
+            Instant::now() < deadline,
+            "the old primary was made a replica"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(matches!(
+        pinned.lock("pinned").acquire().await,
+        Err(Error::Backend { .. })
+    ));
+}
