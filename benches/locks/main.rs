@@ -3,7 +3,8 @@
 //! Run with `scripts/bench.sh` (or `cargo bench --bench locks`). `DISTLOCK_BENCH_QUICK=1`
 //! divides every count by 10 for a quick look; `DISTLOCK_BENCH_ONLY=uncontended` runs RT,
 //! W1, W2 and W2F only, `DISTLOCK_BENCH_ONLY=w5` W5 only, `DISTLOCK_BENCH_ONLY=cluster`
-//! W1, W2 and W3 on a local 3-primary Redis Cluster (`cluster.rs`). Benchmarks never fail: the targets are
+//! W1, W2 and W3 on a local 3-primary Redis Cluster (`cluster.rs`),
+//! `DISTLOCK_BENCH_ONLY=redlock` W1 over Redlock on 5 local masters against one master. Benchmarks never fail: the targets are
 //! printed as met or not, and the exit status only reflects whether the bench could run.
 //!
 //! The baseline is what a careful user writes by hand: `SET key token NX PX 30000` to

@@ -260,6 +260,10 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
         return;
     }
 
+    if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("redlock")) {
+        run_redlock(cfg).await;
+        return;
+    }
     if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("cluster")) {
         run_cluster(cfg).await;
         return;

@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Backend, memory::MemoryBackend, redis::RedisBackend};
+use crate::backend::{
+    Backend, memory::MemoryBackend, redis::RedisBackend, redlock::RedlockBackend,
+};
 use crate::error::{BackendError, BackendErrorKind, Error, Result};
 use crate::local::LocalQueues;
 use crate::notify::{Notifier, Source as NotifySource, Subscription, channel_of};
@@ -75,7 +77,7 @@ impl Inner {
         match (&*self.backend, &self.notifier) {
             (Backend::Memory(m), _) => Some(Subscription::local(&m.waiters, channel)),
             (Backend::Redis(_), Some(n)) => n.subscribe(channel).await,
-            (Backend::Redis(_), None) => None,
+            (Backend::Redis(_), None) | (Backend::Redlock(_), _) => None,
         }
     }
 }
@@ -107,6 +109,7 @@ impl Locks {
             url: url.into(),
             nodes: None,
             sentinel: None,
+            redlock: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_COMMAND_TIMEOUT,
             holder: None,
@@ -166,6 +169,33 @@ impl Locks {
         let master = master.into();
         let mut builder = Locks::builder(format!("{master} via {}", sentinels.join(",")));
         builder.sentinel = Some((master, sentinels));
+        builder
+    }
+
+    /// Starts configuring a client that takes each lock on a quorum of independent Redis
+    /// masters (Redlock; N/2+1 of N, five usually): `SET NX PX` on every master at once,
+    /// each bounded by the command timeout; taken when a quorum set it with validity left
+    /// (`ttl - elapsed - drift`, drift `ttl / 100 + 2 ms`); otherwise given back on every
+    /// master. Release and renewal need a quorum too: a renewal that a quorum refuses
+    /// means the lock is lost. Waiters retry after a random delay.
+    ///
+    /// What it does not give: fencing tokens (`fence()` returns an error: independent
+    /// counters cannot give a number that always grows), idempotency records and
+    /// `replicas = n` (errors too). A master that restarts without persistence forgets
+    /// its locks; Redlock's safety then rests on its clocks and on the restart waiting at
+    /// least a ttl (`appendfsync always`, or a delayed start).
+    ///
+    /// ```
+    /// let locks = lockcore::Locks::redlock([
+    ///     "redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379",
+    /// ])
+    /// .build()
+    /// .unwrap();
+    /// ```
+    pub fn redlock<S: AsRef<str>>(masters: impl IntoIterator<Item = S>) -> LocksBuilder {
+        let masters: Vec<String> = masters.into_iter().map(|m| m.as_ref().to_owned()).collect();
+        let mut builder = Locks::builder(masters.join(","));
+        builder.redlock = Some(masters);
         builder
     }
 
@@ -284,6 +314,8 @@ pub struct LocksBuilder {
     /// The primary's name and the sentinels (from [`Locks::sentinel`]; else read from a
     /// `redis+sentinel://` URL at build).
     sentinel: Option<(String, Vec<String>)>,
+    /// Independent masters (from [`Locks::redlock`]).
+    redlock: Option<Vec<String>>,
     prefix: String,
     timeout: Duration,
     holder: Option<String>,
@@ -560,8 +592,8 @@ impl LocksBuilder {
     }
 
     /// The redis-rs client for the URL (and, with the `tls` feature, the certificates).
-    fn redis_client(&self) -> std::result::Result<redis::Client, String> {
-        let info = self.connection_info(&self.url)?;
+    fn redis_client(&self, url: &str) -> std::result::Result<redis::Client, String> {
+        let info = self.connection_info(url)?;
         #[cfg(feature = "tls")]
         if let Some(certs) = self.tls_certificates(std::slice::from_ref(&info))? {
             return redis::Client::build_with_tls(info, certs)
@@ -600,6 +632,13 @@ impl LocksBuilder {
             }),
             root_cert: self.tls.root_cert.clone(),
         }))
+    }
+
+    /// The backend of one server, and its redis-rs client.
+    fn single(&self, url: &str) -> std::result::Result<(RedisBackend, redis::Client), String> {
+        let client = self.redis_client(url)?;
+        let tls = self.direct_tls(client.get_connection_info());
+        Ok((RedisBackend::new(client.clone(), self.timeout, tls), client))
     }
 
     /// One URL, checked: TLS only with the `tls` feature, and never `#insecure`.
@@ -728,6 +767,30 @@ impl LocksBuilder {
         if self.timeout.is_zero() {
             return Err(config_err("the command timeout must not be zero".into()));
         }
+        if let Some(masters) = &self.redlock {
+            if masters.is_empty() {
+                return Err(config_err("Redlock needs at least one master URL".into()));
+            }
+            if self.replicas > 0 {
+                return Err(config_err(
+                    "`replicas` does not apply to Redlock: its masters are independent".into(),
+                ));
+            }
+            let nodes = masters
+                .iter()
+                .map(|m| self.single(m).map(|(backend, _)| backend))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(config_err)?;
+            return Ok(Locks::new(
+                Backend::Redlock(RedlockBackend::new(nodes)),
+                None,
+                self.prefix,
+                self.holder,
+                target.clone(),
+                self.yield_window,
+                self.replicas,
+            ));
+        }
         let sentinel = match &self.sentinel {
             Some((master, sentinels)) => {
                 let node = sentinels.first().cloned().unwrap_or_default();
@@ -779,12 +842,8 @@ impl LocksBuilder {
                 )
             }
             None => {
-                let client = self.redis_client().map_err(config_err)?;
-                let tls = self.direct_tls(client.get_connection_info());
-                (
-                    RedisBackend::new(client.clone(), self.timeout, tls),
-                    NotifySource::Single(client),
-                )
+                let (backend, client) = self.single(&self.url).map_err(config_err)?;
+                (backend, NotifySource::Single(client))
             }
         };
         Ok(Locks::new(

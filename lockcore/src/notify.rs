@@ -261,7 +261,7 @@ impl Notifier {
         }
         let switched = self.source.switched();
         // Boxed: the connecting futures are deep types (see `RedisBackend::connection`).
-        let (sink, stream) = Box::pin(self.connect()).await?;
+        let (sink, stream) = crate::backend::erased(self.connect()).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let hub = Arc::new(Hub {
             registry: Registry::default(),

@@ -103,6 +103,7 @@ impl Backend {
     pub(crate) async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         match self {
             Backend::Redis(r) => r.idem_claim(a).await,
+            Backend::Redlock(_) => Err(super::redlock::unsupported("idempotency records")),
             Backend::Memory(m) => m.idem_claim(a),
         }
     }
@@ -125,6 +126,7 @@ impl Backend {
                 r.idem_complete(key, record, retention, channel, written)
                     .await
             }
+            Backend::Redlock(_) => Err(super::redlock::unsupported("idempotency records")),
             Backend::Memory(m) => Ok(m.idem_complete(key, record, retention, channel)),
         }
     }
@@ -139,6 +141,7 @@ impl Backend {
     ) -> Result<bool, BackendError> {
         match self {
             Backend::Redis(r) => r.idem_release(key, owner, channel, retention).await,
+            Backend::Redlock(_) => Err(super::redlock::unsupported("idempotency records")),
             Backend::Memory(m) => Ok(m.idem_release(key, owner, channel)),
         }
     }
@@ -152,6 +155,7 @@ impl Backend {
     ) -> Result<bool, BackendError> {
         match self {
             Backend::Redis(r) => r.idem_renew(key, owner, lease, lifetime).await,
+            Backend::Redlock(_) => Err(super::redlock::unsupported("idempotency records")),
             Backend::Memory(m) => Ok(m.idem_renew(key, owner, lease, lifetime)),
         }
     }

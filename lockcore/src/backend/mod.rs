@@ -44,6 +44,7 @@ pub(crate) mod idem;
 pub(crate) mod memory;
 pub(crate) mod native;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 pub(crate) mod replicas;
 pub mod scripts;
 pub(crate) mod sentinel;
@@ -114,11 +115,15 @@ pub(crate) struct Successor<'a> {
     pub(crate) turn_over: bool,
 }
 
+// Redlock's calls are boxed: each nests a call per master, and every caller's future
+// (up to the users' functions) would carry that type.
 // One per client, behind its `Arc`: its size costs nothing, a box would cost a
 // dereference on every call (the redis-rs client grows with the `tls` feature).
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Backend {
     Redis(redis::RedisBackend),
+    /// Independent masters (see `redlock.rs`).
+    Redlock(redlock::RedlockBackend),
     Memory(memory::MemoryBackend),
 }
 
@@ -134,6 +139,7 @@ impl Backend {
     ) -> Result<Try, BackendError> {
         match self {
             Backend::Redis(r) => r.try_acquire(key, token, ttl, client, attempt).await,
+            Backend::Redlock(r) => erased(r.try_acquire(key, token, ttl, attempt)).await,
             Backend::Memory(m) => Ok(m.try_acquire(key, token, ttl)),
         }
     }
@@ -142,6 +148,7 @@ impl Backend {
     pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
         match self {
             Backend::Redis(r) => r.fence(key, token).await,
+            Backend::Redlock(_) => Err(redlock::unsupported("fencing tokens")),
             Backend::Memory(m) => Ok(m.fence(key, token)),
         }
     }
@@ -151,6 +158,7 @@ impl Backend {
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         match self {
             Backend::Redis(r) => r.release(call).await,
+            Backend::Redlock(r) => erased(r.release(call)).await,
             Backend::Memory(m) => Ok(m.release(call)),
         }
     }
@@ -160,7 +168,7 @@ impl Backend {
     pub(crate) async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
         match self {
             Backend::Redis(r) => r.delete_if(key, token).await,
-            Backend::Memory(_) => Ok(false),
+            Backend::Redlock(_) | Backend::Memory(_) => Ok(false),
         }
     }
 
@@ -171,6 +179,7 @@ impl Backend {
     ) -> Result<Vec<bool>, BackendError> {
         match self {
             Backend::Redis(r) => r.extend_many(leases).await,
+            Backend::Redlock(r) => erased(r.extend_many(leases)).await,
             Backend::Memory(m) => Ok(leases
                 .iter()
                 .map(|(key, token, ttl)| m.extend(key, token, *ttl))
@@ -181,6 +190,7 @@ impl Backend {
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
         match self {
             Backend::Redis(r) => r.ping().await,
+            Backend::Redlock(r) => erased(r.ping()).await,
             Backend::Memory(_) => Ok(()),
         }
     }
@@ -189,6 +199,7 @@ impl Backend {
     pub(crate) fn command_timeout(&self) -> Duration {
         match self {
             Backend::Redis(r) => r.timeout(),
+            Backend::Redlock(r) => r.timeout(),
             Backend::Memory(_) => Duration::ZERO,
         }
     }
@@ -198,6 +209,7 @@ impl Backend {
     pub(crate) fn epoch(&self) -> u64 {
         match self {
             Backend::Redis(r) => r.epoch(),
+            Backend::Redlock(r) => r.epoch(),
             Backend::Memory(_) => 0,
         }
     }
@@ -205,6 +217,15 @@ impl Backend {
     pub(crate) fn is_memory(&self) -> bool {
         matches!(self, Backend::Memory(_))
     }
+}
+
+/// `fut` boxed as a trait object: the callers' futures (up to the users' functions)
+/// then carry neither its layout nor its auto traits to check, which for the deep types
+/// of a connect or a Redlock fan-out would pass the compiler's recursion limit.
+pub(crate) fn erased<'a, T>(
+    fut: impl Future<Output = T> + Send + 'a,
+) -> std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>> {
+    Box::pin(fut)
 }
 
 /// Milliseconds for `PX`, at least 1.

@@ -298,7 +298,7 @@ impl RedisBackend {
         }
         // Boxed: the connecting futures (a cluster's, the sentinels') are deep types, and
         // every call's future would carry them, up to the users' functions.
-        Box::pin(self.connect(runtime)).await
+        super::erased(self.connect(runtime)).await
     }
 
     /// A new connection for `runtime` (one at a time), unless another call made one.

@@ -39,6 +39,7 @@ impl Backend {
     ) -> Result<Acked<bool>, BackendError> {
         match self {
             Backend::Redis(r) => r.confirm_lock(key, token, ttl, replicas).await,
+            Backend::Redlock(_) => Err(super::redlock::unsupported("replica acknowledgement")),
             Backend::Memory(m) => Ok(Acked {
                 value: m.extend(key, token, ttl),
                 replicas,
@@ -55,6 +56,7 @@ impl Backend {
     ) -> Result<Acked<Option<u64>>, BackendError> {
         match self {
             Backend::Redis(r) => r.fence_acked(key, token, replicas).await,
+            Backend::Redlock(_) => Err(super::redlock::unsupported("replica acknowledgement")),
             Backend::Memory(_) => Ok(Acked {
                 value: self.fence(key, token).await?,
                 replicas,
@@ -67,6 +69,7 @@ impl Backend {
     pub(crate) async fn barrier(&self, record: &str, replicas: u32) -> Result<u32, BackendError> {
         match self {
             Backend::Redis(r) => r.barrier(record, replicas).await,
+            Backend::Redlock(_) => Err(super::redlock::unsupported("replica acknowledgement")),
             Backend::Memory(_) => Ok(replicas),
         }
     }

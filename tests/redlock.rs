@@ -1,0 +1,228 @@
+//! Redlock over 5 independent masters the harness starts: locks exclude with 2 masters
+//! killed; 3 killed is a `Backend` error within the timeout; a master paused with
+//! SIGSTOP costs a call at most the per-node timeout; a holder whose renewals lose the
+//! quorum is told `Lost`, and another client gets in. Fences, idempotency records and
+//! `replicas` are refused with an error that says why.
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{Error, Locks};
+
+const TIMEOUT: Duration = Duration::from_millis(300);
+
+fn masters() -> Vec<RedisServer> {
+    (0..5).map(|_| RedisServer::start()).collect()
+}
+
+async fn client(masters: &[RedisServer]) -> Locks {
+    Locks::redlock(masters.iter().map(RedisServer::url))
+        .command_timeout(TIMEOUT)
+        .build()
+        .unwrap()
+}
+
+fn signal(server: &RedisServer, sig: &str) {
+    std::process::Command::new("kill")
+        .args([sig, &server.pid().unwrap().to_string()])
+        .status()
+        .unwrap();
+}
+
+/// How many masters hold `token` at `lock:<name>`.
+async fn holding(masters: &[RedisServer], name: &str, token: &str) -> usize {
+    let mut n = 0;
+    for m in masters.iter().filter(|m| m.pid().is_some()) {
+        let mut raw = m.raw().await;
+        let held: Option<String> = redis::cmd("GET")
+            .arg(format!("lock:{name}"))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        n += usize::from(held.as_deref() == Some(token));
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_on_a_quorum_of_five_masters() {
+    let masters = masters();
+    let locks = client(&masters).await;
+    locks.ping().await.unwrap();
+    let g = locks.lock("a").acquire().await.unwrap();
+    assert_eq!(holding(&masters, "a", g.token()).await, 5);
+    assert!(matches!(
+        locks.lock("a").acquire().await,
+        Err(Error::Busy { .. })
+    ));
+    // No fence that is not safe: an error that says why.
+    match g.fence().await {
+        Err(Error::Backend { source, .. }) => {
+            assert!(source.to_string().contains("Redlock"), "{source}")
+        }
+        other => panic!("expected a Backend error, got {other:?}"),
+    }
+    g.release().await.unwrap();
+    assert_eq!(holding(&masters, "a", "").await, 0);
+    // Renewed on the quorum while held past its ttl.
+    let g = locks
+        .lock("renewed")
+        .ttl(Duration::from_millis(300))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(matches!(
+        locks.lock("renewed").acquire().await,
+        Err(Error::Busy { .. })
+    ));
+    g.release().await.unwrap();
+    // `replicas` is refused at build.
+    assert!(
+        Locks::redlock(masters.iter().map(RedisServer::url))
+            .replicas(1)
+            .build()
+            .is_err()
+    );
+}
+
+/// Tasks on two clients take `name` in turn (or, unlocked, just run) and count how often
+/// two were inside at once.
+async fn overlaps(clients: &[Locks], name: &'static str, locked: bool) -> usize {
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for locks in clients {
+        for _ in 0..3 {
+            let (locks, inside, overlaps) = (locks.clone(), inside.clone(), overlaps.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let g = if locked {
+                        Some(
+                            locks
+                                .lock(name)
+                                .wait(Duration::from_secs(20))
+                                .acquire()
+                                .await
+                                .unwrap(),
+                        )
+                    } else {
+                        None
+                    };
+                    if inside.fetch_add(1, Ordering::SeqCst) > 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    if let Some(g) = g {
+                        g.release().await.unwrap();
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    overlaps.load(Ordering::SeqCst)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_masters_killed_locks_still_exclude() {
+    let mut masters = masters();
+    masters[0].kill();
+    masters[3].kill();
+    let clients = [client(&masters).await, client(&masters).await];
+    assert_eq!(overlaps(&clients, "two-down", true).await, 0);
+    // The control: the same work without the lock overlaps.
+    assert!(overlaps(&clients, "two-down", false).await > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_masters_killed_is_a_backend_error() {
+    let mut masters = masters();
+    for i in [0, 2, 4] {
+        masters[i].kill();
+    }
+    let locks = client(&masters).await;
+    let started = Instant::now();
+    let got = locks
+        .lock("three-down")
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await;
+    assert!(matches!(got, Err(Error::Backend { .. })), "{got:?}");
+    assert!(
+        started.elapsed() < 3 * TIMEOUT,
+        "took {:?}",
+        started.elapsed()
+    );
+    // And nothing is left behind on the two that answered.
+    assert_eq!(holding(&masters, "three-down", "").await, 0);
+    let mut left = 0;
+    for m in masters.iter().filter(|m| m.pid().is_some()) {
+        let mut raw = m.raw().await;
+        let n: usize = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+        left += n;
+    }
+    assert_eq!(left, 0, "the partial lock was given back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_costs_a_call_the_node_timeout_at_most() {
+    let masters = masters();
+    let locks = client(&masters).await;
+    locks.ping().await.unwrap();
+    signal(&masters[1], "-STOP");
+    for _ in 0..5 {
+        let started = Instant::now();
+        let g = locks.lock("paused").acquire().await.unwrap();
+        g.release().await.unwrap();
+        // Two calls, each waiting at most for the paused master's timeout.
+        assert!(
+            started.elapsed() < 2 * TIMEOUT + Duration::from_millis(300),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+    signal(&masters[1], "-CONT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_renewals_lose_the_quorum_is_told_lost() {
+    let masters = masters();
+    let holder = client(&masters).await;
+    let other = client(&masters).await;
+    let g = holder
+        .lock("quorum")
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    // Three masters paused past the ttl: renewals reach two, not a quorum.
+    for m in &masters[..3] {
+        signal(m, "-STOP");
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for m in &masters[..3] {
+        signal(m, "-CONT");
+    }
+    assert!(
+        !g.info().is_held(),
+        "the lease ended without a quorum's renewal"
+    );
+    // Expired on the three: another client gets in (on a quorum of them).
+    let g2 = other
+        .lock("quorum")
+        .wait(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+    g2.release().await.unwrap();
+}
