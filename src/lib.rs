@@ -140,6 +140,23 @@
 //! over one cluster connection per tokio runtime; direct connections stay off, and
 //! `replicas = n` waits on the connection to the slot's primary that other calls share.
 //!
+//! ## Sentinel
+//!
+//! [`Locks::sentinel`] (or `redis+sentinel://host1:26379,host2:26379/mymaster`) asks the
+//! sentinels for the primary when it connects, and asks again after a connection error,
+//! a `READONLY` reply (the primary was demoted) or a `+switch-master` message, without a
+//! new client. During a failover calls fail with `Backend` within their timeout. A lock
+//! written to a primary that dies before replicating it is gone on the promoted replica:
+//! its holder gets `Lost` at release (or renewal), and a second holder may already be in;
+//! `replicas = 1` closes that hole.
+//!
+//! ## Redlock
+//!
+//! [`Locks::redlock`] takes each lock on a quorum of independent masters (see its docs
+//! for the algorithm). It gives no fencing tokens (`fence()` returns an error saying
+//! so), no idempotency records and no `replicas`: those need one Redis, Sentinel or a
+//! cluster.
+//!
 //! ## Testing without Redis
 //!
 //! [`Locks::in_memory`] keeps locks in the process with the same ttl, token, fencing,

@@ -703,3 +703,52 @@ async fn cycles_ok(locks: &Locks, key: &str) {
         g.release().await.unwrap();
     }
 }
+
+/// A waiter subscribed on the slot's node when the slot moves: the node drops its
+/// channel, and the client subscribes again on the new node, so the release there still
+/// wakes it by message (three times: far below the 100 ms fallback each time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_its_channel_to_the_new_node() {
+    let cluster = RedisCluster::start(3, 0);
+    let holder = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    let waiter = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    let primaries: Vec<u16> = {
+        let mut p: Vec<u16> = (0..16384u16)
+            .step_by(2000)
+            .map(|s| cluster.primary_of(s))
+            .collect();
+        p.sort_unstable();
+        p.dedup();
+        p
+    };
+    let mut gaps = Vec::new();
+    for round in 0..3 {
+        let key = format!("follow-{round}");
+        let slot = cluster.slot(&format!("lock:{key}"));
+        let g = holder.lock(key.as_str()).acquire().await.unwrap();
+        let w = take_and_release(&waiter, &key, Duration::from_secs(20));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while waiter.waiting_channels() == 0 {
+            assert!(Instant::now() < deadline, "the waiter subscribed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let to = *primaries
+            .iter()
+            .find(|p| **p != cluster.primary_of(slot))
+            .unwrap();
+        cluster.migrate_slot(slot, to, 10, Duration::ZERO);
+        // The client learns the new owner (a call meets MOVED) and subscribes there.
+        let probe = holder.lock(format!("{key}-probe")).acquire().await;
+        drop(probe);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let released = Instant::now();
+        g.release().await.unwrap();
+        gaps.push(w.await.unwrap().saturating_duration_since(released));
+    }
+    gaps.sort();
+    eprintln!("handoffs after the move: {gaps:?}");
+    assert!(
+        gaps[1] < Duration::from_millis(40),
+        "handoffs after the move {gaps:?}: no message woke the waiter"
+    );
+}

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use redis::aio::PubSubSink;
 use redis::cluster::ClusterClientBuilder;
@@ -200,7 +201,15 @@ pub(crate) enum Source {
     Cluster(Arc<dyn Fn() -> ClusterClientBuilder + Send + Sync>),
     /// The primary the sentinels name: a hub made before they announced another one is
     /// left for a new one there.
-    Sentinel(Arc<crate::backend::sentinel::SentinelTarget>),
+    Sentinel(Arc<dyn Primary>),
+}
+
+/// The primary behind Sentinel, as the notifier needs it (the backend implements it).
+pub(crate) trait Primary: Send + Sync {
+    /// How many times the sentinels announced a new primary.
+    fn switched(&self) -> u64;
+    /// The primary they name now, within `timeout`; `None` when it cannot be found.
+    fn find(&self, timeout: Duration) -> BoxFuture<'_, Option<redis::Client>>;
 }
 
 impl Source {
@@ -261,7 +270,7 @@ impl Notifier {
         }
         let switched = self.source.switched();
         // Boxed: the connecting futures are deep types (see `RedisBackend::connection`).
-        let (sink, stream) = crate::backend::erased(self.connect()).await?;
+        let (sink, stream) = crate::util::erased(self.connect()).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let hub = Arc::new(Hub {
             registry: Registry::default(),
@@ -292,7 +301,7 @@ impl Notifier {
         let single = match &self.source {
             Source::Single(client) => Some(client),
             Source::Sentinel(target) => {
-                found = target.primary(self.timeout).await.ok()?;
+                found = target.find(self.timeout).await?;
                 Some(&found)
             }
             Source::Cluster(_) => None,
@@ -434,10 +443,23 @@ fn deliver(hub: &Hub, delivery: Delivery, named: &[u8]) {
                     }
                 }
                 // The server dropped the channel (its slot moved) or confirmed a drop:
-                // its waiters try again (a needless try when this client left it).
+                // its waiters try again (a needless try when this client left it). A drop
+                // this client did not ask for, of a channel still waited on, is followed
+                // by a new subscription (on the slot's new node): redis-rs does not
+                // resubscribe a channel the server dropped.
                 PushKind::SUnsubscribe => {
                     if let Some(channel) = bytes(0) {
-                        hub.registry.publish(&String::from_utf8_lossy(channel));
+                        let channel = String::from_utf8_lossy(channel);
+                        hub.registry.publish(&channel);
+                        let waited =
+                            crate::util::lock(&hub.registry.channels).contains_key(&*channel);
+                        let leaving = crate::util::lock(&hub.leaving).contains_key(&*channel);
+                        if waited && !leaving {
+                            let (ack, _) = oneshot::channel();
+                            let _ = hub
+                                .commands
+                                .send(Command::Subscribe(channel.into_owned(), ack));
+                        }
                     }
                 }
                 // Reconnecting: redis-rs resubscribes; a release meanwhile is missed.

@@ -94,3 +94,12 @@ pub(crate) fn push_json_str(s: &str, out: &mut String) {
     out.push_str(&s[start..]);
     out.push('"');
 }
+
+/// `fut` boxed as a trait object: the callers' futures (up to the users' functions)
+/// then carry neither its layout nor its auto traits to check, which for the deep types
+/// of a connect or a Redlock fan-out would pass the compiler's recursion limit.
+pub(crate) fn erased<'a, T>(
+    fut: impl Future<Output = T> + Send + 'a,
+) -> std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>> {
+    Box::pin(fut)
+}

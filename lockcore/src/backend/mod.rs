@@ -139,7 +139,9 @@ impl Backend {
     ) -> Result<Try, BackendError> {
         match self {
             Backend::Redis(r) => r.try_acquire(key, token, ttl, client, attempt).await,
-            Backend::Redlock(r) => erased(r.try_acquire(key, token, ttl, attempt)).await,
+            Backend::Redlock(r) => {
+                crate::util::erased(r.try_acquire(key, token, ttl, attempt)).await
+            }
             Backend::Memory(m) => Ok(m.try_acquire(key, token, ttl)),
         }
     }
@@ -158,7 +160,7 @@ impl Backend {
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         match self {
             Backend::Redis(r) => r.release(call).await,
-            Backend::Redlock(r) => erased(r.release(call)).await,
+            Backend::Redlock(r) => crate::util::erased(r.release(call)).await,
             Backend::Memory(m) => Ok(m.release(call)),
         }
     }
@@ -179,7 +181,7 @@ impl Backend {
     ) -> Result<Vec<bool>, BackendError> {
         match self {
             Backend::Redis(r) => r.extend_many(leases).await,
-            Backend::Redlock(r) => erased(r.extend_many(leases)).await,
+            Backend::Redlock(r) => crate::util::erased(r.extend_many(leases)).await,
             Backend::Memory(m) => Ok(leases
                 .iter()
                 .map(|(key, token, ttl)| m.extend(key, token, *ttl))
@@ -190,7 +192,7 @@ impl Backend {
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
         match self {
             Backend::Redis(r) => r.ping().await,
-            Backend::Redlock(r) => erased(r.ping()).await,
+            Backend::Redlock(r) => crate::util::erased(r.ping()).await,
             Backend::Memory(_) => Ok(()),
         }
     }
@@ -217,15 +219,6 @@ impl Backend {
     pub(crate) fn is_memory(&self) -> bool {
         matches!(self, Backend::Memory(_))
     }
-}
-
-/// `fut` boxed as a trait object: the callers' futures (up to the users' functions)
-/// then carry neither its layout nor its auto traits to check, which for the deep types
-/// of a connect or a Redlock fan-out would pass the compiler's recursion limit.
-pub(crate) fn erased<'a, T>(
-    fut: impl Future<Output = T> + Send + 'a,
-) -> std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>> {
-    Box::pin(fut)
 }
 
 /// Milliseconds for `PX`, at least 1.

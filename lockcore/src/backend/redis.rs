@@ -270,6 +270,10 @@ impl RedisBackend {
     }
 
     fn cached(&self, runtime: tokio::runtime::Id) -> Option<(Conn, u64)> {
+        if let Target::Sentinel(target) = &self.target {
+            // Its listener ends with the runtime it ran on: another one takes over.
+            target.listen();
+        }
         let switched = self.switched();
         let mut slots = crate::util::lock(&self.slots);
         if slots.iter().any(|s| s.switched != switched) {
@@ -298,7 +302,7 @@ impl RedisBackend {
         }
         // Boxed: the connecting futures (a cluster's, the sentinels') are deep types, and
         // every call's future would carry them, up to the users' functions.
-        super::erased(self.connect(runtime)).await
+        crate::util::erased(self.connect(runtime)).await
     }
 
     /// A new connection for `runtime` (one at a time), unless another call made one.
@@ -340,6 +344,11 @@ impl RedisBackend {
             }
             // The nodes may run different versions: scripts only, no native commands.
             (None, Target::Cluster(client)) => {
+                if self.generation.load(Ordering::Relaxed) > 0 {
+                    // A new cluster connection reads the slots afresh: a primary that
+                    // failed over since is not seen as a `MOVED` (see `epoch`).
+                    self.broke();
+                }
                 let connect = client.get_async_connection();
                 match tokio::time::timeout(self.timeout, connect).await {
                     Ok(Ok(conn)) => Conn::Cluster(conn),
@@ -547,6 +556,11 @@ impl RedisBackend {
             };
             round += 1;
             tracing::trace!(target: "distlock", error = %e, round, "redis cluster redirect or try-again");
+            if round > 3 {
+                // Redirects that keep coming (a slot map being rebuilt): not in a spin.
+                let pause = Duration::from_millis(u64::from(round.min(10)) * 2);
+                tokio::time::sleep(pause).await;
+            }
             at = match e.kind() {
                 redis::ErrorKind::Server(redis::ServerErrorKind::Moved) => {
                     // The slot has another owner: after a failover, keys the old one had
@@ -555,6 +569,34 @@ impl RedisBackend {
                     AtNode::of(&e, false)
                 }
                 redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => AtNode::of(&e, true),
+                // A transaction whose commands were redirected while queued: nothing ran,
+                // and the redirect itself was not returned. A probe of its key finds it.
+                redis::ErrorKind::Server(redis::ServerErrorKind::ExecAbort) => {
+                    match what.first_key().map(|key| {
+                        let mut probe = redis::cmd("TYPE");
+                        probe.arg(key);
+                        probe
+                    }) {
+                        Some(probe) => match probe.query_async::<String>(&mut conn).await {
+                            Err(e)
+                                if e.kind()
+                                    == redis::ErrorKind::Server(redis::ServerErrorKind::Moved) =>
+                            {
+                                self.broke();
+                                AtNode::of(&e, false)
+                            }
+                            Err(e)
+                                if e.kind()
+                                    == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) =>
+                            {
+                                AtNode::of(&e, true)
+                            }
+                            // Not the topology: the transaction's own fault.
+                            _ => return Err(e),
+                        },
+                        None => return Err(e),
+                    }
+                }
                 redis::ErrorKind::Server(
                     redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::ClusterDown,
                 )
@@ -581,7 +623,12 @@ impl RedisBackend {
             Ok(result) => result,
             Err(_) => {
                 let generation = used.load(Ordering::Relaxed);
-                if generation != 0 {
+                if self.sharded {
+                    // A cluster connection matches replies itself and reconnects on its
+                    // own: kept. But the slot's primary may have failed over meanwhile,
+                    // without a reply that says so (see `epoch`).
+                    self.broke();
+                } else if generation != 0 {
                     self.forget(generation);
                 }
                 Err(BackendError::timeout(self.timeout))
@@ -806,9 +853,15 @@ impl RedisBackend {
             let (conn, generation) = self.connection().await?;
             used.store(generation, Ordering::Relaxed);
             let ping = redis::cmd("PING");
-            self.run_on::<()>(conn, Call::Cmd(&ping))
-                .await
-                .map_err(|e| self.failed(generation, e))
+            let reply = match conn {
+                // redis-rs sends a plain PING to every node: one is enough.
+                Conn::Cluster(mut conn) => conn
+                    .route_command(ping, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+                    .await
+                    .map(drop),
+                conn => self.run_on::<()>(conn, Call::Cmd(&ping)).await,
+            };
+            reply.map_err(|e| self.failed(generation, e))
         };
         tokio::pin!(call);
         self.within_timeout(&used, call).await
@@ -947,6 +1000,17 @@ enum Call<'a, 'b> {
 }
 
 impl Call<'_, '_> {
+    /// The key of a pipeline's first command (its first argument), for the probe after
+    /// an aborted transaction.
+    fn first_key(self) -> Option<Vec<u8>> {
+        let Call::Pipe(pipe) = self else { return None };
+        let cmd = pipe.cmd_iter().next()?;
+        match cmd.args_iter().nth(1)? {
+            redis::Arg::Simple(key) => Some(key.to_vec()),
+            _ => None,
+        }
+    }
+
     async fn run<T: FromRedisValue, C: redis::aio::ConnectionLike + Send>(
         self,
         conn: &mut C,

@@ -30,6 +30,9 @@ pub(crate) struct SentinelTarget {
     listening: AtomicBool,
     /// The primary last found.
     current: Mutex<Option<redis::Client>>,
+    /// The address of the last `+switch-master` for this primary: a sentinel that has
+    /// not caught up yet and names another is not believed.
+    announced: Mutex<Option<(String, u16)>>,
 }
 
 impl SentinelTarget {
@@ -45,6 +48,7 @@ impl SentinelTarget {
             switched: AtomicU64::new(0),
             listening: AtomicBool::new(false),
             current: Mutex::new(None),
+            announced: Mutex::new(None),
         })
     }
 
@@ -68,6 +72,24 @@ impl SentinelTarget {
             Ok(found) => found?,
             Err(_) => return Err(BackendError::timeout(timeout)),
         };
+        let announced = crate::util::lock(&self.announced).clone();
+        if let Some((host, port)) = announced {
+            let named = match client.get_connection_info().addr() {
+                redis::ConnectionAddr::Tcp(h, p) => Some((h.clone(), *p)),
+                _ => None,
+            };
+            if named
+                .as_ref()
+                .is_some_and(|(h, p)| *h != host || *p != port)
+            {
+                return Err(BackendError::new(
+                    crate::error::BackendErrorKind::Connection,
+                    format!(
+                        "a sentinel names {named:?} as the primary, the last switch announced {host}:{port}: not caught up yet"
+                    ),
+                ));
+            }
+        }
         *crate::util::lock(&self.current) = Some(client.clone());
         Ok(client)
     }
@@ -83,7 +105,7 @@ impl SentinelTarget {
 
     /// Starts the `+switch-master` listener on this runtime unless one runs.
     pub(crate) fn listen(self: &Arc<Self>) {
-        if self.listening.swap(true, Ordering::AcqRel) {
+        if self.listening.load(Ordering::Acquire) || self.listening.swap(true, Ordering::AcqRel) {
             return;
         }
         let weak = Arc::downgrade(self);
@@ -111,6 +133,7 @@ impl Drop for Listening {
 async fn listen(weak: Weak<SentinelTarget>) {
     let _listening = Listening(weak.clone());
     let mut check = tokio::time::interval(Duration::from_secs(1));
+    let mut subscribed_before = false;
     loop {
         let Some(target) = weak.upgrade() else { return };
         let (sentinels, master) = (target.sentinels.clone(), target.master.clone());
@@ -126,14 +149,27 @@ async fn listen(weak: Weak<SentinelTarget>) {
             if pubsub.subscribe("+switch-master").await.is_err() {
                 continue;
             }
+            if std::mem::replace(&mut subscribed_before, true) {
+                // A switch announced while no sentinel was listened to would be missed:
+                // connect again to whatever the sentinels name now.
+                let Some(target) = weak.upgrade() else { return };
+                target.switched.fetch_add(1, Ordering::AcqRel);
+            }
             let mut messages = pubsub.on_message();
             loop {
                 tokio::select! {
                     msg = messages.next() => match msg {
                         Some(msg) => {
                             let payload: String = msg.get_payload().unwrap_or_default();
-                            if payload.split(' ').next() == Some(master.as_str()) {
+                            let fields: Vec<&str> = payload.split(' ').collect();
+                            if fields.first() == Some(&master.as_str()) {
                                 let Some(target) = weak.upgrade() else { return };
+                                if let (Some(host), Some(Ok(port))) =
+                                    (fields.get(3), fields.get(4).map(|p| p.parse::<u16>()))
+                                {
+                                    *crate::util::lock(&target.announced) =
+                                        Some(((*host).to_owned(), port));
+                                }
                                 target.switched.fetch_add(1, Ordering::AcqRel);
                                 tracing::debug!(target: "distlock", %payload, "sentinel announced a new primary");
                             }
@@ -205,5 +241,18 @@ mod tests {
         assert_eq!(node, "redis://:pw@primary/2");
         assert!(parse_url("redis+sentinel://s1:26379").unwrap().is_err());
         assert!(parse_url("redis://s1:6379/").is_none());
+    }
+}
+
+impl crate::notify::Primary for SentinelTarget {
+    fn switched(&self) -> u64 {
+        SentinelTarget::switched(self)
+    }
+
+    fn find(
+        &self,
+        timeout: Duration,
+    ) -> futures_util::future::BoxFuture<'_, Option<redis::Client>> {
+        Box::pin(async move { self.primary(timeout).await.ok() })
     }
 }
