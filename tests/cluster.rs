@@ -290,19 +290,40 @@ async fn contend(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_migrated_under_a_held_contended_lock() {
-    let cluster = Arc::new(RedisCluster::start(3, 0));
+    migrated_under_a_held_contended_lock(false).await;
+}
+
+/// The same, the slot moving to a node that joined after the clients connected (it owned
+/// no slot, so the clients' cluster connections have no connection to it when its first
+/// `ASK` comes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migrated_to_a_new_node() {
+    migrated_under_a_held_contended_lock(true).await;
+}
+
+async fn migrated_under_a_held_contended_lock(to_new_node: bool) {
+    let mut cluster = RedisCluster::start(3, 0);
     let key = "moving";
     let slot = cluster.slot("lock:moving");
     let from = cluster.primary_of(slot);
-    let to = (0..16384u16)
-        .step_by(2000)
-        .map(|s| cluster.primary_of(s))
-        .find(|p| *p != from)
-        .unwrap();
     let clients = [
         Locks::cluster(cluster.urls()).connect().await.unwrap(),
         Locks::cluster(cluster.urls()).connect().await.unwrap(),
     ];
+    // Connections made first.
+    for locks in &clients {
+        cycles_ok(locks, key).await;
+    }
+    let to = if to_new_node {
+        cluster.add_node()
+    } else {
+        (0..16384u16)
+            .step_by(2000)
+            .map(|s| cluster.primary_of(s))
+            .find(|p| *p != from)
+            .unwrap()
+    };
+    let cluster = Arc::new(cluster);
     // The counter exists before the move, so it moves too.
     let g = clients[0].lock(key).acquire().await.unwrap();
     let first = g.fence().await.unwrap();

@@ -836,8 +836,9 @@ impl LocksBuilder {
                     .retries(0)
                     .build()
                     .map_err(|e| config_err(format!("invalid cluster settings: {e}")))?;
+                let base = self.connection_info(&nodes[0]).map_err(config_err)?;
                 (
-                    RedisBackend::cluster(client, self.timeout),
+                    RedisBackend::cluster(client, base, self.timeout),
                     NotifySource::Cluster(builder),
                 )
             }

@@ -389,19 +389,7 @@ impl RedisCluster {
     /// node sees every slot served (`cluster_state:ok`) and every replica has synced.
     pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
-            .map(|_| {
-                let bus = free_port().to_string();
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    "--cluster-port",
-                    &bus,
-                ])
-            })
+            .map(|_| Self::node())
             .collect();
         let addrs: Vec<String> = nodes
             .iter()
@@ -423,6 +411,58 @@ impl RedisCluster {
         let cluster = RedisCluster { nodes };
         cluster.wait_ok(Duration::from_secs(30));
         cluster
+    }
+
+    /// Starts one more node and joins it to the cluster as a primary with no slots
+    /// (`redis-cli --cluster add-node`); returns its port once every node knows it.
+    pub fn add_node(&mut self) -> u16 {
+        let node = Self::node();
+        let port = node.port;
+        let first = format!("127.0.0.1:{}", self.live_port());
+        let out = Command::new("redis-cli")
+            .args([
+                "--cluster",
+                "add-node",
+                &format!("127.0.0.1:{port}"),
+                &first,
+            ])
+            .output()
+            .expect("redis-cli runs");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster add-node failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        self.nodes.push(node);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let everyone = self.nodes.iter().filter(|n| n.pid().is_some()).count();
+        while !self.nodes.iter().filter(|n| n.pid().is_some()).all(|n| {
+            Self::cli(n.port, &["CLUSTER", "NODES"])
+                .lines()
+                .filter(|l| !l.contains("handshake"))
+                .count()
+                == everyone
+        }) {
+            assert!(Instant::now() < deadline, "the new node joined");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.wait_ok(Duration::from_secs(30));
+        port
+    }
+
+    /// One cluster-enabled server, its bus on a free port.
+    fn node() -> RedisServer {
+        let bus = free_port().to_string();
+        RedisServer::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            "--cluster-port",
+            &bus,
+        ])
     }
 
     /// `redis://127.0.0.1:<port>/` of every node.

@@ -53,8 +53,9 @@ const DIRECT_BELOW: usize = 3;
 pub(crate) enum Target {
     /// One server.
     Single(redis::Client),
-    /// A Redis Cluster (built with no retries, see the module docs).
-    Cluster(ClusterClient),
+    /// A Redis Cluster (built with no retries, see the module docs), and the settings
+    /// of its first node (for a node redis-rs has no connection to, see `run_on`).
+    Cluster(ClusterClient, redis::ConnectionInfo),
     /// The primary the sentinels name (see `sentinel.rs`).
     Sentinel(Arc<SentinelTarget>),
 }
@@ -125,9 +126,13 @@ impl RedisBackend {
     }
 
     /// A Redis Cluster; `client` retries nothing itself (see the module docs).
-    pub(crate) fn cluster(client: ClusterClient, timeout: Duration) -> Self {
+    pub(crate) fn cluster(
+        client: ClusterClient,
+        base: redis::ConnectionInfo,
+        timeout: Duration,
+    ) -> Self {
         Self::with(
-            Target::Cluster(client),
+            Target::Cluster(client, base),
             timeout,
             DirectTls::default(),
             false,
@@ -135,7 +140,7 @@ impl RedisBackend {
     }
 
     fn with(target: Target, timeout: Duration, tls: DirectTls, direct: bool) -> Self {
-        let sharded = matches!(target, Target::Cluster(_));
+        let sharded = matches!(target, Target::Cluster(..));
         RedisBackend {
             tls,
             target,
@@ -326,7 +331,7 @@ impl RedisBackend {
                     .inspect_err(|_| self.broke())?;
                 Some(&sentinel_client)
             }
-            Target::Cluster(_) => None,
+            Target::Cluster(..) => None,
         };
         let conn = match (single, &self.target) {
             (Some(client), _) => {
@@ -343,7 +348,7 @@ impl RedisBackend {
                 Conn::Single(conn)
             }
             // The nodes may run different versions: scripts only, no native commands.
-            (None, Target::Cluster(client)) => {
+            (None, Target::Cluster(client, _)) => {
                 if self.generation.load(Ordering::Relaxed) > 0 {
                     // A new cluster connection reads the slots afresh: a primary that
                     // failed over since is not seen as a `MOVED` (see `epoch`).
@@ -472,7 +477,7 @@ impl RedisBackend {
                 Target::Sentinel(target) => target.current(self.timeout).await?,
                 // A cluster: the shared connection to the slot's primary (a lagging
                 // replica slows the calls to that primary meanwhile).
-                Target::Cluster(_) => return self.call_on_shared(Call::Pipe(pipe)).await,
+                Target::Cluster(..) => return self.call_on_shared(Call::Pipe(pipe)).await,
             };
             let mut own = client
                 .get_multiplexed_async_connection()
@@ -520,6 +525,31 @@ impl RedisBackend {
         self.within_timeout(&used, call).await
     }
 
+    /// A connection of its own to the cluster node `node` names, with the first node's
+    /// settings (credentials, TLS).
+    async fn plain_to(&self, node: &AtNode) -> redis::RedisResult<MultiplexedConnection> {
+        let Target::Cluster(_, base) = &self.target else {
+            return Err((redis::ErrorKind::Client, "not a cluster").into());
+        };
+        let addr = match base.addr() {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host: node.host.clone(),
+                port: node.port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => redis::ConnectionAddr::Tcp(node.host.clone(), node.port),
+        };
+        tracing::debug!(target: "distlock", host = %node.host, port = node.port, "redirected to a cluster node redis-rs has no connection to; connecting");
+        redis::Client::open(base.clone().set_addr(addr))?
+            .get_multiplexed_async_connection()
+            .await
+    }
+
     /// `what` on the shared connection (not a direct one), without a timer of its own:
     /// for a caller already within the timeout.
     async fn call_on_shared<T: FromRedisValue>(
@@ -548,7 +578,17 @@ impl RedisBackend {
         loop {
             let reply = match &at {
                 None => what.run::<T, _>(&mut conn).await,
-                Some(node) => what.run::<T, _>(&mut node.on(&mut conn)).await,
+                Some(node) => match what.run::<T, _>(&mut node.on(&mut conn)).await {
+                    // A node redis-rs has no connection to (a new one, which owned no
+                    // slot when it read the map): a plain connection of its own.
+                    Err(e) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
+                        match self.plain_to(node).await {
+                            Ok(mut plain) => what.run::<T, _>(&mut node.on_plain(&mut plain)).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                    reply => reply,
+                },
             };
             let e = match reply {
                 Err(e) if round < MAX_REDIRECTS => e,
@@ -1094,21 +1134,65 @@ impl AtNode {
     }
 
     fn on<'c>(&'c self, conn: &'c mut ClusterConnection) -> Routed<'c> {
-        Routed { node: self, conn }
+        Routed {
+            node: self,
+            via: Via::Cluster(conn),
+        }
+    }
+
+    fn on_plain<'c>(&'c self, conn: &'c mut MultiplexedConnection) -> Routed<'c> {
+        Routed {
+            node: self,
+            via: Via::Plain(conn),
+        }
     }
 }
 
-/// A cluster connection whose commands all go to one node.
+/// Commands that all go to one cluster node (after `ASKING` when it asked for them).
 struct Routed<'c> {
     node: &'c AtNode,
-    conn: &'c mut ClusterConnection,
+    via: Via<'c>,
+}
+
+/// How they reach it: through the cluster connection by address, or a connection to it
+/// alone.
+enum Via<'c> {
+    Cluster(&'c mut ClusterConnection),
+    Plain(&'c mut MultiplexedConnection),
 }
 
 impl Routed<'_> {
-    fn route(&self) -> SingleNodeRoutingInfo {
-        SingleNodeRoutingInfo::ByAddress {
-            host: self.node.host.clone(),
-            port: self.node.port,
+    async fn command(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        match &mut self.via {
+            Via::Cluster(conn) => {
+                let route = SingleNodeRoutingInfo::ByAddress {
+                    host: self.node.host.clone(),
+                    port: self.node.port,
+                };
+                conn.route_command(cmd.clone(), RoutingInfo::SingleNode(route))
+                    .await
+            }
+            Via::Plain(conn) => redis::aio::ConnectionLike::req_packed_command(*conn, cmd).await,
+        }
+    }
+
+    async fn pipeline(
+        &mut self,
+        pipe: redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<redis::Value>> {
+        match &mut self.via {
+            Via::Cluster(conn) => {
+                let route = SingleNodeRoutingInfo::ByAddress {
+                    host: self.node.host.clone(),
+                    port: self.node.port,
+                };
+                conn.route_pipeline(pipe, offset, count, route).await
+            }
+            Via::Plain(conn) => {
+                redis::aio::ConnectionLike::req_packed_commands(*conn, &pipe, offset, count).await
+            }
         }
     }
 }
@@ -1119,16 +1203,12 @@ impl redis::aio::ConnectionLike for Routed<'_> {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         Box::pin(async move {
-            let route = self.route();
             if !self.node.asking {
-                return self
-                    .conn
-                    .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
-                    .await;
+                return self.command(cmd).await;
             }
             let mut pipe = redis::pipe();
             pipe.cmd("ASKING").add_command(cmd.clone());
-            let mut replies = self.conn.route_pipeline(pipe, 1, 1, route).await?;
+            let mut replies = self.pipeline(pipe, 1, 1).await?;
             replies
                 .pop()
                 .ok_or_else(|| (redis::ErrorKind::Client, "no reply after ASKING").into())
@@ -1142,12 +1222,8 @@ impl redis::aio::ConnectionLike for Routed<'_> {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         Box::pin(async move {
-            let route = self.route();
             if !self.node.asking {
-                return self
-                    .conn
-                    .route_pipeline(pipeline.clone(), offset, count, route)
-                    .await;
+                return self.pipeline(pipeline.clone(), offset, count).await;
             }
             // A transaction: `ASKING`, then `MULTI` ... `EXEC` (the flag lasts until
             // `EXEC`). Otherwise `ASKING` before each command, its `OK` dropped. On a
@@ -1160,18 +1236,12 @@ impl redis::aio::ConnectionLike for Routed<'_> {
                     pipe.add_command(cmd.clone());
                 }
                 pipe.cmd("EXEC");
-                return self
-                    .conn
-                    .route_pipeline(pipe, offset + 1, count, route)
-                    .await;
+                return self.pipeline(pipe, offset + 1, count).await;
             }
             for cmd in pipeline.cmd_iter() {
                 pipe.cmd("ASKING").add_command(cmd.clone());
             }
-            let replies = self
-                .conn
-                .route_pipeline(pipe, 2 * offset, 2 * count, route)
-                .await?;
+            let replies = self.pipeline(pipe, 2 * offset, 2 * count).await?;
             Ok(replies.into_iter().skip(1).step_by(2).collect())
         })
     }
