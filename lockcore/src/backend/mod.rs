@@ -1,8 +1,10 @@
 //! Where locks and idempotency records live: a standalone Redis (multiplexed and direct
 //! connections, `redis` and `direct`), a Redis Cluster (`redis` over a cluster
 //! connection: the same commands and scripts, redirects followed there, sharded Pub/Sub
-//! in the scripts' cluster forms, `scripts::sharded`), or process memory (`memory`, for
-//! tests and examples). Nothing above this layer knows which.
+//! in the scripts' cluster forms, `scripts::sharded`), the primary Sentinel names
+//! (`redis` connecting through `sentinel`), independent masters (`redlock`: locks only),
+//! or process memory (`memory`, for tests and examples). Nothing above this layer knows
+//! which.
 //!
 //! # What a topology provides
 //!

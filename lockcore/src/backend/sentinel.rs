@@ -226,6 +226,19 @@ pub(crate) fn parse_url(url: &str) -> Option<Result<SentinelUrl, String>> {
     )))
 }
 
+impl crate::notify::Primary for SentinelTarget {
+    fn switched(&self) -> u64 {
+        SentinelTarget::switched(self)
+    }
+
+    fn find(
+        &self,
+        timeout: Duration,
+    ) -> futures_util::future::BoxFuture<'_, Option<redis::Client>> {
+        Box::pin(async move { self.primary(timeout).await.ok() })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_url;
@@ -241,18 +254,5 @@ mod tests {
         assert_eq!(node, "redis://:pw@primary/2");
         assert!(parse_url("redis+sentinel://s1:26379").unwrap().is_err());
         assert!(parse_url("redis://s1:6379/").is_none());
-    }
-}
-
-impl crate::notify::Primary for SentinelTarget {
-    fn switched(&self) -> u64 {
-        SentinelTarget::switched(self)
-    }
-
-    fn find(
-        &self,
-        timeout: Duration,
-    ) -> futures_util::future::BoxFuture<'_, Option<redis::Client>> {
-        Box::pin(async move { self.primary(timeout).await.ok() })
     }
 }
