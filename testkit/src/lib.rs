@@ -391,6 +391,63 @@ impl RedisCluster {
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
             .map(|_| Self::node())
             .collect();
+        Self::create(nodes, replicas)
+    }
+
+    /// [`start`](Self::start) with TLS: every node also listens on a TLS port (certificates
+    /// from one [`TlsFiles`], made for `127.0.0.1`), and the cluster bus and replication
+    /// speak TLS (`tls-cluster yes`, so the cluster announces the TLS ports). Returns the
+    /// TLS ports, node by node, and the certificates.
+    pub fn start_tls(primaries: usize, replicas: usize) -> (RedisCluster, Vec<u16>, TlsFiles) {
+        let dir = std::env::temp_dir().join(format!(
+            "distlock-test-{}-certs-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        tell_reaper("dir", dir.to_str().expect("temp dir path is UTF-8"));
+        let files = TlsFiles::make(&dir, 0);
+        let path = |name: &str| dir.join(name).to_str().expect("UTF-8 path").to_owned();
+        let mut tls_ports = Vec::new();
+        let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
+            .map(|_| {
+                let bus = free_port().to_string();
+                let tls = free_port();
+                tls_ports.push(tls);
+                let tls = tls.to_string();
+                let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--cluster-port",
+                    &bus,
+                    "--tls-port",
+                    &tls,
+                    "--tls-cert-file",
+                    &cert,
+                    "--tls-key-file",
+                    &key,
+                    "--tls-ca-cert-file",
+                    &ca,
+                    "--tls-cluster",
+                    "yes",
+                    "--tls-replication",
+                    "yes",
+                    "--tls-auth-clients",
+                    "no",
+                ])
+            })
+            .collect();
+        let cluster = Self::create(nodes, replicas);
+        (cluster, tls_ports, files)
+    }
+
+    /// Joins `nodes` into a cluster and waits until it is ok.
+    fn create(nodes: Vec<RedisServer>, replicas: usize) -> RedisCluster {
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
