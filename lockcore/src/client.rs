@@ -811,6 +811,15 @@ impl LocksBuilder {
                     "Sentinel needs at least one sentinel URL".into(),
                 ));
             }
+            if infos
+                .iter()
+                .any(|i| !matches!(i.addr(), redis::ConnectionAddr::Tcp(..)))
+            {
+                return Err(config_err(
+                    "Sentinel is supported over plain TCP (`redis://host:port`) only for now"
+                        .into(),
+                ));
+            }
             let node = self.connection_info(&node).map_err(config_err)?;
             let primary = crate::backend::sentinel::SentinelTarget::new(
                 master,
@@ -936,5 +945,45 @@ mod tests {
         assert_eq!(redact("redis://pw@h/"), "redis://***@h/");
         assert_eq!(redact("redis://h/"), "redis://h/");
         assert_eq!(sanitize_holder("a {b}"), "a__b_");
+    }
+
+    /// The URL forms per topology, and what cannot work refused at build.
+    #[test]
+    fn topology_urls() {
+        let cluster = Locks::builder("redis+cluster://:pw@h1:7000,h2:7001/");
+        assert_eq!(
+            cluster.cluster_nodes().unwrap(),
+            ["redis://:pw@h1:7000/", "redis://:pw@h2:7001/"]
+        );
+        assert!(cluster.build().is_ok());
+        assert!(Locks::builder("redis://h:6379/").cluster_nodes().is_none());
+        assert!(
+            Locks::cluster(["redis://h1:7000", "redis://h2:7001"])
+                .build()
+                .is_ok()
+        );
+        assert!(Locks::cluster(Vec::<String>::new()).build().is_err());
+        assert!(
+            Locks::builder("redis+sentinel://s1:26379,s2:26379/mymaster/0")
+                .build()
+                .is_ok()
+        );
+        assert!(
+            Locks::builder("redis+sentinel://s1:26379").build().is_err(),
+            "no name"
+        );
+        assert!(Locks::sentinel("m", ["redis://s1:26379"]).build().is_ok());
+        assert!(Locks::sentinel("m", ["rediss://s1:26379"]).build().is_err());
+        assert!(
+            Locks::redlock(["redis://a:1", "redis://b:1", "redis://c:1"])
+                .build()
+                .is_ok()
+        );
+        assert!(Locks::redlock(Vec::<String>::new()).build().is_err());
+        let e = Locks::redlock(["redis://a:1"])
+            .replicas(1)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("Redlock"), "{e}");
     }
 }
