@@ -404,28 +404,7 @@ async fn failover(kill: bool) {
     let first = held.fence().await.unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
-    let cycles = {
-        let (locks, stop) = (locks.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut outcomes = Vec::new();
-            while !stop.load(Ordering::SeqCst) {
-                let start = Instant::now();
-                let outcome = async {
-                    let g = locks
-                        .lock(key.as_str())
-                        .ttl(Duration::from_secs(1))
-                        .acquire()
-                        .await?;
-                    g.fence().await?;
-                    g.release().await
-                }
-                .await;
-                outcomes.push((start.elapsed(), outcome));
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            outcomes
-        })
-    };
+    let cycles = cycle_until(&locks, &key, &stop);
     tokio::time::sleep(Duration::from_millis(200)).await;
     if kill {
         let node = cluster
@@ -446,29 +425,14 @@ async fn failover(kill: bool) {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     stop.store(true, Ordering::SeqCst);
     let outcomes = cycles.await.unwrap();
-    let failed: Vec<_> = outcomes.iter().filter(|(_, o)| o.is_err()).collect();
-    eprintln!("{} cycles, {} failed", outcomes.len(), failed.len());
-    for (took, outcome) in &failed {
-        // Busy: a release that failed meanwhile leaves its lock held until its ttl.
-        assert!(
-            matches!(outcome, Err(Error::Backend { .. } | Error::Busy { .. })),
-            "a failed call is a backend error: {outcome:?}"
-        );
-        // acquire, fence and release: each call bounded by the command timeout.
-        assert!(
-            *took < 3 * timeout + Duration::from_millis(500),
-            "took {took:?}"
-        );
-    }
+    // acquire, fence and release: each call bounded by the command timeout. Lost only
+    // where a primary died: a coordinated failover loses nothing.
+    check_failover(&outcomes, 3 * timeout + Duration::from_millis(500), kill);
     // Then every call works, on the promoted replica.
     for _ in 0..20 {
         let g = locks.lock("busy-after").acquire().await.unwrap();
         g.release().await.unwrap();
     }
-    assert!(
-        outcomes.iter().rev().take(5).all(|(_, o)| o.is_ok()),
-        "working again before the end"
-    );
     if kill {
         // What the replica had received of the lock is what is left; fences go on.
         drop(held);

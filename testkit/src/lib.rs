@@ -411,20 +411,11 @@ impl RedisCluster {
         let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
             .map(|_| {
-                let bus = free_port().to_string();
                 let tls = free_port();
                 tls_ports.push(tls);
                 let tls = tls.to_string();
                 let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                    "--cluster-port",
-                    &bus,
+                Self::node_with(&[
                     "--tls-port",
                     &tls,
                     "--tls-cert-file",
@@ -509,8 +500,13 @@ impl RedisCluster {
 
     /// One cluster-enabled server, its bus on a free port.
     fn node() -> RedisServer {
+        Self::node_with(&[])
+    }
+
+    /// [`node`](Self::node) with extra `redis-server` arguments.
+    fn node_with(extra: &[&str]) -> RedisServer {
         let bus = free_port().to_string();
-        RedisServer::start_with(&[
+        let mut args = vec![
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -519,7 +515,9 @@ impl RedisCluster {
             "2000",
             "--cluster-port",
             &bus,
-        ])
+        ];
+        args.extend_from_slice(extra);
+        RedisServer::start_with(&args)
     }
 
     /// `redis://127.0.0.1:<port>/` of every node.

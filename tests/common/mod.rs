@@ -118,3 +118,59 @@ impl AppError {
         }
     }
 }
+
+/// Outcomes of lock cycles: how long each took and how it ended.
+pub type Outcomes = Vec<(Duration, Result<(), distlock::Error>)>;
+
+/// Lock cycles on `key` (acquire with a 1 s ttl, fence, release) until `stop`, 5 ms
+/// apart: for failovers.
+pub fn cycle_until(
+    locks: &distlock::Locks,
+    key: &str,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Outcomes> {
+    let (locks, stop, key) = (locks.clone(), stop.clone(), key.to_owned());
+    tokio::spawn(async move {
+        let mut outcomes = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let start = Instant::now();
+            let outcome = async {
+                let g = locks
+                    .lock(key.as_str())
+                    .ttl(Duration::from_secs(1))
+                    .acquire()
+                    .await?;
+                g.fence().await?;
+                g.release().await
+            }
+            .await;
+            outcomes.push((start.elapsed(), outcome));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        outcomes
+    })
+}
+
+/// What cycles across a failover may see: `Backend` errors within `bound`; `Busy`, a
+/// lock whose release failed meanwhile being held until its ttl; `Lost` where
+/// `lost_allowed` (a lock taken on the old primary just before the switch that never
+/// reached the replica: replication is asynchronous, its holder is told). The last five
+/// worked.
+pub fn check_failover(outcomes: &Outcomes, bound: Duration, lost_allowed: bool) {
+    use distlock::Error;
+    let failed = outcomes.iter().filter(|(_, o)| o.is_err()).count();
+    eprintln!("{} cycles, {failed} failed", outcomes.len());
+    for (took, outcome) in outcomes.iter().filter(|(_, o)| o.is_err()) {
+        let allowed = match outcome {
+            Err(Error::Backend { .. } | Error::Busy { .. }) => true,
+            Err(Error::Lost { .. }) => lost_allowed,
+            _ => false,
+        };
+        assert!(allowed, "a failed call is a backend error: {outcome:?}");
+        assert!(*took < bound, "took {took:?}");
+    }
+    assert!(
+        outcomes.iter().rev().take(5).all(|(_, o)| o.is_ok()),
+        "working again before the end"
+    );
+}
