@@ -845,7 +845,13 @@ impl LocksBuilder {
                     .retries(0)
                     .build()
                     .map_err(|e| config_err(format!("invalid cluster settings: {e}")))?;
-                let base = self.connection_info(&nodes[0]).map_err(config_err)?;
+                // With the certificates: for a plain connection to a node (see
+                // `RedisBackend::plain_to`).
+                let base = self
+                    .redis_client(&nodes[0])
+                    .map_err(config_err)?
+                    .get_connection_info()
+                    .clone();
                 (
                     RedisBackend::cluster(client, base, self.timeout),
                     NotifySource::Cluster(builder),

@@ -165,6 +165,9 @@ impl Drop for Subscription {
 enum Command {
     Subscribe(String, oneshot::Sender<bool>),
     Unsubscribe(String),
+    /// The server dropped this channel (its slot moved): subscribe again if it is still
+    /// waited on and not being left, checked when it runs (after the commands before it).
+    Resubscribe(String),
 }
 
 /// One Pub/Sub connection and the task that serializes (un)subscriptions and fans
@@ -453,12 +456,10 @@ fn deliver(hub: &Hub, delivery: Delivery, named: &[u8]) {
                         hub.registry.publish(&channel);
                         let waited =
                             crate::util::lock(&hub.registry.channels).contains_key(&*channel);
-                        let leaving = crate::util::lock(&hub.leaving).contains_key(&*channel);
-                        if waited && !leaving {
-                            let (ack, _) = oneshot::channel();
+                        if waited {
                             let _ = hub
                                 .commands
-                                .send(Command::Subscribe(channel.into_owned(), ack));
+                                .send(Command::Resubscribe(channel.into_owned()));
                         }
                     }
                 }
@@ -493,6 +494,21 @@ async fn drive(
                     );
                     let _ = ack.send(ok);
                     ok
+                }
+                Command::Resubscribe(channel) => {
+                    let wanted = control_hub.upgrade().is_some_and(|hub| {
+                        crate::util::lock(&hub.registry.channels).contains_key(&channel)
+                            && !crate::util::lock(&hub.leaving).contains_key(&channel)
+                    });
+                    if wanted {
+                        let done = tokio::time::timeout(timeout, sink.subscribe(&channel)).await;
+                        if !matches!(done, Ok(Ok(()))) {
+                            // Not there yet (the slot still moving): its waiters poll on
+                            // their fallback timer; the other channels keep the hub.
+                            tracing::debug!(target: "distlock", %channel, "a shard channel the server dropped could not be subscribed again");
+                        }
+                    }
+                    true
                 }
                 Command::Unsubscribe(channel) => {
                     let ok = matches!(

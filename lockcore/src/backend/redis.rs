@@ -349,11 +349,6 @@ impl RedisBackend {
             }
             // The nodes may run different versions: scripts only, no native commands.
             (None, Target::Cluster(client, _)) => {
-                if self.generation.load(Ordering::Relaxed) > 0 {
-                    // A new cluster connection reads the slots afresh: a primary that
-                    // failed over since is not seen as a `MOVED` (see `epoch`).
-                    self.broke();
-                }
                 let connect = client.get_async_connection();
                 match tokio::time::timeout(self.timeout, connect).await {
                     Ok(Ok(conn)) => Conn::Cluster(conn),
@@ -545,8 +540,11 @@ impl RedisBackend {
             _ => redis::ConnectionAddr::Tcp(node.host.clone(), node.port),
         };
         tracing::debug!(target: "distlock", host = %node.host, port = node.port, "redirected to a cluster node redis-rs has no connection to; connecting");
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(None);
         redis::Client::open(base.clone().set_addr(addr))?
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
     }
 
@@ -584,7 +582,9 @@ impl RedisBackend {
                     Err(e) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
                         match self.plain_to(node).await {
                             Ok(mut plain) => what.run::<T, _>(&mut node.on_plain(&mut plain)).await,
-                            Err(e) => Err(e),
+                            // Not reachable yet (a node reconnecting after a failover):
+                            // wait and route by slot again, below.
+                            Err(_) => Err(e),
                         }
                     }
                     reply => reply,

@@ -11,7 +11,12 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long a `+switch-master` outweighs a sentinel that names another primary: long
+/// enough for the sentinels to agree, short enough that a later switch the listener
+/// missed is not refused for good.
+const ANNOUNCED_FOR: Duration = Duration::from_secs(5);
 
 use futures_util::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
@@ -30,9 +35,10 @@ pub(crate) struct SentinelTarget {
     listening: AtomicBool,
     /// The primary last found.
     current: Mutex<Option<redis::Client>>,
-    /// The address of the last `+switch-master` for this primary: a sentinel that has
-    /// not caught up yet and names another is not believed.
-    announced: Mutex<Option<(String, u16)>>,
+    /// The address of the last `+switch-master` for this primary, and when it came: for
+    /// [`ANNOUNCED_FOR`] after it, a sentinel that has not caught up yet and names another
+    /// is not believed.
+    announced: Mutex<Option<(String, u16, Instant)>>,
 }
 
 impl SentinelTarget {
@@ -73,7 +79,7 @@ impl SentinelTarget {
             Err(_) => return Err(BackendError::timeout(timeout)),
         };
         let announced = crate::util::lock(&self.announced).clone();
-        if let Some((host, port)) = announced {
+        if let Some((host, port, _)) = announced.filter(|(_, _, at)| at.elapsed() < ANNOUNCED_FOR) {
             let named = match client.get_connection_info().addr() {
                 redis::ConnectionAddr::Tcp(h, p) => Some((h.clone(), *p)),
                 _ => None,
@@ -109,7 +115,13 @@ impl SentinelTarget {
             return;
         }
         let weak = Arc::downgrade(self);
-        if !crate::util::spawn_here(listen(weak)) {
+        // Made before the task: a task dropped before it first runs (its runtime shutting
+        // down) clears `listening` too.
+        let guard = Listening(weak.clone());
+        if !crate::util::spawn_here(async move {
+            let _listening = guard;
+            listen(weak).await;
+        }) {
             self.listening.store(false, Ordering::Release);
         }
     }
@@ -131,7 +143,6 @@ impl Drop for Listening {
 /// messages naming this primary; on to the next sentinel when the connection ends. Ends
 /// once the client is gone.
 async fn listen(weak: Weak<SentinelTarget>) {
-    let _listening = Listening(weak.clone());
     let mut check = tokio::time::interval(Duration::from_secs(1));
     let mut subscribed_before = false;
     loop {
@@ -168,7 +179,7 @@ async fn listen(weak: Weak<SentinelTarget>) {
                                     (fields.get(3), fields.get(4).map(|p| p.parse::<u16>()))
                                 {
                                     *crate::util::lock(&target.announced) =
-                                        Some(((*host).to_owned(), port));
+                                        Some(((*host).to_owned(), port, Instant::now()));
                                 }
                                 target.switched.fetch_add(1, Ordering::AcqRel);
                                 tracing::debug!(target: "distlock", %payload, "sentinel announced a new primary");
