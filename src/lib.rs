@@ -142,7 +142,9 @@
 //!
 //! ## Sentinel
 //!
-//! [`Locks::sentinel`] (or `redis+sentinel://host1:26379,host2:26379/mymaster`) asks the
+//! [`Locks::sentinel`] (or `redis+sentinel://host1:26379,host2:26379/mymaster`;
+//! `rediss+sentinel://` or `rediss://` sentinels for TLS to the sentinels and the primary,
+//! with the same certificates) asks the
 //! sentinels for the primary when it connects, and asks again after a connection error,
 //! a `READONLY` reply (the primary was demoted) or a `+switch-master` message, without a
 //! new client. During a failover calls fail with `Backend` within their timeout. A lock

@@ -2,7 +2,7 @@
 //! (`redis-sentinel`, quorum 2, down after 1 s). The primary killed, or demoted by
 //! `SENTINEL FAILOVER`: calls fail with `Backend` within their timeouts meanwhile, then
 //! work on the promoted replica with the same client. The control: a client pinned to
-//! the old primary's address does not recover.
+//! the old primary's address does not recover. The same over TLS.
 mod common;
 
 use std::sync::Arc;
@@ -181,4 +181,72 @@ async fn a_primary_demoted_by_sentinel_failover() {
         pinned.lock("pinned").acquire().await,
         Err(Error::Backend { .. })
     ));
+}
+
+/// Over TLS: the sentinels, the primary and the replica all on TLS ports (one CA;
+/// replication and the sentinels' own links over TLS), the client given `rediss://`
+/// sentinels and the CA. The primary killed: calls work again on the promoted replica.
+/// Control: without the CA the client cannot connect.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_killed_primary_is_replaced() {
+    let (certs, files) = testkit::shared_tls();
+    let (primary_tls, replica_tls) = (free_port(), free_port());
+    let start = |args: Vec<String>| {
+        RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let mut primary = start(testkit::tls_args(primary_tls, &certs));
+    let mut replica_args = testkit::tls_args(replica_tls, &certs);
+    replica_args.extend([
+        "--replicaof".into(),
+        "127.0.0.1".into(),
+        primary_tls.to_string(),
+    ]);
+    let replica = start(replica_args);
+    let sentinels: Vec<RedisSentinel> = (0..3)
+        .map(|_| RedisSentinel::start_tls(primary_tls, &certs))
+        .collect();
+    for s in &sentinels {
+        s.wait_ready(3, 1, Duration::from_secs(30));
+    }
+    let urls: Vec<String> = sentinels
+        .iter()
+        .map(|s| format!("rediss://127.0.0.1:{}/", s.tls_port().unwrap()))
+        .collect();
+    let locks = Locks::sentinel(RedisSentinel::MASTER, &urls)
+        .tls_root_cert(files.ca.clone())
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    lands_on(&locks, &primary).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycles = cycle_until(&locks, "tls-killed", &stop);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    primary.kill();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sentinels
+        .iter()
+        .all(|s| s.primary_port() == Some(replica_tls))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinels promoted the replica"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::SeqCst);
+    check_failover(
+        &cycles.await.unwrap(),
+        6 * TIMEOUT + Duration::from_millis(500),
+        true,
+    );
+    lands_on(&locks, &replica).await;
+    // The control: without the CA, no connection.
+    let untrusted = Locks::sentinel(RedisSentinel::MASTER, &urls)
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await;
+    assert!(matches!(untrusted, Err(Error::Backend { .. })));
 }

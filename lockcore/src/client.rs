@@ -811,20 +811,16 @@ impl LocksBuilder {
                     "Sentinel needs at least one sentinel URL".into(),
                 ));
             }
-            if infos
-                .iter()
-                .any(|i| !matches!(i.addr(), redis::ConnectionAddr::Tcp(..)))
-            {
-                return Err(config_err(
-                    "Sentinel is supported over plain TCP (`redis://host:port`) only for now"
-                        .into(),
-                ));
-            }
+            #[cfg(feature = "tls")]
+            let certs = self.tls_certificates(&infos).map_err(config_err)?;
+            #[cfg(not(feature = "tls"))]
+            let certs = None;
             let node = self.connection_info(&node).map_err(config_err)?;
             let primary = crate::backend::sentinel::SentinelTarget::new(
                 master,
                 infos,
                 node.redis_settings().clone(),
+                certs,
             );
             return Ok(Locks::new(
                 Backend::Redis(RedisBackend::sentinel(primary.clone(), self.timeout)),
@@ -979,7 +975,10 @@ mod tests {
             "no name"
         );
         assert!(Locks::sentinel("m", ["redis://s1:26379"]).build().is_ok());
-        assert!(Locks::sentinel("m", ["rediss://s1:26379"]).build().is_err());
+        assert_eq!(
+            Locks::sentinel("m", ["rediss://s1:26379"]).build().is_ok(),
+            cfg!(feature = "tls")
+        );
         assert!(
             Locks::redlock(["redis://a:1", "redis://b:1", "redis://c:1"])
                 .build()

@@ -399,38 +399,15 @@ impl RedisCluster {
     /// speak TLS (`tls-cluster yes`, so the cluster announces the TLS ports). Returns the
     /// TLS ports, node by node, and the certificates.
     pub fn start_tls(primaries: usize, replicas: usize) -> (RedisCluster, Vec<u16>, TlsFiles) {
-        let dir = std::env::temp_dir().join(format!(
-            "distlock-test-{}-certs-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        tell_reaper("dir", dir.to_str().expect("temp dir path is UTF-8"));
-        let files = TlsFiles::make(&dir, 0);
-        let path = |name: &str| dir.join(name).to_str().expect("UTF-8 path").to_owned();
+        let (dir, files) = shared_tls();
         let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
             .map(|_| {
                 let tls = free_port();
                 tls_ports.push(tls);
-                let tls = tls.to_string();
-                let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
-                Self::node_with(&[
-                    "--tls-port",
-                    &tls,
-                    "--tls-cert-file",
-                    &cert,
-                    "--tls-key-file",
-                    &key,
-                    "--tls-ca-cert-file",
-                    &ca,
-                    "--tls-cluster",
-                    "yes",
-                    "--tls-replication",
-                    "yes",
-                    "--tls-auth-clients",
-                    "no",
-                ])
+                let mut args = tls_args(tls, &dir);
+                args.extend(["--tls-cluster".into(), "yes".into()]);
+                Self::node_with(&args.iter().map(String::as_str).collect::<Vec<_>>())
             })
             .collect();
         let cluster = Self::create(nodes, replicas);
@@ -660,6 +637,7 @@ impl RedisCluster {
 pub struct RedisSentinel {
     /// The port it listens on (127.0.0.1).
     pub port: u16,
+    tls_port: Option<u16>,
     child: Option<Child>,
     dir: PathBuf,
 }
@@ -671,6 +649,32 @@ impl RedisSentinel {
     /// Starts a sentinel watching the primary on `primary_port`, and waits until it
     /// answers.
     pub fn start(primary_port: u16) -> RedisSentinel {
+        Self::start_conf(primary_port, String::new(), None)
+    }
+
+    /// [`start`](Self::start) over TLS: it also listens on a TLS port ([`tls_port`]
+    /// (Self::tls_port)) and speaks TLS to the primary and replicas
+    /// (`tls-replication yes`), with the certificates in `certs` (see [`shared_tls`]);
+    /// `primary_tls_port` is the primary's TLS port.
+    pub fn start_tls(primary_tls_port: u16, certs: &Path) -> RedisSentinel {
+        let tls_port = free_port();
+        let path = |name: &str| certs.join(name).display().to_string();
+        let conf = format!(
+            "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+             tls-replication yes\ntls-auth-clients no\n",
+            path("server.crt"),
+            path("server.key"),
+            path("ca.crt"),
+        );
+        Self::start_conf(primary_tls_port, conf, Some(tls_port))
+    }
+
+    /// The TLS port of a sentinel started with [`start_tls`](Self::start_tls).
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    fn start_conf(primary_port: u16, extra: String, tls_port: Option<u16>) -> RedisSentinel {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("distlock-test-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -683,7 +687,7 @@ impl RedisSentinel {
                  sentinel monitor {m} 127.0.0.1 {primary_port} 2\n\
                  sentinel down-after-milliseconds {m} 1000\n\
                  sentinel failover-timeout {m} 5000\n\
-                 sentinel parallel-syncs {m} 1\n",
+                 sentinel parallel-syncs {m} 1\n{extra}",
                 dir.display(),
                 m = Self::MASTER,
             ),
@@ -708,6 +712,7 @@ impl RedisSentinel {
         }
         RedisSentinel {
             port,
+            tls_port,
             child: Some(child),
             dir,
         }
@@ -763,4 +768,39 @@ impl Drop for RedisSentinel {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Certificates made once (see [`TlsFiles`]) in a directory of their own, for servers
+/// that must trust one another (a primary, its replica, their sentinels): the directory
+/// (`ca.crt`, `server.crt`, `server.key`, removed by the reaper) and the files.
+pub fn shared_tls() -> (PathBuf, TlsFiles) {
+    let dir = std::env::temp_dir().join(format!(
+        "distlock-test-{}-certs-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    tell_reaper("dir", dir.to_str().expect("temp dir path is UTF-8"));
+    let files = TlsFiles::make(&dir, 0);
+    (dir, files)
+}
+
+/// The `redis-server` arguments of a TLS port with the certificates in `certs` (see
+/// [`shared_tls`]), replication over TLS, clients not asked for certificates.
+pub fn tls_args(tls_port: u16, certs: &Path) -> Vec<String> {
+    let path = |name: &str| certs.join(name).display().to_string();
+    vec![
+        "--tls-port".into(),
+        tls_port.to_string(),
+        "--tls-cert-file".into(),
+        path("server.crt"),
+        "--tls-key-file".into(),
+        path("server.key"),
+        "--tls-ca-cert-file".into(),
+        path("ca.crt"),
+        "--tls-replication".into(),
+        "yes".into(),
+        "--tls-auth-clients".into(),
+        "no".into(),
+    ]
 }

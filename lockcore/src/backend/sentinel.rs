@@ -19,7 +19,16 @@ use std::time::{Duration, Instant};
 const ANNOUNCED_FOR: Duration = Duration::from_secs(5);
 
 use futures_util::StreamExt;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::sentinel::{
+    SentinelClient, SentinelClientBuilder, SentinelNodeConnectionInfo, SentinelServerType,
+};
+
+/// Certificates for TLS sentinels and primaries (with the `tls` feature; without it no
+/// TLS address gets this far).
+#[cfg(feature = "tls")]
+pub(crate) type Certificates = redis::TlsCertificates;
+#[cfg(not(feature = "tls"))]
+pub(crate) type Certificates = ();
 
 use crate::error::BackendError;
 
@@ -29,6 +38,11 @@ pub(crate) struct SentinelTarget {
     sentinels: Vec<redis::ConnectionInfo>,
     /// Credentials and database for the primary.
     node: redis::RedisConnectionInfo,
+    /// Whether the sentinels (and so the primary) speak TLS (`rediss://` sentinels).
+    tls: bool,
+    /// The certificates for both, where given (`None`: the system's roots).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    certs: Option<Certificates>,
     /// Bumped on every `+switch-master` for this primary.
     switched: AtomicU64,
     /// Whether a listener task runs.
@@ -46,11 +60,17 @@ impl SentinelTarget {
         master: String,
         sentinels: Vec<redis::ConnectionInfo>,
         node: redis::RedisConnectionInfo,
+        certs: Option<Certificates>,
     ) -> Arc<SentinelTarget> {
+        let tls = sentinels
+            .iter()
+            .any(|s| !matches!(s.addr(), redis::ConnectionAddr::Tcp(..)));
         Arc::new(SentinelTarget {
             master,
             sentinels,
             node,
+            tls,
+            certs,
             switched: AtomicU64::new(0),
             listening: AtomicBool::new(false),
             current: Mutex::new(None),
@@ -66,14 +86,18 @@ impl SentinelTarget {
     /// The primary the sentinels name now (which also answered `ROLE` as a primary),
     /// within `timeout`.
     pub(crate) async fn primary(&self, timeout: Duration) -> Result<redis::Client, BackendError> {
-        let node =
-            SentinelNodeConnectionInfo::default().set_redis_connection_info(self.node.clone());
-        let mut sentinel = SentinelClient::build(
-            self.sentinels.clone(),
-            self.master.clone(),
-            Some(node),
-            SentinelServerType::Master,
-        )?;
+        let mut sentinel = if self.tls {
+            self.tls_client()?
+        } else {
+            let node =
+                SentinelNodeConnectionInfo::default().set_redis_connection_info(self.node.clone());
+            SentinelClient::build(
+                self.sentinels.clone(),
+                self.master.clone(),
+                Some(node),
+                SentinelServerType::Master,
+            )?
+        };
         let client = match tokio::time::timeout(timeout, sentinel.async_get_client()).await {
             Ok(found) => found?,
             Err(_) => return Err(BackendError::timeout(timeout)),
@@ -98,6 +122,40 @@ impl SentinelTarget {
         }
         *crate::util::lock(&self.current) = Some(client.clone());
         Ok(client)
+    }
+
+    /// A sentinel client over TLS to the sentinels and to the primary, with the
+    /// certificates where given.
+    fn tls_client(&self) -> Result<SentinelClient, BackendError> {
+        let mut builder = SentinelClientBuilder::new(
+            self.sentinels.iter().map(|s| s.addr().clone()),
+            &self.master,
+            SentinelServerType::Master,
+        )?
+        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+        .set_client_to_redis_db(self.node.db());
+        if let Some(user) = self.node.username() {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = self.node.password() {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.certs {
+            builder = builder
+                .set_client_to_redis_certificates(certs.clone())
+                .set_client_to_sentinel_certificates(certs.clone());
+        }
+        Ok(builder.build()?)
+    }
+
+    /// A client for one sentinel, for the listener.
+    fn sentinel_client(&self, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        if let Some(certs) = &self.certs {
+            return redis::Client::build_with_tls(info, certs.clone());
+        }
+        redis::Client::open(info)
     }
 
     /// The primary last found, else found now.
@@ -147,12 +205,14 @@ async fn listen(weak: Weak<SentinelTarget>) {
     let mut subscribed_before = false;
     loop {
         let Some(target) = weak.upgrade() else { return };
-        let (sentinels, master) = (target.sentinels.clone(), target.master.clone());
+        let clients: Vec<redis::Client> = target
+            .sentinels
+            .iter()
+            .filter_map(|info| target.sentinel_client(info.clone()).ok())
+            .collect();
+        let master = target.master.clone();
         drop(target);
-        for info in sentinels {
-            let Ok(client) = redis::Client::open(info) else {
-                continue;
-            };
+        for client in clients {
             let connect = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub());
             let Ok(Ok(mut pubsub)) = connect.await else {
                 continue;
@@ -201,16 +261,14 @@ async fn listen(weak: Weak<SentinelTarget>) {
 pub(crate) type SentinelUrl = (String, Vec<String>, String);
 
 /// The primary's name and the sentinels of a `redis+sentinel://s1:26379,s2:26379/<name>[/<db>]`
-/// URL (`rediss+sentinel://` is refused for now); the URL's credentials and database are
-/// the primary's.
+/// URL (`rediss+sentinel://` for TLS); the URL's credentials and database are the
+/// primary's.
 pub(crate) fn parse_url(url: &str) -> Option<Result<SentinelUrl, String>> {
     let (scheme, rest) = url.trim().split_once("://")?;
     let scheme = scheme.to_ascii_lowercase();
     let plain = scheme.strip_suffix("+sentinel")?;
-    if plain != "redis" {
-        return Some(Err(format!(
-            "`{scheme}://`: Sentinel is supported over plain `redis+sentinel://` only"
-        )));
+    if plain != "redis" && plain != "rediss" {
+        return Some(Err(format!("`{scheme}://` is not a Sentinel URL form")));
     }
     let (auth, rest) = match rest.rsplit_once('@') {
         Some((auth, rest)) => (format!("{auth}@"), rest),
@@ -228,12 +286,12 @@ pub(crate) fn parse_url(url: &str) -> Option<Result<SentinelUrl, String>> {
     let sentinels = hosts
         .split(',')
         .filter(|h| !h.is_empty())
-        .map(|h| format!("redis://{h}/"))
+        .map(|h| format!("{plain}://{h}/"))
         .collect();
     Some(Ok((
         master.to_owned(),
         sentinels,
-        format!("redis://{auth}primary/{db}"),
+        format!("{plain}://{auth}primary/{db}"),
     )))
 }
 
