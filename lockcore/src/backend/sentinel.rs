@@ -322,6 +322,10 @@ mod tests {
         assert_eq!(sentinels, ["redis://s1:26379/", "redis://s2:26380/"]);
         assert_eq!(node, "redis://:pw@primary/2");
         assert!(parse_url("redis+sentinel://s1:26379").unwrap().is_err());
+        let (_, sentinels, node) = parse_url("rediss+sentinel://s1:26379/m").unwrap().unwrap();
+        assert_eq!(sentinels, ["rediss://s1:26379/"]);
+        assert_eq!(node, "rediss://primary/");
+        assert!(parse_url("valkey+sentinel://s1:26379/m").unwrap().is_err());
         assert!(parse_url("redis://s1:6379/").is_none());
     }
 }
