@@ -62,24 +62,11 @@ impl RedisServer {
         let tls_port = free_port();
         let mut files = None;
         let server = Self::start_configured(|dir| {
-            let made = TlsFiles::make(dir, tls_port);
-            let path = |name: &str| dir.join(name).to_str().expect("UTF-8 path").to_owned();
-            files = Some(made);
-            vec![
-                "--tls-port".into(),
-                tls_port.to_string(),
-                "--tls-cert-file".into(),
-                path("server.crt"),
-                "--tls-key-file".into(),
-                path("server.key"),
-                "--tls-ca-cert-file".into(),
-                path("ca.crt"),
-                "--tls-auth-clients".into(),
-                if auth_clients { "yes" } else { "no" }.into(),
-            ]
-            .into_iter()
-            .chain(extra.iter().map(|a| a.to_string()))
-            .collect()
+            files = Some(TlsFiles::make(dir, tls_port));
+            tls_args_with(tls_port, dir, auth_clients)
+                .into_iter()
+                .chain(extra.iter().map(|a| a.to_string()))
+                .collect()
         });
         (server, files.expect("certificates made"))
     }
@@ -788,6 +775,11 @@ pub fn shared_tls() -> (PathBuf, TlsFiles) {
 /// The `redis-server` arguments of a TLS port with the certificates in `certs` (see
 /// [`shared_tls`]), replication over TLS, clients not asked for certificates.
 pub fn tls_args(tls_port: u16, certs: &Path) -> Vec<String> {
+    tls_args_with(tls_port, certs, false)
+}
+
+/// [`tls_args`], clients asked for a certificate signed by the CA where `auth_clients`.
+fn tls_args_with(tls_port: u16, certs: &Path, auth_clients: bool) -> Vec<String> {
     let path = |name: &str| certs.join(name).display().to_string();
     vec![
         "--tls-port".into(),
@@ -801,6 +793,6 @@ pub fn tls_args(tls_port: u16, certs: &Path) -> Vec<String> {
         "--tls-replication".into(),
         "yes".into(),
         "--tls-auth-clients".into(),
-        "no".into(),
+        if auth_clients { "yes" } else { "no" }.into(),
     ]
 }
