@@ -72,6 +72,24 @@ impl Setup {
     }
 }
 
+/// Lock cycles on `key` while `failover` runs (it returns once the replica is promoted)
+/// and 1.5 s more (past the cycles' 1 s ttl, so a lock whose release failed meanwhile has
+/// expired), checked by `check_failover`: acquire, fence and release, each within the
+/// timeout (and the sentinels' answer within it too).
+async fn cycles_across(locks: &Locks, key: &str, failover: impl std::future::Future<Output = ()>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycles = cycle_until(locks, key, &stop);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    failover.await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::SeqCst);
+    check_failover(
+        &cycles.await.unwrap(),
+        6 * TIMEOUT + Duration::from_millis(500),
+        true,
+    );
+}
+
 /// The promoted replica holds what the client writes now.
 async fn lands_on(locks: &Locks, server: &RedisServer) {
     let g = locks.lock("where").acquire().await.unwrap();
@@ -98,21 +116,11 @@ async fn a_killed_primary_is_replaced_without_a_new_client() {
         .await
         .unwrap();
     lands_on(&locks, &setup.primary).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let cycles = cycle_until(&locks, "killed", &stop);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    setup.primary.kill();
-    setup.wait_promoted().await;
-    // Past the cycles' 1 s ttl: a lock whose release failed meanwhile has expired.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::SeqCst);
-    // acquire, fence and release, each within the timeout (and the sentinels' answer
-    // within it too).
-    check_failover(
-        &cycles.await.unwrap(),
-        6 * TIMEOUT + Duration::from_millis(500),
-        true,
-    );
+    cycles_across(&locks, "killed", async {
+        setup.primary.kill();
+        setup.wait_promoted().await;
+    })
+    .await;
     lands_on(&locks, &setup.replica).await;
 }
 
@@ -137,24 +145,15 @@ async fn a_primary_demoted_by_sentinel_failover() {
         .await
         .unwrap();
     lands_on(&locks, &setup.primary).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let cycles = cycle_until(&locks, "demoted", &stop);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let out = RedisCluster::cli(
-        setup.sentinels[0].port,
-        &["SENTINEL", "FAILOVER", RedisSentinel::MASTER],
-    );
-    assert_eq!(out, "OK");
-    setup.wait_promoted().await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::SeqCst);
-    // acquire, fence and release, each within the timeout (and the sentinels' answer
-    // within it too).
-    check_failover(
-        &cycles.await.unwrap(),
-        6 * TIMEOUT + Duration::from_millis(500),
-        true,
-    );
+    cycles_across(&locks, "demoted", async {
+        let out = RedisCluster::cli(
+            setup.sentinels[0].port,
+            &["SENTINEL", "FAILOVER", RedisSentinel::MASTER],
+        );
+        assert_eq!(out, "OK");
+        setup.wait_promoted().await;
+    })
+    .await;
     lands_on(&locks, &setup.replica).await;
     // Waiters are woken by messages on the new primary.
     let g = locks.lock("wake").acquire().await.unwrap();
@@ -220,28 +219,21 @@ async fn over_tls_a_killed_primary_is_replaced() {
         .await
         .unwrap();
     lands_on(&locks, &primary).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let cycles = cycle_until(&locks, "tls-killed", &stop);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    primary.kill();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !sentinels
-        .iter()
-        .all(|s| s.primary_port() == Some(replica_tls))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the sentinels promoted the replica"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    stop.store(true, Ordering::SeqCst);
-    check_failover(
-        &cycles.await.unwrap(),
-        6 * TIMEOUT + Duration::from_millis(500),
-        true,
-    );
+    cycles_across(&locks, "tls-killed", async {
+        primary.kill();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !sentinels
+            .iter()
+            .all(|s| s.primary_port() == Some(replica_tls))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels promoted the replica"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     lands_on(&locks, &replica).await;
     // The control: without the CA, no connection.
     let untrusted = Locks::sentinel(RedisSentinel::MASTER, &urls)
