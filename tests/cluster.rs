@@ -454,6 +454,19 @@ async fn failover(kill: bool) {
 const ROLE_VAR: &str = "DISTLOCK_CLUSTER_CHILD";
 const URL_VAR: &str = "DISTLOCK_CLUSTER_URL";
 const KEYS_VAR: &str = "DISTLOCK_CLUSTER_KEYS";
+/// When both children start their rounds (ms since the Unix epoch): together, so that
+/// without the lock their read-modify-writes interleave.
+const START_VAR: &str = "DISTLOCK_CLUSTER_START_AT";
+
+fn unix_ms() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
 /// Read-modify-write rounds per key and child.
 const ROUNDS: u64 = 25;
 
@@ -491,6 +504,8 @@ fn child_entry() {
             .get_async_connection()
             .await
             .unwrap();
+        let start_at: u64 = std::env::var(START_VAR).unwrap().parse().unwrap();
+        tokio::time::sleep(Duration::from_millis(start_at.saturating_sub(unix_ms()))).await;
         for _ in 0..ROUNDS {
             for key in &keys {
                 let guard = if role == "locked" {
@@ -526,6 +541,7 @@ fn child_entry() {
 /// returns how many additions were lost over all keys.
 async fn two_processes(cluster: &RedisCluster, tag: &str, role: &str) -> u64 {
     let keys = spread_keys(cluster, tag, 2);
+    let start_at = (unix_ms() + 3_000).to_string();
     let children: Vec<_> = (0..2)
         .map(|_| {
             Command::new(std::env::current_exe().unwrap())
@@ -533,6 +549,7 @@ async fn two_processes(cluster: &RedisCluster, tag: &str, role: &str) -> u64 {
                 .env(ROLE_VAR, role)
                 .env(URL_VAR, cluster_url(cluster))
                 .env(KEYS_VAR, keys.join(","))
+                .env(START_VAR, &start_at)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .spawn()
