@@ -754,3 +754,20 @@ async fn a_waiter_follows_its_channel_to_the_new_node() {
         "handoffs after the move {gaps:?}: no message woke the waiter"
     );
 }
+
+/// Sequential calls go over direct connections to the primary that owns each key's slot
+/// (`CLIENT LIST` there names them), not only through the cluster connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_connections_go_to_the_slot_owner() {
+    let cluster = shared();
+    let locks = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    for key in spread_keys(cluster, "direct", 1) {
+        cycles(&locks, &key, 3).await;
+        let owner = cluster.primary_of(cluster.slot(&format!("lock:{key}")));
+        let clients = RedisCluster::cli(owner, &["CLIENT", "LIST"]);
+        assert!(
+            clients.contains("name=distlock-direct"),
+            "no direct connection on {owner}: {clients}"
+        );
+    }
+}

@@ -848,8 +848,9 @@ impl LocksBuilder {
                     .map_err(config_err)?
                     .get_connection_info()
                     .clone();
+                let tls = self.direct_tls(&base);
                 (
-                    RedisBackend::cluster(client, base, self.timeout),
+                    RedisBackend::cluster(client, base, self.timeout, tls),
                     NotifySource::Cluster(builder),
                 )
             }

@@ -107,6 +107,27 @@ pub(crate) fn hash_tag(key: &str) -> Option<&str> {
     (close > open + 1).then(|| &key[open + 1..close])
 }
 
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, or of the whole
+/// key when it has none, modulo 16384.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = std::str::from_utf8(key)
+        .ok()
+        .and_then(hash_tag)
+        .map_or(key, str::as_bytes);
+    let mut crc = 0u16;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 /// Checks that companion keys can share `key`'s hash slot.
 pub(crate) fn check_key(key: &str) -> Result<(), &'static str> {
     if key.is_empty() {
@@ -149,6 +170,15 @@ impl redis::ToRedisArgs for Companion<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_as_redis_computes_them() {
+        // `CLUSTER KEYSLOT` on Redis 7.0.
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"123456789"), 12739);
+        assert_eq!(slot(b"{lock:a}:fence"), slot(b"lock:a"));
+    }
 
     #[test]
     fn tags() {

@@ -52,6 +52,8 @@ pub(crate) struct Direct {
     runtime: tokio::runtime::Id,
     /// The server's `run_id` when opened.
     run_id: Option<String>,
+    /// The address it was opened to (`host:port`, or a socket path).
+    addr: String,
     _place: Place,
 }
 
@@ -137,6 +139,7 @@ impl Direct {
             db: settings.db(),
             runtime,
             run_id: None,
+            addr: info.addr().to_string(),
             _place: place,
         };
         if let Some(password) = settings.password() {
@@ -176,6 +179,11 @@ impl Direct {
     /// The `run_id` of the server at the other end, when it could be read.
     pub(crate) fn run_id(&self) -> Option<&str> {
         self.run_id.as_deref()
+    }
+
+    /// The address it was opened to.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
     }
 
     /// The runtime whose reactor drives this connection's socket.

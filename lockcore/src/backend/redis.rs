@@ -73,6 +73,9 @@ pub(crate) struct RedisBackend {
     generation: AtomicU64,
     /// Idle direct connections, newest last.
     idle: Mutex<Vec<Direct>>,
+    /// On a cluster, the primary of each slot range as last read (`CLUSTER SLOTS`), for
+    /// direct connections; `None` until read, and again when a redirect showed it stale.
+    owners: Mutex<Option<Vec<SlotOwner>>>,
     /// Direct connections open now, idle or in use.
     live: Arc<AtomicUsize>,
     /// Script calls in flight now.
@@ -130,13 +133,10 @@ impl RedisBackend {
         client: ClusterClient,
         base: redis::ConnectionInfo,
         timeout: Duration,
+        tls: DirectTls,
     ) -> Self {
-        Self::with(
-            Target::Cluster(client, base),
-            timeout,
-            DirectTls::default(),
-            false,
-        )
+        let direct = Direct::serves(&base, &tls);
+        Self::with(Target::Cluster(client, base), timeout, tls, direct)
     }
 
     fn with(target: Target, timeout: Duration, tls: DirectTls, direct: bool) -> Self {
@@ -149,6 +149,7 @@ impl RedisBackend {
             connecting: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
             idle: Mutex::new(Vec::new()),
+            owners: Mutex::new(None),
             live: Arc::new(AtomicUsize::new(0)),
             in_flight: AtomicUsize::new(0),
             direct,
@@ -211,7 +212,18 @@ impl RedisBackend {
         if !self.direct {
             return Ok(None);
         }
-        while let Some(found) = self.idle_of(runtime) {
+        let info = client.get_connection_info();
+        self.take_direct_to(runtime, info).await
+    }
+
+    /// [`take_direct`](Self::take_direct) to the server `info` names.
+    async fn take_direct_to(
+        &self,
+        runtime: tokio::runtime::Id,
+        info: &redis::ConnectionInfo,
+    ) -> Result<Option<Direct>, BackendError> {
+        let addr = info.addr().to_string();
+        while let Some(found) = self.idle_of(runtime, &addr) {
             if !found.is_broken() {
                 return Ok(Some(found));
             }
@@ -234,19 +246,23 @@ impl RedisBackend {
                 }
             }
         };
-        let info = client.get_connection_info();
         let opened = Direct::open(info, &self.tls, runtime, place)
             .await
             .inspect_err(|_| self.broke())?;
-        self.observe(opened.run_id());
+        if !self.sharded {
+            // A cluster's nodes each have their own.
+            self.observe(opened.run_id());
+        }
         tracing::debug!(target: "distlock", open = self.live.load(Ordering::Relaxed), "opened a direct connection to redis");
         Ok(Some(opened))
     }
 
     /// The newest idle direct connection of `runtime`, taken out of the pool.
-    fn idle_of(&self, runtime: tokio::runtime::Id) -> Option<Direct> {
+    fn idle_of(&self, runtime: tokio::runtime::Id, addr: &str) -> Option<Direct> {
         let mut idle = crate::util::lock(&self.idle);
-        let at = idle.iter().rposition(|d| d.runtime() == runtime)?;
+        let at = idle
+            .iter()
+            .rposition(|d| d.runtime() == runtime && d.addr() == addr)?;
         Some(idle.swap_remove(at))
     }
 
@@ -510,11 +526,19 @@ impl RedisBackend {
                 self.done_with(direct, &reply);
                 return reply.map_err(BackendError::from);
             }
+            if _in_flight.before < DIRECT_BELOW
+                && let Some(reply) = self.direct_to_owner(runtime, what).await
+            {
+                return reply;
+            }
             let (conn, generation) = self.connection().await?;
             used.store(generation, Ordering::Relaxed);
-            self.run_on(conn, what)
+            let reply = self
+                .run_on(conn.clone(), what)
                 .await
-                .map_err(|e| self.failed(generation, e))
+                .map_err(|e| self.failed(generation, e));
+            self.read_owners_if_unknown(conn).await;
+            reply
         };
         tokio::pin!(call);
         self.within_timeout(&used, call).await
@@ -546,6 +570,119 @@ impl RedisBackend {
         redis::Client::open(base.clone().set_addr(addr))?
             .get_multiplexed_async_connection_with_config(&config)
             .await
+    }
+
+    /// On a cluster, `what` over a direct connection to the primary that owns its key's
+    /// slot, as last read. `None`: no such connection, or the node answered that the
+    /// command did not run there (a redirect: the map is read again), and the cluster
+    /// connection takes the call.
+    async fn direct_to_owner<T: FromRedisValue>(
+        &self,
+        runtime: tokio::runtime::Id,
+        what: Call<'_, '_>,
+    ) -> Option<Result<T, BackendError>> {
+        let Target::Cluster(_, base) = &self.target else {
+            return None;
+        };
+        if !self.direct {
+            return None;
+        }
+        let slot = crate::key::slot(&what.single_key()?);
+        let (host, port) = {
+            let owners = crate::util::lock(&self.owners);
+            let (_, _, host, port) = owners
+                .as_ref()?
+                .iter()
+                .find(|(start, end, _, _)| *start <= slot && slot <= *end)?;
+            (host.clone(), *port)
+        };
+        let addr = match base.addr() {
+            #[cfg(feature = "tls")]
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => redis::ConnectionAddr::Tcp(host, port),
+        };
+        let info = base.clone().set_addr(addr);
+        // A node that cannot be reached directly (gone, or not answering soon): the map
+        // is read again, and the cluster connection decides.
+        let opening = tokio::time::timeout(self.timeout / 4, self.take_direct_to(runtime, &info));
+        let mut direct = match opening.await {
+            Ok(Ok(Some(direct))) => direct,
+            Ok(Ok(None)) => return None,
+            Ok(Err(_)) | Err(_) => {
+                *crate::util::lock(&self.owners) = None;
+                return None;
+            }
+        };
+        let reply = what.run::<T, _>(&mut direct).await;
+        if let Err(e) = &reply
+            && matches!(
+                e.kind(),
+                redis::ErrorKind::Server(
+                    redis::ServerErrorKind::Moved
+                        | redis::ServerErrorKind::Ask
+                        | redis::ServerErrorKind::TryAgain
+                        | redis::ServerErrorKind::ClusterDown
+                )
+            )
+        {
+            self.give_back(direct);
+            *crate::util::lock(&self.owners) = None;
+            return None;
+        }
+        self.done_with(direct, &reply);
+        Some(reply.map_err(BackendError::from))
+    }
+
+    /// On a cluster whose slot owners are not known (first use, or a redirect), reads
+    /// them (`CLUSTER SLOTS`, one node) for the direct connections.
+    async fn read_owners_if_unknown(&self, conn: Conn) {
+        if !self.direct || crate::util::lock(&self.owners).is_some() {
+            return;
+        }
+        let Conn::Cluster(mut conn) = conn else {
+            return;
+        };
+        let read = conn.route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").to_owned(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        );
+        if let Ok(redis::Value::Array(ranges)) = read.await {
+            let owners: Vec<SlotOwner> = ranges
+                .iter()
+                .filter_map(|range| {
+                    let redis::Value::Array(parts) = range else {
+                        return None;
+                    };
+                    let int = |v: &redis::Value| match v {
+                        redis::Value::Int(n) => u16::try_from(*n).ok(),
+                        _ => None,
+                    };
+                    let redis::Value::Array(primary) = parts.get(2)? else {
+                        return None;
+                    };
+                    let host = match primary.first()? {
+                        redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+                        _ => return None,
+                    };
+                    Some((
+                        int(parts.first()?)?,
+                        int(parts.get(1)?)?,
+                        host,
+                        int(primary.get(1)?)?,
+                    ))
+                })
+                .collect();
+            *crate::util::lock(&self.owners) = Some(owners);
+        }
     }
 
     /// `what` on the shared connection (not a direct one), without a timer of its own:
@@ -1040,6 +1177,20 @@ enum Call<'a, 'b> {
 }
 
 impl Call<'_, '_> {
+    /// The key a single command or `EVALSHA` works on (a script's other keys share its
+    /// slot), for routing it to the slot's owner; `None` for the rest.
+    fn single_key(self) -> Option<Vec<u8>> {
+        let (cmd, at) = match self {
+            Call::Cmd(cmd) => (cmd, 1),
+            Call::Evalsha(_, cmd) => (cmd, 3),
+            Call::Script(_) | Call::Pipe(_) => return None,
+        };
+        match cmd.args_iter().nth(at)? {
+            redis::Arg::Simple(key) => Some(key.to_vec()),
+            _ => None,
+        }
+    }
+
     /// The key of a pipeline's first command (its first argument), for the probe after
     /// an aborted transaction.
     fn first_key(self) -> Option<Vec<u8>> {
@@ -1071,6 +1222,9 @@ impl Call<'_, '_> {
         }
     }
 }
+
+/// A range of slots (first, last) and the host and port of its primary.
+type SlotOwner = (u16, u16, String, u16);
 
 /// How many redirects and not-run replies one cluster call follows before it reports
 /// the last one (the command timeout bounds it too).
