@@ -137,8 +137,10 @@
 //! migration are followed within the command timeout; the redis-rs cluster client's own
 //! retries are off, since a command it re-sent after an I/O error could run twice (a
 //! release that already deleted its key would then report the lock lost). Each call goes
-//! over one cluster connection per tokio runtime; direct connections stay off, and
-//! `replicas = n` waits on the connection to the slot's primary that other calls share.
+//! over one cluster connection per tokio runtime, and while few calls are in flight over
+//! direct connections to the primary that owns the key's slot (read with `CLUSTER
+//! SLOTS`, read again after a redirect); `replicas = n` waits on the connection to the
+//! slot's primary that other calls share.
 //!
 //! ## Sentinel
 //!

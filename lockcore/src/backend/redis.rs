@@ -8,8 +8,8 @@
 //! (`MOVED`, `ASK`) and the replies that say a command did not run (`TRYAGAIN`,
 //! `CLUSTERDOWN`, no connection to the slot's node) are followed here, within the
 //! command timeout; an I/O error reaches the caller, which knows whether a retry is safe.
-//! Direct connections stay off on a cluster, and waking uses sharded Pub/Sub (see
-//! [`sharded`](super::scripts::sharded)).
+//! Direct connections go to the primary that owns a key's slot (`direct_to_owner`), and
+//! waking uses sharded Pub/Sub (see [`sharded`](super::scripts::sharded)).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
