@@ -75,7 +75,12 @@ pub(crate) struct RedisBackend {
     idle: Mutex<Vec<Direct>>,
     /// On a cluster, the primary of each slot range as last read (`CLUSTER SLOTS`), for
     /// direct connections; `None` until read, and again when a redirect showed it stale.
-    owners: Mutex<Option<Vec<SlotOwner>>>,
+    owners: Arc<Mutex<Option<Vec<SlotOwner>>>>,
+    /// Whether a read of the slot owners is under way (one at a time, in a task).
+    reading_owners: Arc<AtomicBool>,
+    /// On a cluster, the `run_id` each node answered with when a direct connection to it
+    /// was opened: another one means it restarted (see `epoch`).
+    node_run_ids: Mutex<std::collections::HashMap<String, String>>,
     /// Direct connections open now, idle or in use.
     live: Arc<AtomicUsize>,
     /// Script calls in flight now.
@@ -149,7 +154,9 @@ impl RedisBackend {
             connecting: tokio::sync::Mutex::new(()),
             generation: AtomicU64::new(0),
             idle: Mutex::new(Vec::new()),
-            owners: Mutex::new(None),
+            owners: Arc::new(Mutex::new(None)),
+            reading_owners: Arc::new(AtomicBool::new(false)),
+            node_run_ids: Mutex::new(std::collections::HashMap::new()),
             live: Arc::new(AtomicUsize::new(0)),
             in_flight: AtomicUsize::new(0),
             direct,
@@ -235,7 +242,10 @@ impl RedisBackend {
                 // Make room by closing one left by another runtime (most likely one
                 // that has shut down); otherwise every direct connection is busy.
                 let mut idle = crate::util::lock(&self.idle);
-                let Some(other) = idle.iter().position(|d| d.runtime() != runtime) else {
+                let Some(other) = idle
+                    .iter()
+                    .position(|d| d.runtime() != runtime || d.addr() != addr)
+                else {
                     return Ok(None);
                 };
                 drop(idle.remove(other));
@@ -246,11 +256,28 @@ impl RedisBackend {
                 }
             }
         };
-        let opened = Direct::open(info, &self.tls, runtime, place)
-            .await
-            .inspect_err(|_| self.broke())?;
-        if !self.sharded {
-            // A cluster's nodes each have their own.
+        let opened = Direct::open(info, &self.tls, runtime, place).await;
+        let opened = match opened {
+            Ok(opened) => opened,
+            // On a cluster nothing was sent, and the cluster connection takes the call.
+            Err(e) if self.sharded => return Err(e.into()),
+            Err(e) => {
+                self.broke();
+                return Err(e.into());
+            }
+        };
+        if self.sharded {
+            // A cluster's nodes each have their own `run_id`.
+            if let Some(id) = opened.run_id() {
+                let mut known = crate::util::lock(&self.node_run_ids);
+                if known
+                    .insert(opened.addr().to_owned(), id.to_owned())
+                    .is_some_and(|was| was != id)
+                {
+                    self.broke();
+                }
+            }
+        } else {
             self.observe(opened.run_id());
         }
         tracing::debug!(target: "distlock", open = self.live.load(Ordering::Relaxed), "opened a direct connection to redis");
@@ -537,7 +564,7 @@ impl RedisBackend {
                 .run_on(conn.clone(), what)
                 .await
                 .map_err(|e| self.failed(generation, e));
-            self.read_owners_if_unknown(conn).await;
+            self.read_owners_if_unknown(conn);
             reply
         };
         tokio::pin!(call);
@@ -623,66 +650,60 @@ impl RedisBackend {
             }
         };
         let reply = what.run::<T, _>(&mut direct).await;
-        if let Err(e) = &reply
-            && matches!(
-                e.kind(),
+        if let Err(e) = &reply {
+            match e.kind() {
+                // The slot has another owner: read them again. The old one may have
+                // failed over, losing what it had not replicated (see `epoch`).
+                redis::ErrorKind::Server(redis::ServerErrorKind::Moved) => {
+                    drop(direct);
+                    self.broke();
+                    *crate::util::lock(&self.owners) = None;
+                    return None;
+                }
+                // Migrating or settling: the owners stand; the cluster path follows it.
                 redis::ErrorKind::Server(
-                    redis::ServerErrorKind::Moved
-                        | redis::ServerErrorKind::Ask
-                        | redis::ServerErrorKind::TryAgain
-                        | redis::ServerErrorKind::ClusterDown
-                )
-            )
-        {
-            self.give_back(direct);
-            *crate::util::lock(&self.owners) = None;
-            return None;
+                    redis::ServerErrorKind::Ask
+                    | redis::ServerErrorKind::TryAgain
+                    | redis::ServerErrorKind::ClusterDown,
+                ) => {
+                    self.give_back(direct);
+                    return None;
+                }
+                _ => {}
+            }
         }
         self.done_with(direct, &reply);
         Some(reply.map_err(BackendError::from))
     }
 
     /// On a cluster whose slot owners are not known (first use, or a redirect), reads
-    /// them (`CLUSTER SLOTS`, one node) for the direct connections.
-    async fn read_owners_if_unknown(&self, conn: Conn) {
+    /// them (`CLUSTER SLOTS`, one node) for the direct connections: in a task of its own,
+    /// one at a time, within the command timeout, so no call waits for it.
+    fn read_owners_if_unknown(&self, conn: Conn) {
         if !self.direct || crate::util::lock(&self.owners).is_some() {
             return;
         }
         let Conn::Cluster(mut conn) = conn else {
             return;
         };
-        let read = conn.route_command(
-            redis::cmd("CLUSTER").arg("SLOTS").to_owned(),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-        );
-        if let Ok(redis::Value::Array(ranges)) = read.await {
-            let owners: Vec<SlotOwner> = ranges
-                .iter()
-                .filter_map(|range| {
-                    let redis::Value::Array(parts) = range else {
-                        return None;
-                    };
-                    let int = |v: &redis::Value| match v {
-                        redis::Value::Int(n) => u16::try_from(*n).ok(),
-                        _ => None,
-                    };
-                    let redis::Value::Array(primary) = parts.get(2)? else {
-                        return None;
-                    };
-                    let host = match primary.first()? {
-                        redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
-                        _ => return None,
-                    };
-                    Some((
-                        int(parts.first()?)?,
-                        int(parts.get(1)?)?,
-                        host,
-                        int(primary.get(1)?)?,
-                    ))
-                })
-                .collect();
-            *crate::util::lock(&self.owners) = Some(owners);
+        if self.reading_owners.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let (owners, reading, timeout) = (
+            self.owners.clone(),
+            self.reading_owners.clone(),
+            self.timeout,
+        );
+        crate::util::spawn_here(async move {
+            let read = conn.route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").to_owned(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            );
+            if let Ok(Ok(ranges)) = tokio::time::timeout(timeout, read).await {
+                *crate::util::lock(&owners) = Some(slot_owners(&ranges));
+            }
+            reading.store(false, Ordering::Release);
+        });
     }
 
     /// `what` on the shared connection (not a direct one), without a timer of its own:
@@ -1182,8 +1203,13 @@ impl Call<'_, '_> {
     fn single_key(self) -> Option<Vec<u8>> {
         let (cmd, at) = match self {
             Call::Cmd(cmd) => (cmd, 1),
-            Call::Evalsha(_, cmd) => (cmd, 3),
-            Call::Script(_) | Call::Pipe(_) => return None,
+            // `EVALSHA <sha> <numkeys> <key> ...`: with at least one key.
+            Call::Evalsha(_, cmd)
+                if !matches!(cmd.args_iter().nth(2), Some(redis::Arg::Simple(b"0"))) =>
+            {
+                (cmd, 3)
+            }
+            Call::Evalsha(..) | Call::Script(_) | Call::Pipe(_) => return None,
         };
         match cmd.args_iter().nth(at)? {
             redis::Arg::Simple(key) => Some(key.to_vec()),
@@ -1403,4 +1429,40 @@ impl redis::aio::ConnectionLike for Routed<'_> {
     fn get_db(&self) -> i64 {
         0
     }
+}
+
+/// The primaries of a `CLUSTER SLOTS` reply, by slot range (entries naming no usable
+/// host, `""` or `"?"`, left out: their slots go through the cluster connection).
+fn slot_owners(reply: &redis::Value) -> Vec<SlotOwner> {
+    let redis::Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let redis::Value::Array(parts) = range else {
+                return None;
+            };
+            let redis::Value::Array(primary) = parts.get(2)? else {
+                return None;
+            };
+            let host = match primary.first()? {
+                redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+                _ => return None,
+            };
+            if host.is_empty() || host == "?" {
+                return None;
+            }
+            Some((
+                int(parts.first()?)?,
+                int(parts.get(1)?)?,
+                host,
+                int(primary.get(1)?)?,
+            ))
+        })
+        .collect()
 }
