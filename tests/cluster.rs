@@ -264,12 +264,19 @@ async fn contend(
                                 backwards.fetch_add(1, Ordering::SeqCst);
                             }
                         }
+                        Err(Error::Lost { .. }) => {
+                            errors.lock().unwrap().push("fence: LOST".into())
+                        }
                         Err(e) => errors.lock().unwrap().push(format!("fence: {e}")),
                     }
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    if let Err(e) = g.release().await {
-                        errors.lock().unwrap().push(format!("release: {e}"));
+                    match g.release().await {
+                        Ok(()) => {}
+                        Err(Error::Lost { .. }) => {
+                            errors.lock().unwrap().push("release: LOST".into())
+                        }
+                        Err(e) => errors.lock().unwrap().push(format!("release: {e}")),
                     }
                     cycles.fetch_add(1, Ordering::SeqCst);
                 }
@@ -683,7 +690,7 @@ async fn connections_killed_under_contention() {
     assert_eq!(backwards, 0, "a fence went backwards");
     for e in &errors {
         assert!(
-            e.contains("backend") && !e.contains("lost"),
+            e.contains("backend") && !e.contains("LOST"),
             "a killed connection is a backend error, never a lost lock: {e}"
         );
     }
