@@ -23,7 +23,7 @@ pub fn install(locks: Locks) -> Option<Locks> {
 }
 
 /// The installed client, else one made (once) from `REDIS_URL` (with the `tls` feature,
-/// and the certificates of [`LocksBuilder::tls_from_env`](crate::LocksBuilder::tls_from_env));
+/// and the certificates of `LocksBuilder::tls_from_env`);
 /// it connects on first use.
 pub fn default_locks() -> Result<Locks, Error> {
     if let Some(locks) = DEFAULT.read().unwrap_or_else(|e| e.into_inner()).as_ref() {

@@ -72,7 +72,7 @@ pub use lock::{DEFAULT_TTL, LockGuard, LockInfo, LockRequest, current_lock};
 /// (default `redis://127.0.0.1:6379/`; a Redis Cluster as
 /// `redis+cluster://host1:7000,host2:7001`, see [`Locks::cluster`]; a `rediss://` or
 /// `rediss+cluster://` URL needs the `tls` feature, which also reads `REDIS_TLS_CA_FILE`,
-/// `REDIS_TLS_CERT_FILE` and `REDIS_TLS_KEY_FILE`, see [`LocksBuilder::tls_from_env`]).
+/// `REDIS_TLS_CERT_FILE` and `REDIS_TLS_KEY_FILE`, see `LocksBuilder::tls_from_env`).
 ///
 /// ```
 /// lockcore::install(lockcore::Locks::in_memory());
