@@ -577,24 +577,11 @@ impl RedisBackend {
         let Target::Cluster(_, base) = &self.target else {
             return Err((redis::ErrorKind::Client, "not a cluster").into());
         };
-        let addr = match base.addr() {
-            redis::ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => redis::ConnectionAddr::TcpTls {
-                host: node.host.clone(),
-                port: node.port,
-                insecure: *insecure,
-                tls_params: tls_params.clone(),
-            },
-            _ => redis::ConnectionAddr::Tcp(node.host.clone(), node.port),
-        };
         tracing::debug!(target: "distlock", host = %node.host, port = node.port, "redirected to a cluster node redis-rs has no connection to; connecting");
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(None);
-        redis::Client::open(base.clone().set_addr(addr))?
+        redis::Client::open(node_info(base, node.host.clone(), node.port))?
             .get_multiplexed_async_connection_with_config(&config)
             .await
     }
@@ -623,21 +610,7 @@ impl RedisBackend {
                 .find(|(start, end, _, _)| *start <= slot && slot <= *end)?;
             (host.clone(), *port)
         };
-        let addr = match base.addr() {
-            #[cfg(feature = "tls")]
-            redis::ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => redis::ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure: *insecure,
-                tls_params: tls_params.clone(),
-            },
-            _ => redis::ConnectionAddr::Tcp(host, port),
-        };
-        let info = base.clone().set_addr(addr);
+        let info = node_info(base, host, port);
         // A node that cannot be reached directly (gone, or not answering soon): the map
         // is read again, and the cluster connection decides.
         let opening = tokio::time::timeout(self.timeout / 4, self.take_direct_to(runtime, &info));
@@ -1211,21 +1184,14 @@ impl Call<'_, '_> {
             }
             Call::Evalsha(..) | Call::Script(_) | Call::Pipe(_) => return None,
         };
-        match cmd.args_iter().nth(at)? {
-            redis::Arg::Simple(key) => Some(key.to_vec()),
-            _ => None,
-        }
+        arg(cmd, at)
     }
 
     /// The key of a pipeline's first command (its first argument), for the probe after
     /// an aborted transaction.
     fn first_key(self) -> Option<Vec<u8>> {
         let Call::Pipe(pipe) = self else { return None };
-        let cmd = pipe.cmd_iter().next()?;
-        match cmd.args_iter().nth(1)? {
-            redis::Arg::Simple(key) => Some(key.to_vec()),
-            _ => None,
-        }
+        arg(pipe.cmd_iter().next()?, 1)
     }
 
     async fn run<T: FromRedisValue, C: redis::aio::ConnectionLike + Send>(
@@ -1465,4 +1431,31 @@ fn slot_owners(reply: &redis::Value) -> Vec<SlotOwner> {
             ))
         })
         .collect()
+}
+
+/// Argument `at` of `cmd` (0: the command's name), as bytes.
+fn arg(cmd: &redis::Cmd, at: usize) -> Option<Vec<u8>> {
+    match cmd.args_iter().nth(at)? {
+        redis::Arg::Simple(bytes) => Some(bytes.to_vec()),
+        _ => None,
+    }
+}
+
+/// The settings of a cluster's first node (`base`: credentials, TLS) for the node at
+/// `host:port`.
+fn node_info(base: &redis::ConnectionInfo, host: String, port: u16) -> redis::ConnectionInfo {
+    let addr = match base.addr() {
+        redis::ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => redis::ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => redis::ConnectionAddr::Tcp(host, port),
+    };
+    base.clone().set_addr(addr)
 }
