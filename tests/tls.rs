@@ -310,7 +310,13 @@ async fn a_cluster_over_tls() {
         let g = locks.lock(key.as_str()).acquire().await.unwrap();
         g.fence().await.unwrap();
         let w = take_and_release(&other, &key, Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Subscribed (the first wait opens a TLS connection to every node) before the release.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while other.waiting_channels() == 0 {
+            assert!(Instant::now() < deadline, "the waiter subscribed");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
         let released = Instant::now();
         g.release().await.unwrap();
         let gap = w.await.unwrap().saturating_duration_since(released);
