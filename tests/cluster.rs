@@ -431,10 +431,10 @@ async fn failover(kill: bool) {
     // Past the cycles' 1 s ttl: a lock whose release failed meanwhile has expired.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     stop.store(true, Ordering::SeqCst);
-    let outcomes = cycles.await.unwrap();
+    let cycles = cycles.await.unwrap();
     // acquire, fence and release: each call bounded by the command timeout. Lost only
     // where a primary died: a coordinated failover loses nothing.
-    check_failover(&outcomes, 3 * timeout + Duration::from_millis(500), kill);
+    check_failover(&cycles, 3 * timeout + Duration::from_millis(500), kill);
     // Then every call works, on the promoted replica.
     for _ in 0..20 {
         let g = locks.lock("busy-after").acquire().await.unwrap();

@@ -8,6 +8,8 @@
 //! 4. an expired in-progress idempotency claim was taken over by another payload;
 //! 5. an `acquire()` cancelled while its try was in flight left the lock to nobody for
 //!    its ttl (the server had run the `SET`);
+//! 6. a connection that took longer to make than one command timeout (TLS and the
+//!    sentinels' answer on a loaded machine) was begun again, and given up, by every call;
 //!
 //! and what came with them: `on_lost` for `#[idempotent]`, the eviction-policy warning, and
 //! `release()` cancelled at every point.
@@ -878,5 +880,53 @@ async fn an_acquire_cancelled_with_its_try_in_flight_gives_the_lock_back() {
         "free after {:?}",
         started.elapsed()
     );
+    g.release().await.unwrap();
+}
+
+/// 6. Every reply takes 300 ms through the proxy and calls time out after 500 ms: making
+/// a connection (its handshake, then reading what the server has) takes longer than one
+/// call may wait, so the first call fails with a timeout (the fault's condition), and so
+/// does a call cancelled at its first await. The connection goes on being made in the
+/// background: later calls use it (direct connections too are opened in the background,
+/// never within a call). `connect()` waits for it within the connect timeout. Before
+/// this, none of the 10 calls worked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_slower_than_one_call_is_still_made() {
+    use common::proxy::Dir;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    proxy.set_latency(Dir::ToClient, Duration::from_millis(300));
+    let timeout = Duration::from_millis(500);
+    // Scripts loaded first (a call that met NOSCRIPT would take two round trips).
+    cycles(&Locks::connect(&server.url()).await.unwrap(), "slow", 1).await;
+
+    let locks = proxy.locks(timeout);
+    {
+        let mut cancelled = std::pin::pin!(locks.lock("slow").acquire());
+        assert!(
+            poll_once(cancelled.as_mut()).is_pending(),
+            "cancelled first"
+        );
+    }
+    let first = locks.lock("slow").acquire().await;
+    assert!(
+        matches!(&first, Err(Error::Backend { source, .. }) if source.kind() == distlock::BackendErrorKind::Timeout),
+        "the first call gave up: {first:?}"
+    );
+    let mut worked = 0;
+    for _ in 0..10 {
+        match locks.lock("slow").acquire().await {
+            Ok(g) => worked += u32::from(g.release().await.is_ok()),
+            Err(e) => eprintln!("{e}"),
+        }
+    }
+    assert!(worked >= 5, "{worked} of 10 calls worked once connected");
+
+    let connected = Locks::builder(proxy.url())
+        .command_timeout(timeout)
+        .connect()
+        .await
+        .unwrap();
+    let g = connected.lock("slow").acquire().await.unwrap();
     g.release().await.unwrap();
 }

@@ -14,8 +14,11 @@ use crate::watchdog::Watchdog;
 
 /// Default key prefix: the lock on `order:42` lives at Redis key `lock:order:42`.
 pub const DEFAULT_PREFIX: &str = "lock:";
-/// Default bound on every Redis call, connecting included.
+/// Default bound on every Redis call, waiting for a connection included.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Default of [`LocksBuilder::connect_timeout`] (never shorter than the command timeout).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Default of [`LocksBuilder::yield_window`].
 pub const DEFAULT_YIELD_WINDOW: Duration = Duration::from_millis(10);
@@ -112,6 +115,7 @@ impl Locks {
             redlock: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             timeout: DEFAULT_COMMAND_TIMEOUT,
+            connect_timeout: None,
             holder: None,
             notify: true,
             yield_window: DEFAULT_YIELD_WINDOW,
@@ -318,6 +322,8 @@ pub struct LocksBuilder {
     redlock: Option<Vec<String>>,
     prefix: String,
     timeout: Duration,
+    /// See [`LocksBuilder::connect_timeout`]; `None`: the default.
+    connect_timeout: Option<Duration>,
     holder: Option<String>,
     notify: bool,
     yield_window: Duration,
@@ -483,11 +489,39 @@ impl LocksBuilder {
         self
     }
 
-    /// Bound on every Redis call, connecting included (default 1 s). A Redis outage
-    /// surfaces as [`Error::Backend`] within it.
+    /// Bound on every Redis call (default 1 s), waiting for a connection included. A
+    /// Redis outage surfaces as [`Error::Backend`] within it.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// How long making a connection may take (default 5 s, and never less than the
+    /// command timeout): asking the sentinels, the TCP and TLS handshakes, a cluster's
+    /// first read of its nodes.
+    ///
+    /// A connection is made in the background: a call waits for it within its own
+    /// command timeout, and when the call gives up the connection goes on being made
+    /// for the next one. So a TLS handshake slower than a command timeout (a server far
+    /// away, a loaded machine) delays the first calls instead of failing every call.
+    /// [`connect`](Self::connect) waits for the first connection within this bound.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::builder("rediss://redis.example.com:6380/")
+    ///     .command_timeout(Duration::from_millis(300))
+    ///     .connect_timeout(Duration::from_secs(3));
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// The bound on making a connection (see [`connect_timeout`](Self::connect_timeout)).
+    fn connect_bound(&self) -> Duration {
+        self.connect_timeout
+            .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
+            .max(self.timeout)
     }
 
     /// The holder identity written into tokens after the UUID (default `host:pid`).
@@ -638,7 +672,9 @@ impl LocksBuilder {
     fn single(&self, url: &str) -> std::result::Result<(RedisBackend, redis::Client), String> {
         let client = self.redis_client(url)?;
         let tls = self.direct_tls(client.get_connection_info());
-        Ok((RedisBackend::new(client.clone(), self.timeout, tls), client))
+        let backend = RedisBackend::new(client.clone(), self.timeout, tls)
+            .connect_within(self.connect_bound());
+        Ok((backend, client))
     }
 
     /// One URL, checked: TLS only with the `tls` feature, and never `#insecure`.
@@ -713,7 +749,7 @@ impl LocksBuilder {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         #[cfg(feature = "tls")]
         let certs = self.tls_certificates(&infos)?;
-        let timeout = self.timeout;
+        let timeout = self.connect_bound();
         redis::cluster::ClusterClientBuilder::new(infos.clone())
             .build()
             .map_err(|e| format!("invalid cluster settings: {e}"))?;
@@ -766,6 +802,9 @@ impl LocksBuilder {
         }
         if self.timeout.is_zero() {
             return Err(config_err("the command timeout must not be zero".into()));
+        }
+        if self.connect_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(config_err("the connect timeout must not be zero".into()));
         }
         if let Some(masters) = &self.redlock {
             if masters.is_empty() {
@@ -823,7 +862,10 @@ impl LocksBuilder {
                 certs,
             );
             return Ok(Locks::new(
-                Backend::Redis(RedisBackend::sentinel(primary.clone(), self.timeout)),
+                Backend::Redis(
+                    RedisBackend::sentinel(primary.clone(), self.timeout)
+                        .connect_within(self.connect_bound()),
+                ),
                 self.notify
                     .then(|| Notifier::new(NotifySource::Sentinel(primary), self.timeout)),
                 self.prefix,
@@ -850,7 +892,8 @@ impl LocksBuilder {
                     .clone();
                 let tls = self.direct_tls(&base);
                 (
-                    RedisBackend::cluster(client, base, self.timeout, tls),
+                    RedisBackend::cluster(client, base, self.timeout, tls)
+                        .connect_within(self.connect_bound()),
                     NotifySource::Cluster(builder),
                 )
             }
@@ -870,11 +913,21 @@ impl LocksBuilder {
         ))
     }
 
-    /// [`build`](Self::build), then checks that Redis answers `PING`.
+    /// [`build`](Self::build), then checks that Redis answers `PING`: the first
+    /// connection within the [connect timeout](Self::connect_timeout), then the `PING`
+    /// within the command timeout.
     pub async fn connect(self) -> Result<Locks> {
+        let until = tokio::time::Instant::now() + self.connect_bound();
         let locks = self.build()?;
-        locks.ping().await?;
-        Ok(locks)
+        loop {
+            match locks.ping().await {
+                // The connection is still being made (see `connect_timeout`).
+                Err(Error::Backend { source, .. })
+                    if source.kind() == BackendErrorKind::Timeout
+                        && tokio::time::Instant::now() < until => {}
+                done => return done.map(|()| locks),
+            }
+        }
     }
 }
 

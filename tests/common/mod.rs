@@ -119,20 +119,49 @@ impl AppError {
     }
 }
 
-/// Outcomes of lock cycles: how long each took and how it ended.
-pub type Outcomes = Vec<(Duration, Result<(), distlock::Error>)>;
+/// Outcomes of lock cycles: when each started (from the first), how long it took and
+/// how it ended; and when `stop` was seen.
+pub struct Cycles {
+    pub outcomes: Vec<(Duration, Duration, Result<(), distlock::Error>)>,
+    pub stopped_at: Duration,
+}
 
-/// Lock cycles on `key` (acquire with a 1 s ttl, fence, release) until `stop`, 5 ms
-/// apart: for failovers.
+/// How long cycles may go on failing once `stop` is set (the failover is over by then):
+/// the client finds the new primary within its connect timeout (5 s by default), with a
+/// margin for loaded machines.
+pub const RECOVERY: Duration = Duration::from_secs(7);
+
+/// Lock cycles on `key` (acquire with a 1 s ttl, fence, release) 5 ms apart, for
+/// failovers: until `stop` is set and then five cycles in a row have worked, or twice
+/// `RECOVERY` after `stop` (which `check_failover` reports).
 pub fn cycle_until(
     locks: &distlock::Locks,
     key: &str,
     stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> tokio::task::JoinHandle<Outcomes> {
+) -> tokio::task::JoinHandle<Cycles> {
     let (locks, stop, key) = (locks.clone(), stop.clone(), key.to_owned());
     tokio::spawn(async move {
         let mut outcomes = Vec::new();
-        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let first = Instant::now();
+        let mut stopped: Option<Instant> = None;
+        loop {
+            if stopped.is_none() && stop.load(std::sync::atomic::Ordering::SeqCst) {
+                stopped = Some(Instant::now());
+            }
+            if let Some(at) = stopped {
+                let recovered = outcomes.len() >= 5
+                    && outcomes
+                        .iter()
+                        .rev()
+                        .take(5)
+                        .all(|(_, _, o): &(_, _, Result<(), _>)| o.is_ok());
+                if recovered || at.elapsed() > 2 * RECOVERY {
+                    return Cycles {
+                        outcomes,
+                        stopped_at: at - first,
+                    };
+                }
+            }
             let start = Instant::now();
             let outcome = async {
                 let g = locks
@@ -144,23 +173,33 @@ pub fn cycle_until(
                 g.release().await
             }
             .await;
-            outcomes.push((start.elapsed(), outcome));
+            outcomes.push((start - first, start.elapsed(), outcome));
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        outcomes
     })
 }
 
 /// What cycles across a failover may see: `Backend` errors within `bound`; `Busy`, a
 /// lock whose release failed meanwhile being held until its ttl; `Lost` where
 /// `lost_allowed` (a lock taken on the old primary just before the switch that never
-/// reached the replica: replication is asynchronous, its holder is told). The last five
-/// worked.
-pub fn check_failover(outcomes: &Outcomes, bound: Duration, lost_allowed: bool) {
+/// reached the replica: replication is asynchronous, its holder is told). They end with
+/// five that worked, the first of them begun within `RECOVERY` of `stop`. Prints the
+/// failed cycles.
+pub fn check_failover(cycles: &Cycles, bound: Duration, lost_allowed: bool) {
     use distlock::Error;
-    let failed = outcomes.iter().filter(|(_, o)| o.is_err()).count();
-    eprintln!("{} cycles, {failed} failed", outcomes.len());
-    for (took, outcome) in outcomes.iter().filter(|(_, o)| o.is_err()) {
+    let outcomes = &cycles.outcomes;
+    let failed = outcomes.iter().filter(|(_, _, o)| o.is_err()).count();
+    eprintln!(
+        "{} cycles, {failed} failed; stopped at {:?}",
+        outcomes.len(),
+        cycles.stopped_at
+    );
+    for (at, took, outcome) in outcomes {
+        if let Err(e) = outcome {
+            eprintln!("  at {at:?}, took {took:?}: {e}");
+        }
+    }
+    for (_, took, outcome) in outcomes.iter().filter(|(_, _, o)| o.is_err()) {
         let allowed = match outcome {
             Err(Error::Backend { .. } | Error::Busy { .. }) => true,
             Err(Error::Lost { .. }) => lost_allowed,
@@ -170,7 +209,12 @@ pub fn check_failover(outcomes: &Outcomes, bound: Duration, lost_allowed: bool) 
         assert!(*took < bound, "took {took:?}");
     }
     assert!(
-        outcomes.iter().rev().take(5).all(|(_, o)| o.is_ok()),
+        outcomes.len() >= 5 && outcomes.iter().rev().take(5).all(|(_, _, o)| o.is_ok()),
         "working again before the end"
+    );
+    let (recovered_at, _, _) = &outcomes[outcomes.len() - 5];
+    assert!(
+        *recovered_at <= cycles.stopped_at + RECOVERY,
+        "working again within {RECOVERY:?} of the failover's end (at {recovered_at:?})"
     );
 }

@@ -50,7 +50,7 @@ pub(crate) struct Direct {
     write: Vec<u8>,
     db: i64,
     runtime: tokio::runtime::Id,
-    /// The server's `run_id` when opened.
+    /// The server's `run_id` when opened, until its first user takes it.
     run_id: Option<String>,
     /// The address it was opened to (`host:port`, or a socket path).
     addr: String,
@@ -176,9 +176,10 @@ impl Direct {
         Ok(conn)
     }
 
-    /// The `run_id` of the server at the other end, when it could be read.
-    pub(crate) fn run_id(&self) -> Option<&str> {
-        self.run_id.as_deref()
+    /// The `run_id` of the server at the other end, when it could be read: once, for
+    /// the first call that uses the connection (it was opened in the background).
+    pub(crate) fn take_run_id(&mut self) -> Option<String> {
+        self.run_id.take()
     }
 
     /// The address it was opened to.

@@ -11,6 +11,7 @@
 //! Direct connections go to the primary that owns a key's slot (`direct_to_owner`), and
 //! waking uses sharded Pub/Sub (see [`sharded`](super::scripts::sharded)).
 
+use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -50,6 +51,7 @@ const DIRECT_BELOW: usize = 3;
 /// Where the backend connects.
 // One per client, behind its `Arc` (see `Backend`).
 #[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
 pub(crate) enum Target {
     /// One server.
     Single(redis::Client),
@@ -65,14 +67,17 @@ pub(crate) struct RedisBackend {
     /// How direct connections speak TLS.
     tls: DirectTls,
     timeout: Duration,
+    /// How long making a connection may take (see [`Self::connect`]).
+    connect_timeout: Duration,
     /// Live connections and the runtimes they were born on: a connection's driver task
     /// dies with its runtime, so a call from another runtime opens its own. Kept short
     /// (the newest [`MAX_RUNTIMES`]), since a runtime that shut down leaves a dead entry.
     slots: Mutex<Vec<Slot>>,
-    connecting: tokio::sync::Mutex<()>,
+    /// Connections being made, one per runtime at most (see [`Self::connect`]).
+    pending: Mutex<Vec<Pending>>,
     generation: AtomicU64,
     /// Idle direct connections, newest last.
-    idle: Mutex<Vec<Direct>>,
+    idle: Arc<Mutex<Vec<Direct>>>,
     /// On a cluster, the primary of each slot range as last read (`CLUSTER SLOTS`), for
     /// direct connections; `None` until read, and again when a redirect showed it stale.
     owners: Arc<Mutex<Option<Vec<SlotOwner>>>>,
@@ -96,7 +101,7 @@ pub(crate) struct RedisBackend {
     /// by an I/O error, a failed connect, or a new connection to a server with another
     /// `run_id` (a restart, a failover). A release retry trusts its lease only within one
     /// epoch (see `lock.rs`, `release_raw`).
-    epoch: AtomicU64,
+    epoch: Arc<AtomicU64>,
     /// The `run_id` of the server last connected to.
     run_id: Mutex<Option<String>>,
     /// What the server last connected to has natively (read on every new multiplexed
@@ -105,6 +110,45 @@ pub(crate) struct RedisBackend {
     /// Whether the server takes `SET ... NX GET` (Redis 7.0+); cleared on its first
     /// syntax error, after which lock tries and claims go through their scripts only.
     pub(super) set_nx_get: AtomicBool,
+}
+
+/// A connection being made for one runtime, in a task of its own (see
+/// [`RedisBackend::connect`]).
+struct Pending {
+    runtime: tokio::runtime::Id,
+    /// Behind Sentinel: the count of new primaries announced when it began.
+    switched: u64,
+    id: u64,
+    outcome: Outcome,
+    /// Set by the task when the attempt failed (it counted the failure in `epoch`
+    /// itself): such an attempt is not handed to a later call.
+    failed: Arc<AtomicBool>,
+    abort: tokio::task::AbortHandle,
+}
+
+/// What a connection attempt gave: the connection, and what the server said of itself.
+type Made = Result<(Conn, Option<(Native, Option<String>)>), BackendError>;
+
+/// An attempt's result for every call awaiting it; `None`: the attempt was aborted (a
+/// newer one replaced it, or its runtime shut down).
+type Outcome = futures_util::future::Shared<futures_util::future::BoxFuture<'static, Option<Made>>>;
+
+/// A runtime's connection, or the attempt to make it.
+enum Attempting {
+    Made((Conn, u64)),
+    Under(u64, Outcome),
+}
+
+/// Numbers connection attempts.
+static ATTEMPTS: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for RedisBackend {
+    /// Connections still being made are of no use once the client is gone.
+    fn drop(&mut self) {
+        for attempt in crate::util::lock(&self.pending).drain(..) {
+            attempt.abort.abort();
+        }
+    }
 }
 
 struct Slot {
@@ -144,16 +188,23 @@ impl RedisBackend {
         Self::with(Target::Cluster(client, base), timeout, tls, direct)
     }
 
+    /// Connections may take `timeout` to make (at least the command timeout).
+    pub(crate) fn connect_within(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout.max(self.timeout);
+        self
+    }
+
     fn with(target: Target, timeout: Duration, tls: DirectTls, direct: bool) -> Self {
         let sharded = matches!(target, Target::Cluster(..));
         RedisBackend {
             tls,
             target,
             timeout,
+            connect_timeout: timeout,
             slots: Mutex::new(Vec::new()),
-            connecting: tokio::sync::Mutex::new(()),
+            pending: Mutex::new(Vec::new()),
             generation: AtomicU64::new(0),
-            idle: Mutex::new(Vec::new()),
+            idle: Arc::new(Mutex::new(Vec::new())),
             owners: Arc::new(Mutex::new(None)),
             reading_owners: Arc::new(AtomicBool::new(false)),
             node_run_ids: Mutex::new(std::collections::HashMap::new()),
@@ -162,7 +213,7 @@ impl RedisBackend {
             direct,
             sharded,
             policy_checked: AtomicBool::new(false),
-            epoch: AtomicU64::new(0),
+            epoch: Arc::new(AtomicU64::new(0)),
             run_id: Mutex::new(None),
             native: Mutex::new(Native::default()),
             set_nx_get: AtomicBool::new(true),
@@ -208,7 +259,8 @@ impl RedisBackend {
     }
 
     /// An idle direct connection of this runtime, or a new one while fewer than
-    /// [`MAX_DIRECT`] are open; `None` sends the call over the multiplexed connection.
+    /// [`MAX_DIRECT`] are open and it opens within a quarter of the command timeout (see
+    /// [`Self::open_direct`]); `None` sends the call over the multiplexed connection.
     async fn take_direct(
         &self,
         runtime: tokio::runtime::Id,
@@ -230,11 +282,15 @@ impl RedisBackend {
         info: &redis::ConnectionInfo,
     ) -> Result<Option<Direct>, BackendError> {
         let addr = info.addr().to_string();
-        while let Some(found) = self.idle_of(runtime, &addr) {
-            if !found.is_broken() {
-                return Ok(Some(found));
+        while let Some(mut found) = self.idle_of(runtime, &addr) {
+            if found.is_broken() {
+                tracing::debug!(target: "distlock", "an idle direct connection was closed by redis; replacing it");
+                continue;
             }
-            tracing::debug!(target: "distlock", "an idle direct connection was closed by redis; replacing it");
+            if let Some(id) = found.take_run_id() {
+                self.first_use(&found, &id);
+            }
+            return Ok(Some(found));
         }
         let place = match Place::take(&self.live, MAX_DIRECT) {
             Some(place) => place,
@@ -256,32 +312,97 @@ impl RedisBackend {
                 }
             }
         };
-        let opened = Direct::open(info, &self.tls, runtime, place).await;
-        let opened = match opened {
-            Ok(opened) => opened,
-            // On a cluster nothing was sent, and the cluster connection takes the call.
-            Err(e) if self.sharded => return Err(e.into()),
-            Err(e) => {
-                self.broke();
-                return Err(e.into());
+        let mut opening = self.open_direct(runtime, info.clone(), place);
+        let waited = match tokio::time::timeout(self.timeout / 4, &mut opening).await {
+            Ok(waited) => waited.map_err(drop),
+            Err(_) => {
+                // Closed first: from here the task keeps what it makes (the idle pool),
+                // unless it had sent it already.
+                opening.close();
+                opening.try_recv().map_err(|_| ())
             }
         };
-        if self.sharded {
-            // A cluster's nodes each have their own `run_id`.
-            if let Some(id) = opened.run_id() {
-                let mut known = crate::util::lock(&self.node_run_ids);
-                if known
-                    .insert(opened.addr().to_owned(), id.to_owned())
-                    .is_some_and(|was| was != id)
-                {
+        match waited {
+            Ok(Ok(mut opened)) => {
+                if let Some(id) = opened.take_run_id() {
+                    self.first_use(&opened, &id);
+                }
+                Ok(Some(opened))
+            }
+            Ok(Err(e)) => {
+                if !self.sharded {
                     self.broke();
                 }
+                Err(e.into())
+            }
+            // Still opening (it goes on, into the idle pool), or its runtime is shutting
+            // down: the multiplexed (or cluster) connection takes the call.
+            Err(()) => Ok(None),
+        }
+    }
+
+    /// Opens a direct connection in a task of its own. The call waits for it a while
+    /// (see `take_direct_to`); when the call has stopped waiting, the connection goes
+    /// into the idle pool for the next call, so that opening it (a TLS handshake,
+    /// `AUTH`, naming the connection, reading the `run_id`, each a round trip) never
+    /// makes a call miss its timeout again and again on a slow link. Within the connect
+    /// timeout.
+    fn open_direct(
+        &self,
+        runtime: tokio::runtime::Id,
+        info: redis::ConnectionInfo,
+        place: Place,
+    ) -> tokio::sync::oneshot::Receiver<redis::RedisResult<Direct>> {
+        let (tls, idle, within) = (self.tls.clone(), self.idle.clone(), self.connect_timeout);
+        // Where it fails with nobody waiting: on one server, a sign that it may have
+        // restarted (see `epoch`); on a cluster, a node that cannot be reached: the slot
+        // owners are read again.
+        let failed: Box<dyn FnOnce() + Send> = if self.sharded {
+            let owners = self.owners.clone();
+            Box::new(move || *crate::util::lock(&owners) = None)
+        } else {
+            let epoch = self.epoch.clone();
+            Box::new(move || {
+                epoch.fetch_add(1, Ordering::AcqRel);
+            })
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        crate::util::spawn_here(async move {
+            let open = Direct::open(&info, &tls, runtime, place);
+            let opened = match tokio::time::timeout(within, open).await {
+                Ok(opened) => opened,
+                Err(_) => Err(io::Error::from(io::ErrorKind::TimedOut).into()),
+            };
+            match tx.send(opened) {
+                Ok(()) => {}
+                Err(Ok(opened)) => {
+                    tracing::debug!(target: "distlock", addr = opened.addr(), "opened a direct connection to redis after its call went on without it");
+                    crate::util::lock(&idle).push(opened);
+                }
+                Err(Err(e)) => {
+                    tracing::debug!(target: "distlock", error = %e, "a direct connection could not be opened");
+                    failed();
+                }
+            }
+        });
+        rx
+    }
+
+    /// A direct connection's first use: the server's `run_id` it read when opened is
+    /// compared with the one known (another one means a restart, see `epoch`).
+    fn first_use(&self, direct: &Direct, id: &str) {
+        if self.sharded {
+            // A cluster's nodes each have their own `run_id`.
+            let mut known = crate::util::lock(&self.node_run_ids);
+            if known
+                .insert(direct.addr().to_owned(), id.to_owned())
+                .is_some_and(|was| was != id)
+            {
+                self.broke();
             }
         } else {
-            self.observe(opened.run_id());
+            self.observe(Some(id));
         }
-        tracing::debug!(target: "distlock", open = self.live.load(Ordering::Relaxed), "opened a direct connection to redis");
-        Ok(Some(opened))
     }
 
     /// The newest idle direct connection of `runtime`, taken out of the pool.
@@ -348,65 +469,119 @@ impl RedisBackend {
         if let Some(found) = self.cached(runtime) {
             return Ok(found);
         }
-        // Boxed: the connecting futures (a cluster's, the sentinels') are deep types, and
-        // every call's future would carry them, up to the users' functions.
-        crate::util::erased(self.connect(runtime)).await
+        self.connect(runtime).await
     }
 
-    /// A new connection for `runtime` (one at a time), unless another call made one.
+    /// A new connection for `runtime`, unless another call made one.
+    ///
+    /// It is made in a task of its own, one per runtime at a time, that every call
+    /// needing it awaits: a call that gives up (its timeout, or its caller cancelled it)
+    /// leaves the attempt running for the next one. So a connection that takes longer
+    /// than one command timeout to make (a TLS handshake, then the sentinels' answer and
+    /// another handshake, on a loaded machine) is still made, instead of being started
+    /// again and given up at every call. The attempt is bounded by its own steps'
+    /// timeouts.
     async fn connect(&self, runtime: tokio::runtime::Id) -> Result<(Conn, u64), BackendError> {
-        let _one_at_a_time = self.connecting.lock().await;
-        if let Some(found) = self.cached(runtime) {
-            return Ok(found);
-        }
-        // Every call on it is bounded by `within_timeout`, which also drops the
-        // connection on a timeout: a response timeout of its own would be a second timer
-        // per command.
-        let switched = self.switched();
-        let sentinel_client;
-        let single = match &self.target {
-            Target::Single(client) => Some(client),
-            Target::Sentinel(target) => {
-                target.listen();
-                sentinel_client = target
-                    .primary(self.timeout)
-                    .await
-                    .inspect_err(|_| self.broke())?;
-                Some(&sentinel_client)
-            }
-            Target::Cluster(..) => None,
-        };
-        let conn = match (single, &self.target) {
-            (Some(client), _) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(None);
-                let conn = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                    .inspect_err(|_| self.broke())?;
-                let (native, run_id) = detect_native(conn.clone(), self.timeout).await;
-                self.observe(run_id.as_deref());
-                *crate::util::lock(&self.native) = native;
-                Conn::Single(conn)
-            }
-            // The nodes may run different versions: scripts only, no native commands.
-            (None, Target::Cluster(client, _)) => {
-                let connect = client.get_async_connection();
-                match tokio::time::timeout(self.timeout, connect).await {
-                    Ok(Ok(conn)) => Conn::Cluster(conn),
-                    Ok(Err(e)) => {
-                        self.broke();
-                        return Err(e.into());
-                    }
-                    Err(_) => {
-                        self.broke();
-                        return Err(BackendError::timeout(self.timeout));
-                    }
+        loop {
+            let (id, outcome) = match self.attempt(runtime)? {
+                Attempting::Made(found) => return Ok(found),
+                Attempting::Under(id, outcome) => (id, outcome),
+            };
+            // Aborted: a newer attempt (for the primary the sentinels name now) replaced
+            // it: wait for that one instead.
+            let Some(made) = outcome.await else { continue };
+            // The first call back takes the result: installs the connection. Under
+            // `pending`'s lock, so that no call starts another attempt in between.
+            let mut pending = crate::util::lock(&self.pending);
+            let Some(at) = pending.iter().position(|p| p.id == id) else {
+                match made {
+                    // Installed by another call: found by `attempt` (unless already
+                    // dropped again: then a new attempt).
+                    Ok(_) => continue,
+                    Err(e) => return Err(e),
                 }
+            };
+            let attempt = pending.remove(at);
+            return match made {
+                Ok((conn, server)) => Ok(self.install(runtime, attempt.switched, conn, server)),
+                // Counted in `epoch` by the attempt itself.
+                Err(e) => Err(e),
+            };
+        }
+    }
+
+    /// The connection of `runtime` if there is one now, else the attempt under way for
+    /// it, else a new one. Attempts that failed (their callers gone, or they would have
+    /// been removed), that began before the sentinels announced a new primary, or that
+    /// belong to runtimes beyond the newest [`MAX_RUNTIMES`], are dropped.
+    fn attempt(&self, runtime: tokio::runtime::Id) -> Result<Attempting, BackendError> {
+        use futures_util::FutureExt;
+        use tracing::instrument::WithSubscriber as _;
+        let handle = Handle::try_current().map_err(|_| {
+            BackendError::new(BackendErrorKind::Config, "called outside a tokio runtime")
+        })?;
+        let mut pending = crate::util::lock(&self.pending);
+        if let Some(found) = self.cached(runtime) {
+            return Ok(Attempting::Made(found));
+        }
+        let switched = self.switched();
+        pending.retain(|p| {
+            let keep = p.switched == switched && !p.failed.load(Ordering::Acquire);
+            if !keep {
+                p.abort.abort();
             }
-            (None, _) => unreachable!("one server or Sentinel gave a client"),
+            keep
+        });
+        if let Some(p) = pending.iter().find(|p| p.runtime == runtime) {
+            return Ok(Attempting::Under(p.id, p.outcome.clone()));
+        }
+        if pending.len() >= MAX_RUNTIMES {
+            // The oldest, most likely of a runtime that has shut down.
+            pending.remove(0).abort.abort();
+        }
+        let failed = Arc::new(AtomicBool::new(false));
+        let task = {
+            let (failed, epoch) = (failed.clone(), self.epoch.clone());
+            let making = make(self.target.clone(), self.connect_timeout, self.timeout);
+            handle.spawn(
+                async move {
+                    let made = making.await;
+                    if made.is_err() {
+                        // A failed connect: the server may have restarted (see `epoch`).
+                        epoch.fetch_add(1, Ordering::AcqRel);
+                        failed.store(true, Ordering::Release);
+                    }
+                    made
+                }
+                .with_current_subscriber(),
+            )
         };
+        let abort = task.abort_handle();
+        let outcome = async move { task.await.ok() }.boxed().shared();
+        let id = ATTEMPTS.fetch_add(1, Ordering::Relaxed);
+        pending.push(Pending {
+            runtime,
+            switched,
+            id,
+            outcome: outcome.clone(),
+            failed,
+            abort,
+        });
+        Ok(Attempting::Under(id, outcome))
+    }
+
+    /// Makes `conn` the connection of `runtime`, with what its server said of itself.
+    fn install(
+        &self,
+        runtime: tokio::runtime::Id,
+        switched: u64,
+        conn: Conn,
+        server: Option<(Native, Option<String>)>,
+    ) -> (Conn, u64) {
+        if let Some((native, run_id)) = server {
+            self.observe(run_id.as_deref());
+            *crate::util::lock(&self.native) = native;
+        }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let native = self.native();
         let mut slots = crate::util::lock(&self.slots);
@@ -421,7 +596,7 @@ impl RedisBackend {
             switched,
         });
         tracing::debug!(target: "distlock", generation, ?native, "connected to redis");
-        Ok((conn, generation))
+        (conn, generation)
     }
 
     /// On this client's first call only: reads the eviction policy over the multiplexed
@@ -1108,6 +1283,38 @@ async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
         }
         Err(_) => tracing::debug!(target: "distlock", "reading redis maxmemory-policy timed out"),
     }
+}
+
+/// Makes a connection to `target` (the task of [`RedisBackend::attempt`]): every step
+/// (the sentinels' answer, the TCP and TLS handshakes) within `timeout` in all, then the
+/// command that reads what the server has within `command`.
+/// Every call on it is bounded by `within_timeout`, which also drops the connection on a
+/// timeout: a response timeout of its own would be a second timer per command.
+async fn make(target: Target, timeout: Duration, command: Duration) -> Made {
+    let until = tokio::time::Instant::now() + timeout;
+    let left = || until.saturating_duration_since(tokio::time::Instant::now());
+    let client = match target {
+        Target::Single(client) => client,
+        Target::Sentinel(target) => target.primary(timeout).await?,
+        // The nodes may run different versions: scripts only, no native commands.
+        Target::Cluster(client, _) => {
+            return match tokio::time::timeout_at(until, client.get_async_connection()).await {
+                Ok(Ok(conn)) => Ok((Conn::Cluster(conn), None)),
+                Ok(Err(e)) => Err(e.into()),
+                Err(_) => Err(BackendError::timeout(timeout)),
+            };
+        }
+    };
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(left()))
+        .set_response_timeout(None);
+    let connect = client.get_multiplexed_async_connection_with_config(&config);
+    let conn = match tokio::time::timeout_at(until, connect).await {
+        Ok(conn) => conn?,
+        Err(_) => return Err(BackendError::timeout(timeout)),
+    };
+    let server = detect_native(conn.clone(), command).await;
+    Ok((Conn::Single(conn), Some(server)))
 }
 
 /// Reads `INFO server` on a new connection to learn which conditional commands the
