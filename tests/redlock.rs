@@ -1,8 +1,11 @@
 //! Redlock over 5 independent masters the harness starts: locks exclude with 2 masters
 //! killed; 3 killed is a `Backend` error within the timeout; a master paused with
 //! SIGSTOP costs a call at most the per-node timeout; a holder whose renewals lose the
-//! quorum is told `Lost`, and another client gets in. Fences, idempotency records and
-//! `replicas` are refused with an error that says why.
+//! quorum is told `Lost`, and another client gets in. `#[idempotent]` over the same
+//! masters: 50 concurrent calls from two clients run the body once, with 2 masters
+//! killed too, replays and mismatches as on one Redis, and a lease that loses its
+//! quorum lets a retry in (control: two clients each on one master of their own run the
+//! body twice). Fences and `replicas` are refused with an error that says why.
 mod common;
 
 use std::sync::Arc;
@@ -10,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use distlock::{Error, Locks};
+use distlock::{Error, Locks, idempotent};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
 
@@ -225,4 +228,129 @@ async fn a_holder_whose_renewals_lose_the_quorum_is_told_lost() {
         .unwrap();
     assert!(matches!(g.release().await, Err(Error::Lost { .. })));
     g2.release().await.unwrap();
+}
+
+#[idempotent(key = "charge:<id>", client = locks, wait = "20s", skip = [runs], fingerprint = [id, amount])]
+async fn charge(locks: &Locks, id: &str, amount: u64, runs: &Runs) -> Result<String, AppError> {
+    let n = runs.bump();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(format!("charged {amount} as run {n}"))
+}
+
+/// 50 calls at once, half on each of two clients, for one key: the body runs once and
+/// every call gets its result.
+async fn fifty_calls(clients: &[Locks; 2], id: &'static str, runs: &Arc<Runs>) -> Vec<String> {
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let (locks, runs) = (clients[i % 2].clone(), runs.clone());
+        tasks.push(tokio::spawn(
+            async move { charge(&locks, id, 100, &runs).await },
+        ));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap().unwrap());
+    }
+    results
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_calls_over_five_masters_run_once() {
+    let mut masters = masters();
+    let clients = [client(&masters).await, client(&masters).await];
+    let runs = Arc::new(Runs::default());
+    let results = fifty_calls(&clients, "all-up", &runs).await;
+    assert_eq!(runs.get(), 1, "the body ran once");
+    assert!(results.iter().all(|r| *r == results[0]));
+    // A replay, and another payload under the same key.
+    assert_eq!(
+        charge(&clients[0], "all-up", 100, &runs).await.unwrap(),
+        results[0]
+    );
+    let other = charge(&clients[1], "all-up", 999, &runs).await;
+    assert!(
+        matches!(other, Err(AppError::Lock(Error::PayloadMismatch { .. }))),
+        "{other:?}"
+    );
+    assert_eq!(runs.get(), 1);
+
+    // Two masters killed: still once.
+    masters[1].kill();
+    masters[4].kill();
+    let runs = Arc::new(Runs::default());
+    let results = fifty_calls(&clients, "two-down", &runs).await;
+    assert_eq!(runs.get(), 1, "the body ran once with two masters down");
+    assert!(results.iter().all(|r| *r == results[0]));
+    assert_eq!(
+        charge(&clients[1], "two-down", 100, &runs).await.unwrap(),
+        results[0]
+    );
+
+    // Three down: a `Backend` error, and the body does not run.
+    masters[2].kill();
+    let got = charge(&clients[0], "three-down", 100, &runs).await;
+    assert!(
+        matches!(got, Err(AppError::Lock(Error::Backend { .. }))),
+        "{got:?}"
+    );
+    assert_eq!(runs.get(), 1);
+}
+
+/// The control: two clients, each on a master of its own (no quorum between them), run
+/// the body once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_independent_masters_without_a_quorum_run_twice() {
+    let masters = masters();
+    let clients = [
+        Locks::builder(masters[0].url()).build().unwrap(),
+        Locks::builder(masters[1].url()).build().unwrap(),
+    ];
+    let runs = Arc::new(Runs::default());
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let (locks, runs) = (clients[i % 2].clone(), runs.clone());
+        tasks.push(tokio::spawn(async move {
+            charge(&locks, "apart", 100, &runs).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert_eq!(runs.get(), 2);
+}
+
+#[idempotent(key = "slow:<id>", client = locks, lease = "600ms", skip = [runs])]
+async fn slow(locks: &Locks, id: &str, runs: &Runs) -> Result<u32, AppError> {
+    let n = runs.bump();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    Ok(n)
+}
+
+/// A claim whose renewals reach only two masters (three paused past its lease) is lost:
+/// the call is told so and stores nothing; a retry on another client then runs the body
+/// again, on a quorum of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_claim_that_loses_its_quorum_lets_a_retry_in() {
+    let masters = masters();
+    let (holder, other) = (client(&masters).await, client(&masters).await);
+    let runs = Arc::new(Runs::default());
+    let first = tokio::spawn({
+        let (holder, runs) = (holder.clone(), runs.clone());
+        async move { slow(&holder, "quorum", &runs).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for m in &masters[..3] {
+        signal(m, "-STOP");
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for m in &masters[..3] {
+        signal(m, "-CONT");
+    }
+    let lost = first.await.unwrap();
+    assert!(
+        matches!(lost, Err(AppError::Lock(Error::Lost { .. }))),
+        "{lost:?}"
+    );
+    assert_eq!(slow(&other, "quorum", &runs).await.unwrap(), 2);
+    assert_eq!(runs.get(), 2);
 }

@@ -183,9 +183,13 @@ impl Locks {
     /// master. Release and renewal need a quorum too: a renewal that a quorum refuses
     /// means the lock is lost. Waiters retry after a random delay.
     ///
+    /// `#[idempotent]` works over the same masters: each step of a record runs on every
+    /// master and counts like a lock (a claim is the caller's on a quorum, a result is
+    /// stored once a quorum stored it, so a later quorum of claims always meets it).
+    ///
     /// What it does not give: fencing tokens (`fence()` returns an error: independent
-    /// counters cannot give a number that always grows), idempotency records and
-    /// `replicas = n` (errors too). A master that restarts without persistence forgets
+    /// counters cannot give a number that always grows) and `replicas = n` (an error
+    /// too). A master that restarts without persistence forgets
     /// its locks; Redlock's safety then rests on its clocks and on the restart waiting at
     /// least a ttl (`appendfsync always`, or a delayed start).
     ///

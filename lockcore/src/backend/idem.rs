@@ -102,8 +102,8 @@ pub(crate) struct ClaimArgs<'a> {
 impl Backend {
     pub(crate) async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         match self {
-            Backend::Redis(r) => r.idem_claim(a).await,
-            Backend::Redlock(_) => Err(super::redlock::unsupported("idempotency records")),
+            Backend::Redis(r) => r.idem_claim_on(a).await,
+            Backend::Redlock(r) => r.idem_claim(a).await,
             Backend::Memory(m) => m.idem_claim(a),
         }
     }
@@ -123,10 +123,10 @@ impl Backend {
     ) -> Result<bool, BackendError> {
         match self {
             Backend::Redis(r) => {
-                r.idem_complete(key, record, retention, channel, written)
+                r.idem_complete_on(key, record, retention, channel, written)
                     .await
             }
-            Backend::Redlock(_) => Err(super::redlock::unsupported("idempotency records")),
+            Backend::Redlock(r) => r.idem_complete(key, record, retention, channel).await,
             Backend::Memory(m) => Ok(m.idem_complete(key, record, retention, channel)),
         }
     }
@@ -140,8 +140,8 @@ impl Backend {
         retention: Duration,
     ) -> Result<bool, BackendError> {
         match self {
-            Backend::Redis(r) => r.idem_release(key, owner, channel, retention).await,
-            Backend::Redlock(_) => Err(super::redlock::unsupported("idempotency records")),
+            Backend::Redis(r) => r.idem_release_on(key, owner, channel, retention).await,
+            Backend::Redlock(r) => r.idem_release(key, owner, channel, retention).await,
             Backend::Memory(m) => Ok(m.idem_release(key, owner, channel)),
         }
     }
@@ -154,8 +154,8 @@ impl Backend {
         lifetime: Duration,
     ) -> Result<bool, BackendError> {
         match self {
-            Backend::Redis(r) => r.idem_renew(key, owner, lease, lifetime).await,
-            Backend::Redlock(_) => Err(super::redlock::unsupported("idempotency records")),
+            Backend::Redis(r) => r.idem_renew_on(key, owner, lease, lifetime).await,
+            Backend::Redlock(r) => r.idem_renew(key, owner, lease, lifetime).await,
             Backend::Memory(m) => Ok(m.idem_renew(key, owner, lease, lifetime)),
         }
     }
@@ -169,7 +169,7 @@ impl RedisBackend {
     /// One plain `SET key record NX GET PX lifetime`: claimed when the key was free, and
     /// a completed record decided here (a replay is this one command); the contended
     /// cases (a claim in progress, live or not) go on in `idem_claim.lua`.
-    async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+    pub(super) async fn idem_claim_on(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         let retention = a.lifetime.saturating_sub(a.lease);
         let record = in_progress(a.owner, a.fp, now_ms(), a.lease, retention, false);
         let mut set = redis::cmd("SET");
@@ -230,7 +230,7 @@ impl RedisBackend {
     /// Where the server has `SET ... IFEQ`, one `SET key <written><record> IFEQ <written>
     /// KEEPTTL` comes first: the same store as one command when the claim's record is
     /// there as written; the steps above run only when it is not.
-    async fn idem_complete(
+    pub(super) async fn idem_complete_on(
         &self,
         key: &str,
         record: &str,
@@ -274,7 +274,7 @@ impl RedisBackend {
         Ok(self.eval::<i64>(&inv).await? == 1)
     }
 
-    async fn idem_release(
+    pub(super) async fn idem_release_on(
         &self,
         key: &str,
         owner: &str,
@@ -286,7 +286,7 @@ impl RedisBackend {
         Ok(self.eval::<i64>(&inv).await? == 1)
     }
 
-    async fn idem_renew(
+    pub(super) async fn idem_renew_on(
         &self,
         key: &str,
         owner: &str,

@@ -12,15 +12,19 @@
 //!   lost when a quorum did not; otherwise a `Backend` error (it cannot be told).
 //! - Renewal: compare-and-extend on every master; renewed when a quorum extended it,
 //!   lost when a quorum refused, otherwise failed (retried until the lease ends).
+//! - Idempotency records: each step runs on every master, as on one Redis, and counts
+//!   like a lock (see [`RedlockBackend::idem_claim`]): a claim is the caller's when a
+//!   quorum gave it, and given back everywhere otherwise; a stored result counts once a
+//!   quorum stored it, so any later quorum of claims meets it; a renewal needs a quorum.
 //! - Fences: none. N counters on N masters cannot give a number that always grows (a
 //!   master that restarts forgets its counter), so `fence()` is an error that says so.
-//!   Idempotency records and `replicas = n` are refused likewise: they need one Redis,
-//!   Sentinel or a cluster.
+//!   `replicas = n` is refused likewise: it needs one Redis, Sentinel or a cluster.
 
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
+use super::idem::{ClaimArgs, Claimed};
 use super::redis::RedisBackend;
 use super::{Attempt, ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
@@ -165,6 +169,166 @@ impl RedlockBackend {
             }
         }
         Ok(out)
+    }
+
+    /// The claim on every master at once. What a master says counts this way:
+    /// - a completed record of the same payload on any master is replayed: it was
+    ///   written only after a body ran under a quorum of claims (and a completed record
+    ///   of another payload, or another payload's claim, on any master is a mismatch);
+    /// - claimed (new or taken over) on a quorum, within the lease less the time the
+    ///   claim took and the drift: the caller's;
+    /// - otherwise the claims it got are given back on every master, and the caller
+    ///   waits: for the lease that a quorum of masters has in progress, or a random short
+    ///   while when calls split the masters between them; a `Backend` error when too
+    ///   few masters answered for a quorum.
+    pub(crate) async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+        let started = Instant::now();
+        let replies = join_all(self.nodes.iter().map(|node| node.idem_claim_on(a))).await;
+        let (mut claimed, mut answered, mut busy) = (0, 0, 0);
+        let (mut took_over, mut completed, mut mismatch) = (None, None, false);
+        let mut left = Duration::ZERO;
+        let mut error = None;
+        for reply in &replies {
+            match reply {
+                Ok(found) => {
+                    answered += 1;
+                    match found {
+                        Claimed::New(_) => claimed += 1,
+                        Claimed::TookOver { previous } => {
+                            claimed += 1;
+                            took_over = Some(previous.clone());
+                        }
+                        Claimed::Completed(raw) => completed = Some(raw.clone()),
+                        Claimed::InProgress(l) => {
+                            busy += 1;
+                            left = left.max(*l);
+                        }
+                        Claimed::Mismatch => mismatch = true,
+                    }
+                }
+                Err(e) => error = Some(e.clone()),
+            }
+        }
+        let drift = a.lease / 100 + Duration::from_millis(2);
+        let valid = a
+            .lease
+            .checked_sub(started.elapsed() + drift)
+            .is_some_and(|left| !left.is_zero());
+        if completed.is_none() && !mismatch && claimed >= self.quorum() && valid {
+            // A claim (and its record written as it was) differs from master to master:
+            // the store compares nothing (see `idem_complete`).
+            return Ok(
+                took_over.map_or(Claimed::New(None), |previous| Claimed::TookOver {
+                    previous,
+                }),
+            );
+        }
+        // Not the caller's: what it claimed goes, wherever it may have landed (no
+        // channel: nothing waits by message across independent masters).
+        if claimed > 0 || error.is_some() {
+            let lifetime_left = a.lifetime.saturating_sub(a.lease);
+            join_all(
+                self.nodes
+                    .iter()
+                    .map(|node| node.idem_release_on(a.key, a.owner, "", lifetime_left)),
+            )
+            .await;
+        }
+        if let Some(raw) = completed {
+            return Ok(Claimed::Completed(raw));
+        }
+        if mismatch {
+            return Ok(Claimed::Mismatch);
+        }
+        if answered < self.quorum() {
+            return Err(self.no_quorum(&Votes {
+                yes: claimed,
+                no: answered - claimed,
+                error,
+            }));
+        }
+        if busy >= self.quorum() {
+            return Ok(Claimed::InProgress(left.max(Duration::from_millis(1))));
+        }
+        Ok(Claimed::InProgress(Duration::from_millis(fastrand::u64(
+            5..=50,
+        ))))
+    }
+
+    /// The result stored on every master (each claim's record as written is unknown
+    /// here: each master's settle script decides). Stored when a quorum stored it; not
+    /// the stored result when a quorum said so, or every master answered without a
+    /// quorum storing it; otherwise a `Backend` error (the store is tried again).
+    pub(crate) async fn idem_complete(
+        &self,
+        key: &str,
+        record: &str,
+        retention: Duration,
+        channel: &str,
+    ) -> Result<bool, BackendError> {
+        let votes = Votes::count(
+            join_all(
+                self.nodes
+                    .iter()
+                    .map(|node| node.idem_complete_on(key, record, retention, channel, None)),
+            )
+            .await,
+        );
+        self.decide(&votes)
+    }
+
+    /// Gives the claim back on every master: whether any held it.
+    pub(crate) async fn idem_release(
+        &self,
+        key: &str,
+        owner: &str,
+        channel: &str,
+        retention: Duration,
+    ) -> Result<bool, BackendError> {
+        let votes = Votes::count(
+            join_all(
+                self.nodes
+                    .iter()
+                    .map(|node| node.idem_release_on(key, owner, channel, retention)),
+            )
+            .await,
+        );
+        if votes.yes == 0 && votes.no == 0 {
+            return Err(self.no_quorum(&votes));
+        }
+        Ok(votes.yes > 0)
+    }
+
+    /// Renews the claim's lease on every master: renewed when a quorum renewed it, lost
+    /// when a quorum refused (or every master answered without a quorum renewing).
+    pub(crate) async fn idem_renew(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        lifetime: Duration,
+    ) -> Result<bool, BackendError> {
+        let votes = Votes::count(
+            join_all(
+                self.nodes
+                    .iter()
+                    .map(|node| node.idem_renew_on(key, owner, lease, lifetime)),
+            )
+            .await,
+        );
+        self.decide(&votes)
+    }
+
+    /// Yes with a quorum of yes; no with a quorum of no, or every master answered;
+    /// otherwise the error of a call a quorum could not answer.
+    fn decide(&self, votes: &Votes) -> Result<bool, BackendError> {
+        if votes.yes >= self.quorum() {
+            Ok(true)
+        } else if votes.no >= self.quorum() || votes.error.is_none() {
+            Ok(false)
+        } else {
+            Err(self.no_quorum(votes))
+        }
     }
 
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
