@@ -5,13 +5,16 @@
 //! masters: 50 concurrent calls from two clients run the body once, with 2 masters
 //! killed too, replays and mismatches as on one Redis, and a lease that loses its
 //! quorum lets a retry in (control: two clients each on one master of their own run the
-//! body twice). Fences and `replicas` are refused with an error that says why.
+//! body twice). Between the lines: replies held past the timeout on two masters and
+//! delivered late, `acquire()` and `release()` cancelled at every point, one client used
+//! from two runtimes. Fences and `replicas` are refused with an error that says why.
 mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::proxy::FaultProxy;
 use common::*;
 use distlock::{Error, Locks, idempotent};
 
@@ -353,4 +356,163 @@ async fn an_idempotency_claim_that_loses_its_quorum_lets_a_retry_in() {
     );
     assert_eq!(slow(&other, "quorum", &runs).await.unwrap(), 2);
     assert_eq!(runs.get(), 2);
+}
+
+/// 5 masters, each behind a fault proxy, and a client through the proxies.
+fn proxied(masters: &[RedisServer]) -> (Vec<FaultProxy>, Locks) {
+    let proxies: Vec<FaultProxy> = masters.iter().map(|m| FaultProxy::start(m.port)).collect();
+    let locks = Locks::redlock(proxies.iter().map(FaultProxy::url))
+        .command_timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    (proxies, locks)
+}
+
+/// Waits up to `within` until no master holds `lock:<name>`; whether none did.
+async fn freed(masters: &[RedisServer], name: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut held = 0;
+        for m in masters {
+            let mut raw = m.raw().await;
+            let v: Option<String> = redis::cmd("GET")
+                .arg(format!("lock:{name}"))
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            held += usize::from(v.is_some());
+        }
+        if held == 0 {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Two masters run the holder's commands but its replies from them are held past the
+/// timeout: the holder takes the lock on the other three and releases it there; the
+/// next holder gets in at once (a quorum of three is free). When the held replies are
+/// delivered, late, the holder's token is also taken off the two masters, long before
+/// its 30 s ttl (so a later outage of two other masters does not leave no quorum for
+/// the ttl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_held_past_the_timeout_on_two_masters() {
+    let masters = masters();
+    let (proxies, locks) = proxied(&masters);
+    let other = client(&masters).await;
+    locks.ping().await.unwrap();
+    proxies[0].hold_replies();
+    proxies[1].hold_replies();
+    let g = locks
+        .lock("held")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(
+        holding(&masters, "held", g.token()).await,
+        5,
+        "the two held masters ran the SET too"
+    );
+    g.release().await.unwrap();
+    let next = other
+        .lock("held")
+        .acquire()
+        .await
+        .expect("the next holder gets in on the three free masters");
+    next.release().await.unwrap();
+    proxies[0].release_replies();
+    proxies[1].release_replies();
+    assert!(
+        freed(&masters, "held", Duration::from_secs(5)).await,
+        "the late masters were cleared long before the ttl"
+    );
+}
+
+/// `acquire()` and then `release()` cancelled after 0 to 15 ms, with 2 ms of latency
+/// each way on every master: wherever the cancellation lands, another client gets the
+/// lock long before its 30 s ttl, and then no master holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_and_release_cancelled_at_every_point() {
+    use common::proxy::Dir;
+    let masters = masters();
+    let (proxies, locks) = proxied(&masters);
+    let other = client(&masters).await;
+    locks.ping().await.unwrap();
+    for p in &proxies {
+        p.set_latency(Dir::ToServer, Duration::from_millis(2));
+        p.set_latency(Dir::ToClient, Duration::from_millis(2));
+    }
+    let ttl = Duration::from_secs(30);
+    let next = |what: &'static str, cut: Duration| {
+        let other = other.clone();
+        async move {
+            let g = other
+                .lock("cut")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap_or_else(|e| panic!("{what} cancelled after {cut:?}: {e}"));
+            g.release().await.unwrap();
+        }
+    };
+    for step in 0..16u64 {
+        let cut = Duration::from_millis(step);
+        let _ = tokio::time::timeout(cut, locks.lock("cut").ttl(ttl).acquire()).await;
+        next("an acquire", cut).await;
+        assert!(freed(&masters, "cut", Duration::from_secs(1)).await);
+        let g = locks
+            .lock("cut")
+            .ttl(ttl)
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
+        let _ = tokio::time::timeout(cut, g.release()).await;
+        next("a release", cut).await;
+        assert!(freed(&masters, "cut", Duration::from_secs(1)).await);
+    }
+}
+
+/// One client from two runtimes, as actix workers share one: locks taken on each, the
+/// first runtime shut down while its lock is held; both stay renewed past their ttl, and
+/// the client goes on working from the second.
+#[test]
+fn one_client_from_two_runtimes() {
+    let masters = masters();
+    let rt = |_| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (rt1, rt2) = (rt(1), rt(2));
+    let locks = rt1.block_on(client(&masters));
+    let ttl = Duration::from_millis(400);
+    let g1 = rt1
+        .block_on(locks.lock("rt-1").ttl(ttl).renew(true).acquire())
+        .unwrap();
+    let g2 = rt2
+        .block_on(locks.lock("rt-2").ttl(ttl).renew(true).acquire())
+        .unwrap();
+    drop(rt1);
+    rt2.block_on(async {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let other = client(&masters).await;
+        for name in ["rt-1", "rt-2"] {
+            assert!(
+                matches!(other.lock(name).acquire().await, Err(Error::Busy { .. })),
+                "{name} renewed past its ttl"
+            );
+        }
+        assert_eq!(holding(&masters, "rt-1", g1.token()).await, 5);
+        g1.release().await.unwrap();
+        g2.release().await.unwrap();
+        let g = locks.lock("rt-1").acquire().await.unwrap();
+        g.release().await.unwrap();
+    });
 }

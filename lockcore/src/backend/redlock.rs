@@ -20,6 +20,7 @@
 //!   master that restarts forgets its counter), so `fence()` is an error that says so.
 //!   `replicas = n` is refused likewise: it needs one Redis, Sentinel or a cluster.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
@@ -30,7 +31,7 @@ use super::{Attempt, ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
 
 pub(crate) struct RedlockBackend {
-    nodes: Vec<RedisBackend>,
+    nodes: Vec<Arc<RedisBackend>>,
 }
 
 /// What the masters said to one call: yes, no, or no answer.
@@ -60,7 +61,9 @@ impl Votes {
 
 impl RedlockBackend {
     pub(crate) fn new(nodes: Vec<RedisBackend>) -> RedlockBackend {
-        RedlockBackend { nodes }
+        RedlockBackend {
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+        }
     }
 
     fn quorum(&self) -> usize {
@@ -123,14 +126,24 @@ impl RedlockBackend {
         )))))
     }
 
-    /// Compare-and-delete on every master: whether each held the token.
+    /// Compare-and-delete on every master: whether each held the token. A master that
+    /// did not answer in time may have run it, or may run the `SET` that put the token
+    /// there only now (its reply was late): the compare-and-delete is sent to it again in
+    /// the background (see [`delete_later`]), so the token does not hold that master for
+    /// the rest of its ttl.
     async fn delete_everywhere(&self, key: &str, token: &str) -> Vec<Result<bool, BackendError>> {
-        join_all(self.nodes.iter().map(|node| async move {
+        let replies = join_all(self.nodes.iter().map(|node| async move {
             node.release(&plain_release(key, token))
                 .await
                 .map(|r| r == Released::Now)
         }))
-        .await
+        .await;
+        for (node, reply) in self.nodes.iter().zip(&replies) {
+            if reply.as_ref().is_err_and(BackendError::is_transient) {
+                delete_later(node.clone(), key.to_owned(), token.to_owned());
+            }
+        }
+        replies
     }
 
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
@@ -349,11 +362,11 @@ impl RedlockBackend {
     pub(crate) fn timeout(&self) -> Duration {
         self.nodes
             .first()
-            .map_or(Duration::ZERO, RedisBackend::timeout)
+            .map_or(Duration::ZERO, |node| node.timeout())
     }
 
     pub(crate) fn epoch(&self) -> u64 {
-        self.nodes.iter().map(RedisBackend::epoch).sum()
+        self.nodes.iter().map(|node| node.epoch()).sum()
     }
 }
 
@@ -366,6 +379,22 @@ pub(crate) fn unsupported(what: &str) -> BackendError {
              Sentinel or a cluster"
         ),
     )
+}
+
+/// The compare-and-delete of `token` at `key` on `node` again, after the command
+/// timeout and then twice as long each time, until the node answers (at most 5 times):
+/// the token is this call's alone, so it only ever removes what the call wrote.
+fn delete_later(node: Arc<RedisBackend>, key: String, token: String) {
+    crate::util::spawn_here(async move {
+        let mut pause = node.timeout();
+        for _ in 0..5 {
+            tokio::time::sleep(pause).await;
+            match node.release(&plain_release(&key, &token)).await {
+                Err(e) if e.is_transient() => pause *= 2,
+                _ => return,
+            }
+        }
+    });
 }
 
 /// A release that hands to nobody and yields to nobody: a compare-and-delete.
