@@ -496,7 +496,12 @@ impl<'a> LockRequest<'a> {
                     };
                     return Ok(self.taken(key, token, started, attempt, turn, sent, taking));
                 }
-                Ok(Try::Busy(left)) => left,
+                Ok(Try::Busy(left)) => {
+                    if inner.backend.is_redlock() {
+                        token = new_token();
+                    }
+                    left
+                }
                 Err(source) => {
                     if source.is_transient() {
                         // The SET may have landed with its reply lost: take it back.

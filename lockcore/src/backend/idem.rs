@@ -66,7 +66,7 @@ fn completed_claim(raw: &str, at: usize, fp: &str) -> Claimed {
     if completed_fp(&raw[at..]) == fp {
         Claimed::Completed(raw[at..].to_owned())
     } else {
-        Claimed::Mismatch
+        Claimed::Mismatch { completed: true }
     }
 }
 
@@ -83,8 +83,9 @@ pub(crate) enum Claimed {
     Completed(String),
     /// In progress under a live lease with this much left.
     InProgress(Duration),
-    /// The record's fingerprint differs.
-    Mismatch,
+    /// The record's fingerprint differs: a completed record's, or else a claim's (in
+    /// progress, or its lease ended).
+    Mismatch { completed: bool },
 }
 
 /// Where the claim's settings go.
@@ -103,7 +104,7 @@ impl Backend {
     pub(crate) async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         match self {
             Backend::Redis(r) => r.idem_claim_on(a).await,
-            Backend::Redlock(r) => r.idem_claim(a).await,
+            Backend::Redlock(r) => crate::util::erased(r.idem_claim(a)).await,
             Backend::Memory(m) => m.idem_claim(a),
         }
     }
@@ -126,7 +127,9 @@ impl Backend {
                 r.idem_complete_on(key, record, retention, channel, written)
                     .await
             }
-            Backend::Redlock(r) => r.idem_complete(key, record, retention, channel).await,
+            Backend::Redlock(r) => {
+                crate::util::erased(r.idem_complete(key, record, retention, channel)).await
+            }
             Backend::Memory(m) => Ok(m.idem_complete(key, record, retention, channel)),
         }
     }
@@ -141,7 +144,9 @@ impl Backend {
     ) -> Result<bool, BackendError> {
         match self {
             Backend::Redis(r) => r.idem_release_on(key, owner, channel, retention).await,
-            Backend::Redlock(r) => r.idem_release(key, owner, channel, retention).await,
+            Backend::Redlock(r) => {
+                crate::util::erased(r.idem_release(key, owner, channel, retention)).await
+            }
             Backend::Memory(m) => Ok(m.idem_release(key, owner, channel)),
         }
     }
@@ -155,7 +160,9 @@ impl Backend {
     ) -> Result<bool, BackendError> {
         match self {
             Backend::Redis(r) => r.idem_renew_on(key, owner, lease, lifetime).await,
-            Backend::Redlock(r) => r.idem_renew(key, owner, lease, lifetime).await,
+            Backend::Redlock(r) => {
+                crate::util::erased(r.idem_renew(key, owner, lease, lifetime)).await
+            }
             Backend::Memory(m) => Ok(m.idem_renew(key, owner, lease, lifetime)),
         }
     }
@@ -209,7 +216,9 @@ impl RedisBackend {
                 None => return Err(bad_reply("claim replay without a completed record".into())),
             },
             4 => Claimed::InProgress(Duration::from_millis(detail.parse().unwrap_or(0))),
-            5 => Claimed::Mismatch,
+            5 => Claimed::Mismatch {
+                completed: detail == "completed",
+            },
             other => return Err(bad_reply(format!("unexpected claim reply {other}"))),
         })
     }
@@ -396,7 +405,7 @@ impl MemoryBackend {
                 Ok(Claimed::New(None))
             }
             // Also past the lease: the claimer that stopped may have acted on its payload.
-            "in_progress" if rec.fp != a.fp => Ok(Claimed::Mismatch),
+            "in_progress" if rec.fp != a.fp => Ok(Claimed::Mismatch { completed: false }),
             "in_progress" if rec.lease_until_ms > now => Ok(Claimed::InProgress(
                 Duration::from_millis(rec.lease_until_ms - now),
             )),

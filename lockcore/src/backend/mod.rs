@@ -221,6 +221,12 @@ impl Backend {
     pub(crate) fn is_memory(&self) -> bool {
         matches!(self, Backend::Memory(_))
     }
+
+    /// Redlock: a try that a quorum did not give was given back on every master, so the
+    /// next try takes a new token (a late give-back must not remove it).
+    pub(crate) fn is_redlock(&self) -> bool {
+        matches!(self, Backend::Redlock(_))
+    }
 }
 
 /// Milliseconds for `PX`, at least 1.

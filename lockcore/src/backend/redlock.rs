@@ -16,6 +16,8 @@
 //!   like a lock (see [`RedlockBackend::idem_claim`]): a claim is the caller's when a
 //!   quorum gave it, and given back everywhere otherwise; a stored result counts once a
 //!   quorum stored it, so any later quorum of claims meets it; a renewal needs a quorum.
+//!   A lock try or a claim that a quorum did not give is tried again with a new token
+//!   (owner), so a give-back that reaches a master late removes nothing of the next.
 //! - Fences: none. N counters on N masters cannot give a number that always grows (a
 //!   master that restarts forgets its counter), so `fence()` is an error that says so.
 //!   `replicas = n` is refused likewise: it needs one Redis, Sentinel or a cluster.
@@ -186,19 +188,27 @@ impl RedlockBackend {
 
     /// The claim on every master at once. What a master says counts this way:
     /// - a completed record of the same payload on any master is replayed: it was
-    ///   written only after a body ran under a quorum of claims (and a completed record
-    ///   of another payload, or another payload's claim, on any master is a mismatch);
-    /// - claimed (new or taken over) on a quorum, within the lease less the time the
-    ///   claim took and the drift: the caller's;
-    /// - otherwise the claims it got are given back on every master, and the caller
-    ///   waits: for the lease that a quorum of masters has in progress, or a random short
-    ///   while when calls split the masters between them; a `Backend` error when too
-    ///   few masters answered for a quorum.
+    ///   written only after a body ran under a quorum of claims. Where masters hold
+    ///   different ones (a lease that really ended, two stores), the one most masters
+    ///   hold, then the earliest;
+    /// - a completed record of another payload on any master is a mismatch; another
+    ///   payload's claim in progress is one when a quorum holds it, and otherwise counts
+    ///   as busy (a claim given back on some masters only, or two payloads racing);
+    /// - claimed (new or taken over) on a quorum, with at least half the lease left
+    ///   after the time the claim took and the drift: the caller's;
+    /// - otherwise the claims it got are given back on every master (again later where a
+    ///   master did not answer), and the caller waits for the longest lease a master
+    ///   has in progress, or a random short while when calls split the masters; a
+    ///   `Backend` error when too few masters answered for a quorum.
+    ///
+    /// The caller tries again with another owner (see `idempotency::begin`): a give-back
+    /// that reaches a master late then never removes the caller's next claim.
     pub(crate) async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         let started = Instant::now();
         let replies = join_all(self.nodes.iter().map(|node| node.idem_claim_on(a))).await;
-        let (mut claimed, mut answered, mut busy) = (0, 0, 0);
-        let (mut took_over, mut completed, mut mismatch) = (None, None, false);
+        let (mut claimed, mut answered, mut busy, mut other_claims) = (0, 0, 0, 0);
+        let (mut took_over, mut other_result) = (None, false);
+        let mut completed: Vec<&String> = Vec::new();
         let mut left = Duration::ZERO;
         let mut error = None;
         for reply in &replies {
@@ -211,12 +221,13 @@ impl RedlockBackend {
                             claimed += 1;
                             took_over = Some(previous.clone());
                         }
-                        Claimed::Completed(raw) => completed = Some(raw.clone()),
+                        Claimed::Completed(raw) => completed.push(raw),
                         Claimed::InProgress(l) => {
                             busy += 1;
                             left = left.max(*l);
                         }
-                        Claimed::Mismatch => mismatch = true,
+                        Claimed::Mismatch { completed: true } => other_result = true,
+                        Claimed::Mismatch { completed: false } => other_claims += 1,
                     }
                 }
                 Err(e) => error = Some(e.clone()),
@@ -226,8 +237,8 @@ impl RedlockBackend {
         let valid = a
             .lease
             .checked_sub(started.elapsed() + drift)
-            .is_some_and(|left| !left.is_zero());
-        if completed.is_none() && !mismatch && claimed >= self.quorum() && valid {
+            .is_some_and(|left| left >= a.lease / 2);
+        if completed.is_empty() && !other_result && claimed >= self.quorum() && valid {
             // A claim (and its record written as it was) differs from master to master:
             // the store compares nothing (see `idem_complete`).
             return Ok(
@@ -239,19 +250,26 @@ impl RedlockBackend {
         // Not the caller's: what it claimed goes, wherever it may have landed (no
         // channel: nothing waits by message across independent masters).
         if claimed > 0 || error.is_some() {
-            let lifetime_left = a.lifetime.saturating_sub(a.lease);
-            join_all(
+            let retention = a.lifetime.saturating_sub(a.lease);
+            let gone = join_all(
                 self.nodes
                     .iter()
-                    .map(|node| node.idem_release_on(a.key, a.owner, "", lifetime_left)),
+                    .map(|node| node.idem_release_on(a.key, a.owner, "", retention)),
             )
             .await;
+            for (node, reply) in self.nodes.iter().zip(&gone) {
+                if reply.as_ref().is_err_and(BackendError::is_transient) {
+                    release_claim_later(node.clone(), a.key, a.owner, retention);
+                }
+            }
         }
-        if let Some(raw) = completed {
-            return Ok(Claimed::Completed(raw));
+        if let Some(raw) = first_result(&completed) {
+            return Ok(Claimed::Completed(raw.clone()));
         }
-        if mismatch {
-            return Ok(Claimed::Mismatch);
+        if other_result || other_claims >= self.quorum() {
+            return Ok(Claimed::Mismatch {
+                completed: other_result,
+            });
         }
         if answered < self.quorum() {
             return Err(self.no_quorum(&Votes {
@@ -260,7 +278,7 @@ impl RedlockBackend {
                 error,
             }));
         }
-        if busy >= self.quorum() {
+        if busy > 0 {
             return Ok(Claimed::InProgress(left.max(Duration::from_millis(1))));
         }
         Ok(Claimed::InProgress(Duration::from_millis(fastrand::u64(
@@ -397,6 +415,43 @@ fn delete_later(node: Arc<RedisBackend>, key: String, token: String) {
     });
 }
 
+/// The give-back of `owner`'s claim at `key` on `node` again, as [`delete_later`] does
+/// for a lock's token (an owner is one claim attempt's alone).
+fn release_claim_later(node: Arc<RedisBackend>, key: &str, owner: &str, retention: Duration) {
+    let (key, owner) = (key.to_owned(), owner.to_owned());
+    crate::util::spawn_here(async move {
+        let mut pause = node.timeout();
+        for _ in 0..5 {
+            tokio::time::sleep(pause).await;
+            match node.idem_release_on(&key, &owner, "", retention).await {
+                Err(e) if e.is_transient() => pause *= 2,
+                _ => return,
+            }
+        }
+    });
+}
+
+/// Of the completed records the masters hold, the one most hold, then the earliest
+/// (by `completed_at_ms`).
+fn first_result<'a>(completed: &[&'a String]) -> Option<&'a String> {
+    let at = |raw: &str| -> u64 {
+        raw.split_once(r#""completed_at_ms":"#)
+            .and_then(|(_, rest)| {
+                let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+                rest[..digits].parse().ok()
+            })
+            .unwrap_or(u64::MAX)
+    };
+    completed
+        .iter()
+        .map(|raw| {
+            let held = completed.iter().filter(|r| at(r) == at(raw)).count();
+            (std::cmp::Reverse(held), at(raw), *raw)
+        })
+        .min()
+        .map(|(_, _, raw)| raw)
+}
+
 /// A release that hands to nobody and yields to nobody: a compare-and-delete.
 fn plain_release<'a>(key: &'a str, token: &'a str) -> ReleaseCall<'a> {
     ReleaseCall {
@@ -406,5 +461,22 @@ fn plain_release<'a>(key: &'a str, token: &'a str) -> ReleaseCall<'a> {
         contended: false,
         yield_to: None,
         self_subscribed: &|_| false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_result;
+
+    #[test]
+    fn the_result_most_masters_hold_then_the_earliest() {
+        let rec = |at: u64| {
+            format!(r#"{{"status":"completed","fp":"ab","completed_at_ms":{at},"value":{at}}}"#)
+        };
+        let (early, late) = (rec(100), rec(200));
+        assert_eq!(first_result(&[&late, &early, &late]), Some(&late));
+        assert_eq!(first_result(&[&late, &early]), Some(&early));
+        assert_eq!(first_result(&[&early]), Some(&early));
+        assert_eq!(first_result(&[]), None);
     }
 }

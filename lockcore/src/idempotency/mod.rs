@@ -226,7 +226,8 @@ pub(crate) async fn begin(
             reason: reason.to_owned(),
         });
     }
-    let owner = format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
+    let new_owner = || format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
+    let mut owner = new_owner();
     let channel = done_channel(&key);
     let lease = spec.lease();
     let lifetime = lease + spec.retention();
@@ -235,12 +236,12 @@ pub(crate) async fn begin(
     let mut wake: Option<Subscription> = None;
     let mut subscribed = false;
     let replicas = spec.replicas.unwrap_or(inner.replicas);
-    let claim = |sent, written| Claim {
+    let claim = |sent, written, owner: &str| Claim {
         replicas,
         locks: locks.clone(),
         function,
         key: key.clone(),
-        owner: owner.clone(),
+        owner: owner.to_owned(),
         channel: channel.clone(),
         lease,
         lifetime,
@@ -261,12 +262,17 @@ pub(crate) async fn begin(
             will_wait: Instant::now() < deadline,
         };
         let sent = Instant::now();
-        let found = match inner.backend.idem_claim(&args).await {
+        // Dropped while the claim is in flight (the caller cancelled), the claim may
+        // still land: it is given back.
+        let in_flight = ClaimInFlight(Some(|| claim(sent, None, &owner)));
+        let found = inner.backend.idem_claim(&args).await;
+        std::mem::forget(in_flight);
+        let found = match found {
             Ok(found) => found,
             Err(source) => {
                 if source.is_transient() {
                     // The claim may have landed with its reply lost: give it back.
-                    claim(sent, None).spawn_release();
+                    claim(sent, None, &owner).spawn_release();
                 }
                 tracing::warn!(target: "distlock", key, error = %source, "idempotency claim failed");
                 return Err(Error::backend(&key, source));
@@ -282,7 +288,7 @@ pub(crate) async fn begin(
                     waited_ms = started.elapsed().as_secs_f64() * 1e3,
                     "idempotency key claimed"
                 );
-                return claimed(claim(sent, written)).await;
+                return claimed(claim(sent, written, &owner)).await;
             }
             Claimed::TookOver { previous } => {
                 tracing::warn!(
@@ -291,17 +297,24 @@ pub(crate) async fn begin(
                     previous_owner = previous,
                     "idempotency key claimed by taking over an expired claim (its claimer stopped renewing the lease); the body runs again"
                 );
-                return claimed(claim(sent, None)).await;
+                return claimed(claim(sent, None, &owner)).await;
             }
             Claimed::Completed(raw) => {
                 tracing::debug!(target: "distlock", key, "idempotent replay of the stored result");
                 return Ok(Begin::Replay(raw));
             }
-            Claimed::Mismatch => {
+            Claimed::Mismatch { .. } => {
                 tracing::warn!(target: "distlock", key, fingerprint = &digest[..12], "idempotency key reused with a different payload");
                 return Err(Error::PayloadMismatch { key });
             }
-            Claimed::InProgress(left) => left,
+            Claimed::InProgress(left) => {
+                if inner.backend.is_redlock() {
+                    // Its claims given back (see `RedlockBackend::idem_claim`): the next
+                    // try is another claim, which a late give-back cannot remove.
+                    owner = new_owner();
+                }
+                left
+            }
         };
         let now = Instant::now();
         if now >= deadline {
@@ -335,6 +348,18 @@ pub(crate) async fn begin(
             CLAIM_RETRY_CAP,
         )
         .await;
+    }
+}
+
+/// Gives back a claim whose call was dropped while it was in flight.
+struct ClaimInFlight<F: FnOnce() -> Claim>(Option<F>);
+
+impl<F: FnOnce() -> Claim> Drop for ClaimInFlight<F> {
+    fn drop(&mut self) {
+        if let Some(make) = self.0.take() {
+            tracing::trace!(target: "distlock", "idempotency claim cancelled in flight; giving it back");
+            make().spawn_release();
+        }
     }
 }
 
