@@ -10,6 +10,8 @@
 //!    its ttl (the server had run the `SET`);
 //! 6. a connection that took longer to make than one command timeout (TLS and the
 //!    sentinels' answer on a loaded machine) was begun again, and given up, by every call;
+//! 7. a multiplexed connection the server closed while it was idle (`CLIENT KILL`, an
+//!    idle `timeout`) failed the calls made after it with "broken pipe";
 //!
 //! and what came with them: `on_lost` for `#[idempotent]`, the eviction-policy warning, and
 //! `release()` cancelled at every point.
@@ -929,4 +931,51 @@ async fn a_connection_slower_than_one_call_is_still_made() {
         .unwrap();
     let g = connected.lock("slow").acquire().await.unwrap();
     g.release().await.unwrap();
+}
+
+/// 7. Every connection of the client is closed by the server while idle (`CLIENT KILL`,
+/// as an idle cut by the server's `timeout` or a load balancer does): calls made after
+/// that, many at once (so that most go over the multiplexed connection rather than the
+/// direct ones), work: a closed connection is never used again. The kill's effect is
+/// checked: the client's connections were there, and were closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_closed_by_the_server_are_not_used_again() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let mut admin = server.raw().await;
+    for round in 0..3 {
+        // Connections made: the multiplexed one and direct ones.
+        let warm: Vec<_> = (0..8)
+            .map(|i| {
+                let locks = locks.clone();
+                tokio::spawn(async move { cycles(&locks, &format!("warm-{i}"), 3).await })
+            })
+            .collect();
+        for w in warm {
+            w.await.unwrap();
+        }
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(
+            killed >= 2,
+            "round {round}: the client's connections were killed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let calls: Vec<_> = (0..16)
+            .map(|i| {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    let g = locks.lock(format!("after-{i}")).acquire().await?;
+                    g.release().await
+                })
+            })
+            .collect();
+        for (i, c) in calls.into_iter().enumerate() {
+            let r = c.await.unwrap();
+            assert!(r.is_ok(), "round {round}, call {i}: {r:?}");
+        }
+    }
 }

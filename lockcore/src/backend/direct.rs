@@ -11,7 +11,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError, RedisFuture, Value};
@@ -57,12 +57,144 @@ pub(crate) struct Direct {
     _place: Place,
 }
 
-enum Stream {
+pub(crate) enum Stream {
     Tcp(tokio::net::TcpStream),
     #[cfg(unix)]
     Unix(tokio::net::UnixStream),
     #[cfg(feature = "tls")]
     Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
+}
+
+impl Stream {
+    /// A TCP (TLS with `tls`'s configuration) or Unix socket connection to the server
+    /// `info` names. Only for addresses direct connections [serve](Direct::serves).
+    pub(crate) async fn connect(info: &ConnectionInfo, tls: &DirectTls) -> io::Result<Stream> {
+        let _ = tls;
+        Ok(match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                tcp.set_nodelay(true)?;
+                Stream::Tcp(tcp)
+            }
+            #[cfg(feature = "tls")]
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                ..
+            } => {
+                let Some(config) = &tls.config else {
+                    return Err(io::Error::from(io::ErrorKind::Unsupported));
+                };
+                let name = rustls::pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                tcp.set_nodelay(true)?;
+                let tls = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name, tcp)
+                    .await?;
+                Stream::Tls(Box::new(tls))
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => {
+                Stream::Unix(tokio::net::UnixStream::connect(path).await?)
+            }
+            _ => return Err(io::Error::from(io::ErrorKind::Unsupported)),
+        })
+    }
+}
+
+/// A multiplexed connection's socket that says when it closed: its end of stream or an
+/// error, read or written, sets `closed`. The client then stops handing calls to a
+/// connection the server (its idle `timeout`, `CLIENT KILL`, a restart) or the network
+/// closed while it was idle, and connects again instead of failing them.
+pub(crate) struct Watched {
+    pub(crate) stream: Stream,
+    pub(crate) closed: Arc<AtomicBool>,
+}
+
+impl Watched {
+    fn saw<T>(&self, polled: &std::task::Poll<io::Result<T>>) {
+        if matches!(polled, std::task::Poll::Ready(Err(_))) {
+            self.closed.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = match &mut this.stream {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            #[cfg(unix)]
+            Stream::Unix(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        this.saw(&polled);
+        let ended = matches!(polled, std::task::Poll::Ready(Ok(())))
+            && buf.filled().len() == before
+            && buf.remaining() > 0;
+        if ended {
+            this.closed.store(true, Ordering::Release);
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = match &mut this.stream {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, data),
+            #[cfg(unix)]
+            Stream::Unix(s) => std::pin::Pin::new(s).poll_write(cx, data),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, data),
+        };
+        this.saw(&polled);
+        polled
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let polled = match &mut this.stream {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
+            #[cfg(unix)]
+            Stream::Unix(s) => std::pin::Pin::new(s).poll_flush(cx),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        };
+        this.saw(&polled);
+        polled
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.closed.store(true, Ordering::Release);
+        match &mut this.stream {
+            Stream::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            #[cfg(unix)]
+            Stream::Unix(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// How direct connections speak TLS (`rediss://`): the rustls configuration made from
@@ -99,38 +231,7 @@ impl Direct {
         runtime: tokio::runtime::Id,
         place: Place,
     ) -> Result<Direct, RedisError> {
-        let _ = tls;
-        let stream = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => {
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                tcp.set_nodelay(true)?;
-                Stream::Tcp(tcp)
-            }
-            #[cfg(feature = "tls")]
-            ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure: false,
-                ..
-            } => {
-                let Some(config) = &tls.config else {
-                    return Err(io::Error::from(io::ErrorKind::Unsupported).into());
-                };
-                let name = rustls::pki_types::ServerName::try_from(host.clone())
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                tcp.set_nodelay(true)?;
-                let tls = tokio_rustls::TlsConnector::from(config.clone())
-                    .connect(name, tcp)
-                    .await?;
-                Stream::Tls(Box::new(tls))
-            }
-            #[cfg(unix)]
-            ConnectionAddr::Unix(path) => {
-                Stream::Unix(tokio::net::UnixStream::connect(path).await?)
-            }
-            _ => return Err(io::Error::from(io::ErrorKind::Unsupported).into()),
-        };
+        let stream = Stream::connect(info, tls).await?;
         let settings = info.redis_settings();
         let mut conn = Direct {
             stream,

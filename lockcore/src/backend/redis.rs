@@ -126,8 +126,16 @@ struct Pending {
     abort: tokio::task::AbortHandle,
 }
 
-/// What a connection attempt gave: the connection, and what the server said of itself.
-type Made = Result<(Conn, Option<(Native, Option<String>)>), BackendError>;
+/// What a connection attempt gave: the connection, what the server said of itself, and
+/// the flag its socket sets when it closes (where distlock made the socket).
+type Made = Result<
+    (
+        Conn,
+        Option<(Native, Option<String>)>,
+        Option<Arc<AtomicBool>>,
+    ),
+    BackendError,
+>;
 
 /// An attempt's result for every call awaiting it; `None`: the attempt was aborted (a
 /// newer one replaced it, or its runtime shut down).
@@ -157,6 +165,9 @@ struct Slot {
     generation: u64,
     /// Behind Sentinel: the count of new primaries announced when it was made.
     switched: u64,
+    /// Set when its socket closed (see `direct::Watched`); `None` where redis-rs made the
+    /// socket (a cluster, or TLS that direct connections cannot speak).
+    closed: Option<Arc<AtomicBool>>,
 }
 
 impl RedisBackend {
@@ -445,9 +456,11 @@ impl RedisBackend {
         }
         let switched = self.switched();
         let mut slots = crate::util::lock(&self.slots);
-        if slots.iter().any(|s| s.switched != switched) {
-            // The sentinels announced a new primary: connect to it.
-            slots.retain(|s| s.switched == switched);
+        let closed = |s: &Slot| s.closed.as_ref().is_some_and(|c| c.load(Ordering::Acquire));
+        if slots.iter().any(|s| s.switched != switched || closed(s)) {
+            // The sentinels announced a new primary, or a connection's socket closed
+            // (the server or the network closed it): connect again.
+            slots.retain(|s| s.switched == switched && !closed(s));
             self.broke();
         }
         slots
@@ -503,7 +516,9 @@ impl RedisBackend {
             };
             let attempt = pending.remove(at);
             return match made {
-                Ok((conn, server)) => Ok(self.install(runtime, attempt.switched, conn, server)),
+                Ok((conn, server, closed)) => {
+                    Ok(self.install(runtime, attempt.switched, conn, server, closed))
+                }
                 // Counted in `epoch` by the attempt itself.
                 Err(e) => Err(e),
             };
@@ -542,7 +557,12 @@ impl RedisBackend {
         let failed = Arc::new(AtomicBool::new(false));
         let task = {
             let (failed, epoch) = (failed.clone(), self.epoch.clone());
-            let making = make(self.target.clone(), self.connect_timeout, self.timeout);
+            let making = make(
+                self.target.clone(),
+                self.tls.clone(),
+                self.connect_timeout,
+                self.timeout,
+            );
             handle.spawn(
                 async move {
                     let made = making.await;
@@ -577,6 +597,7 @@ impl RedisBackend {
         switched: u64,
         conn: Conn,
         server: Option<(Native, Option<String>)>,
+        closed: Option<Arc<AtomicBool>>,
     ) -> (Conn, u64) {
         if let Some((native, run_id)) = server {
             self.observe(run_id.as_deref());
@@ -594,6 +615,7 @@ impl RedisBackend {
             conn: conn.clone(),
             generation,
             switched,
+            closed,
         });
         tracing::debug!(target: "distlock", generation, ?native, "connected to redis");
         (conn, generation)
@@ -1290,7 +1312,7 @@ async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
 /// command that reads what the server has within `command`.
 /// Every call on it is bounded by `within_timeout`, which also drops the connection on a
 /// timeout: a response timeout of its own would be a second timer per command.
-async fn make(target: Target, timeout: Duration, command: Duration) -> Made {
+async fn make(target: Target, tls: DirectTls, timeout: Duration, command: Duration) -> Made {
     let until = tokio::time::Instant::now() + timeout;
     let left = || until.saturating_duration_since(tokio::time::Instant::now());
     let client = match target {
@@ -1299,7 +1321,7 @@ async fn make(target: Target, timeout: Duration, command: Duration) -> Made {
         // The nodes may run different versions: scripts only, no native commands.
         Target::Cluster(client, _) => {
             return match tokio::time::timeout_at(until, client.get_async_connection()).await {
-                Ok(Ok(conn)) => Ok((Conn::Cluster(conn), None)),
+                Ok(Ok(conn)) => Ok((Conn::Cluster(conn), None, None)),
                 Ok(Err(e)) => Err(e.into()),
                 Err(_) => Err(BackendError::timeout(timeout)),
             };
@@ -1308,13 +1330,39 @@ async fn make(target: Target, timeout: Duration, command: Duration) -> Made {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(left()))
         .set_response_timeout(None);
-    let connect = client.get_multiplexed_async_connection_with_config(&config);
-    let conn = match tokio::time::timeout_at(until, connect).await {
-        Ok(conn) => conn?,
-        Err(_) => return Err(BackendError::timeout(timeout)),
+    let info = client.get_connection_info();
+    let (conn, closed) = if Direct::serves(info, &tls) {
+        // The socket made here, watched: a close is seen before the next call.
+        let connect = async {
+            let stream = super::direct::Stream::connect(info, &tls).await?;
+            let closed = Arc::new(AtomicBool::new(false));
+            let watched = super::direct::Watched {
+                stream,
+                closed: closed.clone(),
+            };
+            let (conn, driver) =
+                MultiplexedConnection::new_with_config(info.redis_settings(), watched, config)
+                    .await?;
+            let ended = closed.clone();
+            tokio::spawn(async move {
+                driver.await;
+                ended.store(true, Ordering::Release);
+            });
+            Ok::<_, redis::RedisError>((conn, Some(closed)))
+        };
+        match tokio::time::timeout_at(until, connect).await {
+            Ok(made) => made?,
+            Err(_) => return Err(BackendError::timeout(timeout)),
+        }
+    } else {
+        let connect = client.get_multiplexed_async_connection_with_config(&config);
+        match tokio::time::timeout_at(until, connect).await {
+            Ok(conn) => (conn?, None),
+            Err(_) => return Err(BackendError::timeout(timeout)),
+        }
     };
     let server = detect_native(conn.clone(), command).await;
-    Ok((Conn::Single(conn), Some(server)))
+    Ok((Conn::Single(conn), Some(server), closed))
 }
 
 /// Reads `INFO server` on a new connection to learn which conditional commands the
