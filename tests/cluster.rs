@@ -778,3 +778,94 @@ async fn direct_connections_go_to_the_slot_owner() {
         );
     }
 }
+
+/// Sends `sig` (`-STOP`, `-CONT`) to the node on `port`.
+fn signal(cluster: &RedisCluster, port: u16, sig: &str) {
+    let pid = cluster
+        .nodes
+        .iter()
+        .find(|n| n.port == port)
+        .and_then(RedisServer::pid)
+        .unwrap();
+    Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap();
+}
+
+/// A primary paused past the command timeout (SIGSTOP for about 700 ms, well within the
+/// cluster's 2 s node timeout: no failover), then resumed: it runs the commands that
+/// timed out, their replies too late. What each party sees:
+/// - the caller whose `acquire()` timed out gets a `Backend` error within the timeout,
+///   and its token, written late, is taken back: the next holder gets in long before
+///   the 30 s ttl;
+/// - the holder whose `release()` timed out gets a `Backend` error (it cannot tell), never
+///   `Lost`, and the lock is free once the server runs the release;
+/// - calls on the other primaries' keys work meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_primary_runs_late_what_timed_out() {
+    let cluster = RedisCluster::start(3, 0);
+    let timeout = Duration::from_millis(300);
+    let locks = Locks::cluster(cluster.urls())
+        .command_timeout(timeout)
+        .connect()
+        .await
+        .unwrap();
+    let other = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    let keys = spread_keys(&cluster, "paused", 2);
+    let on = |key: &str| cluster.primary_of(cluster.slot(&format!("lock:{key}")));
+    let paused = on(&keys[0]);
+    let (same, elsewhere): (Vec<&String>, Vec<&String>) =
+        keys.iter().partition(|k| on(k) == paused);
+    let (key, key2, free) = (same[0].as_str(), same[1].as_str(), elsewhere[0].as_str());
+    // Connections made first.
+    cycles(&locks, key, 1).await;
+    cycles(&locks, free, 1).await;
+    let ttl = Duration::from_secs(30);
+
+    signal(&cluster, paused, "-STOP");
+    let started = Instant::now();
+    let got = locks.lock(key).ttl(ttl).acquire().await;
+    assert!(matches!(got, Err(Error::Backend { .. })), "{got:?}");
+    assert!(started.elapsed() < 3 * timeout, "{:?}", started.elapsed());
+    cycles(&locks, free, 1).await;
+    tokio::time::sleep(Duration::from_millis(700).saturating_sub(started.elapsed())).await;
+    signal(&cluster, paused, "-CONT");
+    let waited = Instant::now();
+    let g = other
+        .lock(key)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        waited.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        waited.elapsed()
+    );
+    g.release().await.unwrap();
+
+    let held = locks.lock(key2).ttl(ttl).acquire().await.unwrap();
+    signal(&cluster, paused, "-STOP");
+    let paused_at = Instant::now();
+    let released = held.release().await;
+    tokio::time::sleep(Duration::from_millis(700).saturating_sub(paused_at.elapsed())).await;
+    signal(&cluster, paused, "-CONT");
+    assert!(
+        matches!(released, Ok(()) | Err(Error::Backend { .. })),
+        "a release that timed out is never told Lost: {released:?}"
+    );
+    let waited = Instant::now();
+    let g = other
+        .lock(key2)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        waited.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        waited.elapsed()
+    );
+    g.release().await.unwrap();
+}

@@ -2,7 +2,8 @@
 //! (`redis-sentinel`, quorum 2, down after 1 s). The primary killed, or demoted by
 //! `SENTINEL FAILOVER`: calls fail with `Backend` within their timeouts meanwhile, then
 //! work on the promoted replica with the same client. The control: a client pinned to
-//! the old primary's address does not recover. The same over TLS.
+//! the old primary's address does not recover. The same over TLS, and from a client
+//! shared by two runtimes, the first shut down before the failover.
 mod common;
 
 use std::sync::Arc;
@@ -180,6 +181,46 @@ async fn a_primary_demoted_by_sentinel_failover() {
         pinned.lock("pinned").acquire().await,
         Err(Error::Backend { .. })
     ));
+}
+
+/// One client from two runtimes, as actix workers share one: connected, and its
+/// `+switch-master` listener started, on the first; the first shuts down; the primary is
+/// demoted by `SENTINEL FAILOVER` (it stays up, as a replica, so only the switch or its
+/// `READONLY` replies tell). Calls from the second runtime fail within their timeouts at
+/// most, then land on the promoted replica.
+#[test]
+fn one_client_from_two_runtimes_follows_a_failover() {
+    let setup = Setup::start();
+    let rt = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (rt1, rt2) = (rt(), rt());
+    let locks = rt1
+        .block_on(
+            Locks::sentinel(RedisSentinel::MASTER, setup.urls())
+                .command_timeout(TIMEOUT)
+                .connect(),
+        )
+        .unwrap();
+    rt1.block_on(lands_on(&locks, &setup.primary));
+    rt2.block_on(lands_on(&locks, &setup.primary));
+    drop(rt1);
+    rt2.block_on(async {
+        cycles_across(&locks, "two-runtimes", async {
+            let out = RedisCluster::cli(
+                setup.sentinels[0].port,
+                &["SENTINEL", "FAILOVER", RedisSentinel::MASTER],
+            );
+            assert_eq!(out, "OK");
+            setup.wait_promoted().await;
+        })
+        .await;
+        lands_on(&locks, &setup.replica).await;
+    });
 }
 
 /// Over TLS: the sentinels, the primary and the replica all on TLS ports (one CA;

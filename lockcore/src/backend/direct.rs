@@ -68,12 +68,19 @@ pub(crate) enum Stream {
 impl Stream {
     /// A TCP (TLS with `tls`'s configuration) or Unix socket connection to the server
     /// `info` names. Only for addresses direct connections [serve](Direct::serves).
-    pub(crate) async fn connect(info: &ConnectionInfo, tls: &DirectTls) -> io::Result<Stream> {
+    /// `nodelay`: TCP without Nagle's delay (a direct connection writes one whole request
+    /// and waits for its reply; the multiplexed one keeps redis-rs's default, off, which
+    /// lets many small writes under load share packets).
+    pub(crate) async fn connect(
+        info: &ConnectionInfo,
+        tls: &DirectTls,
+        nodelay: bool,
+    ) -> io::Result<Stream> {
         let _ = tls;
         Ok(match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                tcp.set_nodelay(true)?;
+                tuned(&tcp, nodelay)?;
                 Stream::Tcp(tcp)
             }
             #[cfg(feature = "tls")]
@@ -89,7 +96,7 @@ impl Stream {
                 let name = rustls::pki_types::ServerName::try_from(host.clone())
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
                 let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                tcp.set_nodelay(true)?;
+                tuned(&tcp, nodelay)?;
                 let tls = tokio_rustls::TlsConnector::from(config.clone())
                     .connect(name, tcp)
                     .await?;
@@ -102,6 +109,19 @@ impl Stream {
             _ => return Err(io::Error::from(io::ErrorKind::Unsupported)),
         })
     }
+}
+
+/// `TCP_NODELAY` as asked, and TCP keepalive probes after 30 s idle, every 10 s: they keep
+/// firewalls, NATs and load balancers from cutting an idle connection silently, and find
+/// a peer that went away without a word (then the socket reports an error, and the
+/// connection is not used again) instead of a call waiting out its timeout on it.
+fn tuned(tcp: &tokio::net::TcpStream, nodelay: bool) -> io::Result<()> {
+    use redis::io::tcp::socket2::{SockRef, TcpKeepalive};
+    tcp.set_nodelay(nodelay)?;
+    let keepalive = TcpKeepalive::new()
+        .with_time(std::time::Duration::from_secs(30))
+        .with_interval(std::time::Duration::from_secs(10));
+    SockRef::from(tcp).set_tcp_keepalive(&keepalive)
 }
 
 /// A multiplexed connection's socket that says when it closed: its end of stream or an
@@ -231,7 +251,7 @@ impl Direct {
         runtime: tokio::runtime::Id,
         place: Place,
     ) -> Result<Direct, RedisError> {
-        let stream = Stream::connect(info, tls).await?;
+        let stream = Stream::connect(info, tls, true).await?;
         let settings = info.redis_settings();
         let mut conn = Direct {
             stream,

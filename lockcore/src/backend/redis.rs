@@ -1334,7 +1334,7 @@ async fn make(target: Target, tls: DirectTls, timeout: Duration, command: Durati
     let (conn, closed) = if Direct::serves(info, &tls) {
         // The socket made here, watched: a close is seen before the next call.
         let connect = async {
-            let stream = super::direct::Stream::connect(info, &tls).await?;
+            let stream = super::direct::Stream::connect(info, &tls, false).await?;
             let closed = Arc::new(AtomicBool::new(false));
             let watched = super::direct::Watched {
                 stream,
