@@ -793,6 +793,24 @@ fn signal(cluster: &RedisCluster, port: u16, sig: &str) {
         .unwrap();
 }
 
+/// `locks` takes `key` within 5 s (far below the 30 s ttl of what held it), and gives it
+/// back.
+async fn gets_in_soon(locks: &Locks, key: &str) {
+    let waited = Instant::now();
+    let g = locks
+        .lock(key)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        waited.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        waited.elapsed()
+    );
+    g.release().await.unwrap();
+}
+
 /// A primary paused past the command timeout (SIGSTOP for about 700 ms, well within the
 /// cluster's 2 s node timeout: no failover), then resumed: it runs the commands that
 /// timed out, their replies too late. What each party sees:
@@ -831,19 +849,7 @@ async fn a_paused_primary_runs_late_what_timed_out() {
     cycles(&locks, free, 1).await;
     tokio::time::sleep(Duration::from_millis(700).saturating_sub(started.elapsed())).await;
     signal(&cluster, paused, "-CONT");
-    let waited = Instant::now();
-    let g = other
-        .lock(key)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    assert!(
-        waited.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        waited.elapsed()
-    );
-    g.release().await.unwrap();
+    gets_in_soon(&other, key).await;
 
     let held = locks.lock(key2).ttl(ttl).acquire().await.unwrap();
     signal(&cluster, paused, "-STOP");
@@ -855,17 +861,5 @@ async fn a_paused_primary_runs_late_what_timed_out() {
         matches!(released, Ok(()) | Err(Error::Backend { .. })),
         "a release that timed out is never told Lost: {released:?}"
     );
-    let waited = Instant::now();
-    let g = other
-        .lock(key2)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    assert!(
-        waited.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        waited.elapsed()
-    );
-    g.release().await.unwrap();
+    gets_in_soon(&other, key2).await;
 }

@@ -56,6 +56,16 @@ impl Setup {
         )
     }
 
+    /// Demotes the primary with `SENTINEL FAILOVER`; returns once the replica is promoted.
+    async fn demote(&self) {
+        let out = RedisCluster::cli(
+            self.sentinels[0].port,
+            &["SENTINEL", "FAILOVER", RedisSentinel::MASTER],
+        );
+        assert_eq!(out, "OK");
+        self.wait_promoted().await;
+    }
+
     /// Waits until every sentinel names the replica as the primary.
     async fn wait_promoted(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -146,15 +156,7 @@ async fn a_primary_demoted_by_sentinel_failover() {
         .await
         .unwrap();
     lands_on(&locks, &setup.primary).await;
-    cycles_across(&locks, "demoted", async {
-        let out = RedisCluster::cli(
-            setup.sentinels[0].port,
-            &["SENTINEL", "FAILOVER", RedisSentinel::MASTER],
-        );
-        assert_eq!(out, "OK");
-        setup.wait_promoted().await;
-    })
-    .await;
+    cycles_across(&locks, "demoted", setup.demote()).await;
     lands_on(&locks, &setup.replica).await;
     // Waiters are woken by messages on the new primary.
     let g = locks.lock("wake").acquire().await.unwrap();
@@ -210,15 +212,7 @@ fn one_client_from_two_runtimes_follows_a_failover() {
     rt2.block_on(lands_on(&locks, &setup.primary));
     drop(rt1);
     rt2.block_on(async {
-        cycles_across(&locks, "two-runtimes", async {
-            let out = RedisCluster::cli(
-                setup.sentinels[0].port,
-                &["SENTINEL", "FAILOVER", RedisSentinel::MASTER],
-            );
-            assert_eq!(out, "OK");
-            setup.wait_promoted().await;
-        })
-        .await;
+        cycles_across(&locks, "two-runtimes", setup.demote()).await;
         lands_on(&locks, &setup.replica).await;
     });
 }

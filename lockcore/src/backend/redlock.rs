@@ -72,6 +72,15 @@ impl RedlockBackend {
         self.nodes.len() / 2 + 1
     }
 
+    /// `call` on every master at once, counted.
+    async fn votes<'a, F, Fut>(&'a self, call: F) -> Votes
+    where
+        F: Fn(&'a RedisBackend) -> Fut,
+        Fut: std::future::Future<Output = Result<bool, BackendError>>,
+    {
+        Votes::count(join_all(self.nodes.iter().map(|node| call(node))).await)
+    }
+
     /// The error of a call a quorum could not answer.
     fn no_quorum(&self, votes: &Votes) -> BackendError {
         let detail = format!(
@@ -297,14 +306,9 @@ impl RedlockBackend {
         retention: Duration,
         channel: &str,
     ) -> Result<bool, BackendError> {
-        let votes = Votes::count(
-            join_all(
-                self.nodes
-                    .iter()
-                    .map(|node| node.idem_complete_on(key, record, retention, channel, None)),
-            )
-            .await,
-        );
+        let votes = self
+            .votes(|node| node.idem_complete_on(key, record, retention, channel, None))
+            .await;
         self.decide(&votes)
     }
 
@@ -316,14 +320,9 @@ impl RedlockBackend {
         channel: &str,
         retention: Duration,
     ) -> Result<bool, BackendError> {
-        let votes = Votes::count(
-            join_all(
-                self.nodes
-                    .iter()
-                    .map(|node| node.idem_release_on(key, owner, channel, retention)),
-            )
-            .await,
-        );
+        let votes = self
+            .votes(|node| node.idem_release_on(key, owner, channel, retention))
+            .await;
         if votes.yes == 0 && votes.no == 0 {
             return Err(self.no_quorum(&votes));
         }
@@ -339,14 +338,9 @@ impl RedlockBackend {
         lease: Duration,
         lifetime: Duration,
     ) -> Result<bool, BackendError> {
-        let votes = Votes::count(
-            join_all(
-                self.nodes
-                    .iter()
-                    .map(|node| node.idem_renew_on(key, owner, lease, lifetime)),
-            )
-            .await,
-        );
+        let votes = self
+            .votes(|node| node.idem_renew_on(key, owner, lease, lifetime))
+            .await;
         self.decide(&votes)
     }
 
@@ -399,15 +393,20 @@ pub(crate) fn unsupported(what: &str) -> BackendError {
     )
 }
 
-/// The compare-and-delete of `token` at `key` on `node` again, after the command
-/// timeout and then twice as long each time, until the node answers (at most 5 times):
-/// the token is this call's alone, so it only ever removes what the call wrote.
-fn delete_later(node: Arc<RedisBackend>, key: String, token: String) {
+/// `again` (a give-back: a compare-and-delete of a token, or of a claim's owner) on
+/// `node` once more after the command timeout, then after twice as long each time,
+/// until the node answers (at most 5 times). A token or an owner is one try's alone, so
+/// a give-back only ever removes what that try wrote.
+fn retry_later<F, Fut, T>(node: Arc<RedisBackend>, again: F)
+where
+    F: Fn(Arc<RedisBackend>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, BackendError>> + Send,
+{
     crate::util::spawn_here(async move {
         let mut pause = node.timeout();
         for _ in 0..5 {
             tokio::time::sleep(pause).await;
-            match node.release(&plain_release(&key, &token)).await {
+            match again(node.clone()).await {
                 Err(e) if e.is_transient() => pause *= 2,
                 _ => return,
             }
@@ -415,19 +414,20 @@ fn delete_later(node: Arc<RedisBackend>, key: String, token: String) {
     });
 }
 
-/// The give-back of `owner`'s claim at `key` on `node` again, as [`delete_later`] does
-/// for a lock's token (an owner is one claim attempt's alone).
+/// The compare-and-delete of `token` at `key` on `node`, again later.
+fn delete_later(node: Arc<RedisBackend>, key: String, token: String) {
+    retry_later(node, move |node| {
+        let (key, token) = (key.clone(), token.clone());
+        async move { node.release(&plain_release(&key, &token)).await }
+    });
+}
+
+/// The give-back of `owner`'s claim at `key` on `node`, again later.
 fn release_claim_later(node: Arc<RedisBackend>, key: &str, owner: &str, retention: Duration) {
     let (key, owner) = (key.to_owned(), owner.to_owned());
-    crate::util::spawn_here(async move {
-        let mut pause = node.timeout();
-        for _ in 0..5 {
-            tokio::time::sleep(pause).await;
-            match node.idem_release_on(&key, &owner, "", retention).await {
-                Err(e) if e.is_transient() => pause *= 2,
-                _ => return,
-            }
-        }
+    retry_later(node, move |node| {
+        let (key, owner) = (key.clone(), owner.clone());
+        async move { node.idem_release_on(&key, &owner, "", retention).await }
     });
 }
 
