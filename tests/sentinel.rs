@@ -3,7 +3,8 @@
 //! `SENTINEL FAILOVER`: calls fail with `Backend` within their timeouts meanwhile, then
 //! work on the promoted replica with the same client. The control: a client pinned to
 //! the old primary's address does not recover. The same over TLS, and from a client
-//! shared by two runtimes, the first shut down before the failover.
+//! shared by two runtimes, the first shut down before the failover. A `+switch-master`
+//! listener that subscribes again keeps the connection to an unchanged primary.
 mod common;
 
 use std::sync::Arc;
@@ -215,6 +216,55 @@ fn one_client_from_two_runtimes_follows_a_failover() {
         cycles_across(&locks, "two-runtimes", setup.demote()).await;
         lands_on(&locks, &setup.replica).await;
     });
+}
+
+/// The ids of the primary's clients whose last command took or released a lock: the
+/// client's own connection (the tests' other connections only `GET`, or are `redis-cli`).
+fn lock_connections(server: &RedisServer) -> Vec<String> {
+    RedisCluster::cli(server.port, &["CLIENT", "LIST"])
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .any(|f| matches!(f, "cmd=set" | "cmd=evalsha" | "cmd=eval"))
+        })
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `+switch-master` listener's connection cut on every sentinel (`CLIENT KILL TYPE
+/// pubsub`): it subscribes again, and asks whether the primary changed meanwhile. It did
+/// not, so the client keeps its connection: the calls after that run on the same one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_subscribes_again_keeps_the_connection() {
+    let setup = Setup::start();
+    let locks = Locks::sentinel(RedisSentinel::MASTER, setup.urls())
+        .command_timeout(TIMEOUT)
+        .notify_waiters(false)
+        .connect()
+        .await
+        .unwrap();
+    lands_on(&locks, &setup.primary).await;
+    // The listener subscribed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = lock_connections(&setup.primary);
+    assert_eq!(before.len(), 1, "{before:?}");
+    let mut killed = 0;
+    for s in &setup.sentinels {
+        let out = RedisCluster::cli(s.port, &["CLIENT", "KILL", "TYPE", "pubsub"]);
+        killed += out.trim().parse::<u32>().unwrap_or(0);
+    }
+    assert!(killed >= 1, "the listener's connection was cut");
+    // It subscribes again within its 1 s pause.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for _ in 0..5 {
+        lands_on(&locks, &setup.primary).await;
+    }
+    assert_eq!(
+        lock_connections(&setup.primary),
+        before,
+        "the same connection to an unchanged primary"
+    );
 }
 
 /// Over TLS: the sentinels, the primary and the replica all on TLS ports (one CA;

@@ -222,9 +222,20 @@ async fn listen(weak: Weak<SentinelTarget>) {
             }
             if std::mem::replace(&mut subscribed_before, true) {
                 // A switch announced while no sentinel was listened to would be missed:
-                // connect again to whatever the sentinels name now.
+                // connect again, unless the sentinels still name the primary connected to.
                 let Some(target) = weak.upgrade() else { return };
-                target.switched.fetch_add(1, Ordering::AcqRel);
+                let known = crate::util::lock(&target.current)
+                    .as_ref()
+                    .and_then(address);
+                let named = target
+                    .primary(Duration::from_secs(2))
+                    .await
+                    .ok()
+                    .as_ref()
+                    .and_then(address);
+                if known.is_none() || named != known {
+                    target.switched.fetch_add(1, Ordering::AcqRel);
+                }
             }
             let mut messages = pubsub.on_message();
             loop {
@@ -254,6 +265,16 @@ async fn listen(weak: Weak<SentinelTarget>) {
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The host and port a client connects to (TCP or TLS).
+fn address(client: &redis::Client) -> Option<(String, u16)> {
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port)),
+        #[cfg(feature = "tls")]
+        redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+        _ => None,
     }
 }
 
