@@ -79,7 +79,7 @@ impl Stream {
         let _ = tls;
         Ok(match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                let tcp = tcp_connect(host, *port).await?;
                 tuned(&tcp, nodelay)?;
                 Stream::Tcp(tcp)
             }
@@ -95,7 +95,7 @@ impl Stream {
                 };
                 let name = rustls::pki_types::ServerName::try_from(host.clone())
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                let tcp = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                let tcp = tcp_connect(host, *port).await?;
                 tuned(&tcp, nodelay)?;
                 let tls = tokio_rustls::TlsConnector::from(config.clone())
                     .connect(name, tcp)
@@ -108,6 +108,28 @@ impl Stream {
             }
             _ => return Err(io::Error::from(io::ErrorKind::Unsupported)),
         })
+    }
+}
+
+/// A TCP connection to `host`: to each of its addresses at once, the first to answer
+/// kept (as redis-rs connects), so an address that does not answer (a broken IPv6 route)
+/// costs nothing while another does.
+async fn tcp_connect(host: &str, port: u16) -> io::Result<tokio::net::TcpStream> {
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
+    match addrs.as_slice() {
+        [] => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{host} has no address"),
+        )),
+        [one] => tokio::net::TcpStream::connect(one).await,
+        many => {
+            let tries = many
+                .iter()
+                .map(|a| Box::pin(tokio::net::TcpStream::connect(*a)));
+            futures_util::future::select_ok(tries)
+                .await
+                .map(|(tcp, _)| tcp)
+        }
     }
 }
 
@@ -458,7 +480,20 @@ fn reply_end(buf: &[u8], at: usize) -> Result<Option<usize>, RedisError> {
 
 #[cfg(test)]
 mod tests {
-    use super::reply_end;
+    use super::{reply_end, tcp_connect};
+
+    /// `localhost` may name `::1` and `127.0.0.1`; the server listens on one of them
+    /// only: the connection is made to the one that answers.
+    #[tokio::test]
+    async fn connects_to_the_address_that_answers() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let tcp = tcp_connect("localhost", port).await.unwrap();
+        assert_eq!(tcp.peer_addr().unwrap().port(), port);
+        assert!(tcp_connect("127.0.0.1", port).await.is_ok());
+        drop(listener);
+        assert!(tcp_connect("127.0.0.1", port).await.is_err());
+    }
 
     #[test]
     fn finds_the_end_of_each_reply_kind() {

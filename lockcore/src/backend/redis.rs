@@ -495,34 +495,44 @@ impl RedisBackend {
     /// again and given up at every call. The attempt is bounded by its own steps'
     /// timeouts.
     async fn connect(&self, runtime: tokio::runtime::Id) -> Result<(Conn, u64), BackendError> {
-        loop {
+        // A few turns at most: each waits for an attempt, except where one ended at once
+        // (its runtime shutting down cancels every task it spawns), which must not spin.
+        for _ in 0..4 {
             let (id, outcome) = match self.attempt(runtime)? {
                 Attempting::Made(found) => return Ok(found),
                 Attempting::Under(id, outcome) => (id, outcome),
             };
-            // Aborted: a newer attempt (for the primary the sentinels name now) replaced
-            // it: wait for that one instead.
-            let Some(made) = outcome.await else { continue };
+            let made = outcome.await;
             // The first call back takes the result: installs the connection. Under
             // `pending`'s lock, so that no call starts another attempt in between.
             let mut pending = crate::util::lock(&self.pending);
             let Some(at) = pending.iter().position(|p| p.id == id) else {
                 match made {
-                    // Installed by another call: found by `attempt` (unless already
-                    // dropped again: then a new attempt).
-                    Ok(_) => continue,
-                    Err(e) => return Err(e),
+                    // Aborted because a newer attempt (for the primary the sentinels
+                    // name now) replaced it, or installed by another call: on to that.
+                    None | Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(e),
                 }
             };
             let attempt = pending.remove(at);
             return match made {
-                Ok((conn, server, closed)) => {
+                Some(Ok((conn, server, closed))) => {
                     Ok(self.install(runtime, attempt.switched, conn, server, closed))
                 }
                 // Counted in `epoch` by the attempt itself.
-                Err(e) => Err(e),
+                Some(Err(e)) => Err(e),
+                // Its task ended without a result, and nothing replaced it: its runtime
+                // is shutting down.
+                None => Err(BackendError::new(
+                    BackendErrorKind::Connection,
+                    "the connection attempt ended with its runtime",
+                )),
             };
         }
+        Err(BackendError::new(
+            BackendErrorKind::Connection,
+            "no connection: every attempt ended early",
+        ))
     }
 
     /// The connection of `runtime` if there is one now, else the attempt under way for
