@@ -521,11 +521,11 @@ impl RedisBackend {
                 }
                 // Counted in `epoch` by the attempt itself.
                 Some(Err(e)) => Err(e),
-                // Its task ended without a result, and nothing replaced it: its runtime
-                // is shutting down.
+                // Its task ended without a result (its runtime shutting down), and
+                // nothing replaced it.
                 None => Err(BackendError::new(
                     BackendErrorKind::Connection,
-                    "the connection attempt ended with its runtime",
+                    "the connection attempt ended without a result (its runtime shutting down?)",
                 )),
             };
         }
@@ -1317,6 +1317,15 @@ async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
     }
 }
 
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// Makes a connection to `target` (the task of [`RedisBackend::attempt`]): every step
 /// (the sentinels' answer, the TCP and TLS handshakes) within `timeout` in all, then the
 /// command that reads what the server has within `command`.
@@ -1353,10 +1362,11 @@ async fn make(target: Target, tls: DirectTls, timeout: Duration, command: Durati
             let (conn, driver) =
                 MultiplexedConnection::new_with_config(info.redis_settings(), watched, config)
                     .await?;
-            let ended = closed.clone();
+            // Set when the driver ends, or is dropped unpolled (its runtime shutting down).
+            let ended = SetOnDrop(closed.clone());
             tokio::spawn(async move {
+                let _ended = ended;
                 driver.await;
-                ended.store(true, Ordering::Release);
             });
             Ok::<_, redis::RedisError>((conn, Some(closed)))
         };
