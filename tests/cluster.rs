@@ -121,9 +121,7 @@ async fn handoffs(holder: &Locks, waiter: &Locks, keys: &[String]) -> Vec<Durati
         let g = holder.lock(key.as_str()).acquire().await.unwrap();
         let w = take_and_release(waiter, key, Duration::from_secs(10));
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let released = Instant::now();
-        g.release().await.unwrap();
-        gaps.push(w.await.unwrap().saturating_duration_since(released));
+        gaps.push(handoff_gap(g, w).await);
     }
     gaps.sort();
     gaps
@@ -750,9 +748,7 @@ async fn a_waiter_follows_its_channel_to_the_new_node() {
         let probe = holder.lock(format!("{key}-probe")).acquire().await;
         drop(probe);
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let released = Instant::now();
-        g.release().await.unwrap();
-        gaps.push(w.await.unwrap().saturating_duration_since(released));
+        gaps.push(handoff_gap(g, w).await);
     }
     gaps.sort();
     eprintln!("handoffs after the move: {gaps:?}");

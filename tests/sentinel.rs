@@ -163,9 +163,7 @@ async fn a_primary_demoted_by_sentinel_failover() {
     let g = locks.lock("wake").acquire().await.unwrap();
     let w = take_and_release(&other, "wake", Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let released = Instant::now();
-    g.release().await.unwrap();
-    let gap = w.await.unwrap().saturating_duration_since(released);
+    let gap = handoff_gap(g, w).await;
     assert!(
         gap < Duration::from_millis(60),
         "handoff after {gap:?}: no message"

@@ -317,9 +317,7 @@ async fn a_cluster_over_tls() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let released = Instant::now();
-        g.release().await.unwrap();
-        let gap = w.await.unwrap().saturating_duration_since(released);
+        let gap = handoff_gap(g, w).await;
         assert!(
             gap < Duration::from_millis(60),
             "handoff after {gap:?}: no message"

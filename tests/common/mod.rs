@@ -119,6 +119,14 @@ impl AppError {
     }
 }
 
+/// Releases `g` and gives how long after that the waiter `w` (a [`take_and_release`]
+/// task) held the lock.
+pub async fn handoff_gap(g: distlock::LockGuard, w: tokio::task::JoinHandle<Instant>) -> Duration {
+    let released = Instant::now();
+    g.release().await.unwrap();
+    w.await.unwrap().saturating_duration_since(released)
+}
+
 /// Outcomes of lock cycles: when each started (from the first), how long it took and
 /// how it ended; and when `stop` was seen.
 pub struct Cycles {

@@ -65,7 +65,23 @@ pub(crate) enum Stream {
     Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
 }
 
+/// What every kind of [`Stream`] is.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
 impl Stream {
+    /// The socket, whichever kind it is.
+    fn io(&mut self) -> &mut dyn Io {
+        match self {
+            Stream::Tcp(s) => s,
+            #[cfg(unix)]
+            Stream::Unix(s) => s,
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.as_mut(),
+        }
+    }
+
     /// A TCP (TLS with `tls`'s configuration) or Unix socket connection to the server
     /// `info` names. Only for addresses direct connections [serve](Direct::serves).
     /// `nodelay`: TCP without Nagle's delay (a direct connection writes one whole request
@@ -171,13 +187,7 @@ impl tokio::io::AsyncRead for Watched {
     ) -> std::task::Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        let polled = match &mut this.stream {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            #[cfg(unix)]
-            Stream::Unix(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
-        };
+        let polled = std::pin::Pin::new(this.stream.io()).poll_read(cx, buf);
         this.saw(&polled);
         let ended = matches!(polled, std::task::Poll::Ready(Ok(())))
             && buf.filled().len() == before
@@ -196,13 +206,7 @@ impl tokio::io::AsyncWrite for Watched {
         data: &[u8],
     ) -> std::task::Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let polled = match &mut this.stream {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, data),
-            #[cfg(unix)]
-            Stream::Unix(s) => std::pin::Pin::new(s).poll_write(cx, data),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, data),
-        };
+        let polled = std::pin::Pin::new(this.stream.io()).poll_write(cx, data);
         this.saw(&polled);
         polled
     }
@@ -212,13 +216,7 @@ impl tokio::io::AsyncWrite for Watched {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<io::Result<()>> {
         let this = self.get_mut();
-        let polled = match &mut this.stream {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
-            #[cfg(unix)]
-            Stream::Unix(s) => std::pin::Pin::new(s).poll_flush(cx),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
-        };
+        let polled = std::pin::Pin::new(this.stream.io()).poll_flush(cx);
         this.saw(&polled);
         polled
     }
@@ -229,13 +227,7 @@ impl tokio::io::AsyncWrite for Watched {
     ) -> std::task::Poll<io::Result<()>> {
         let this = self.get_mut();
         this.closed.store(true, Ordering::Release);
-        match &mut this.stream {
-            Stream::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-            #[cfg(unix)]
-            Stream::Unix(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
+        std::pin::Pin::new(this.stream.io()).poll_shutdown(cx)
     }
 }
 
@@ -359,16 +351,10 @@ impl Direct {
 
     /// Writes `self.write`, then reads `skip + count` replies and returns the last `count`.
     async fn exchange(&mut self, skip: usize, count: usize) -> Result<Vec<Value>, RedisError> {
-        match &mut self.stream {
-            Stream::Tcp(s) => s.write_all(&self.write).await?,
-            #[cfg(unix)]
-            Stream::Unix(s) => s.write_all(&self.write).await?,
-            #[cfg(feature = "tls")]
-            Stream::Tls(s) => {
-                s.write_all(&self.write).await?;
-                s.flush().await?;
-            }
-        }
+        let io = self.stream.io();
+        io.write_all(&self.write).await?;
+        // TLS holds written bytes until flushed (a socket's flush does nothing).
+        io.flush().await?;
         let mut replies = Vec::with_capacity(count);
         for i in 0..skip + count {
             let value = self.reply().await?;
@@ -390,13 +376,7 @@ impl Direct {
                 self.read.drain(..end);
                 return value;
             }
-            let n = match &mut self.stream {
-                Stream::Tcp(s) => s.read_buf(&mut self.read).await?,
-                #[cfg(unix)]
-                Stream::Unix(s) => s.read_buf(&mut self.read).await?,
-                #[cfg(feature = "tls")]
-                Stream::Tls(s) => s.read_buf(&mut self.read).await?,
-            };
+            let n = self.stream.io().read_buf(&mut self.read).await?;
             if n == 0 {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,

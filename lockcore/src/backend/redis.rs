@@ -298,9 +298,7 @@ impl RedisBackend {
                 tracing::debug!(target: "distlock", "an idle direct connection was closed by redis; replacing it");
                 continue;
             }
-            if let Some(id) = found.take_run_id() {
-                self.first_use(&found, &id);
-            }
+            self.first_use(&mut found);
             return Ok(Some(found));
         }
         let place = match Place::take(&self.live, MAX_DIRECT) {
@@ -335,9 +333,7 @@ impl RedisBackend {
         };
         match waited {
             Ok(Ok(mut opened)) => {
-                if let Some(id) = opened.take_run_id() {
-                    self.first_use(&opened, &id);
-                }
+                self.first_use(&mut opened);
                 Ok(Some(opened))
             }
             Ok(Err(e)) => {
@@ -399,9 +395,14 @@ impl RedisBackend {
         rx
     }
 
-    /// A direct connection's first use: the server's `run_id` it read when opened is
-    /// compared with the one known (another one means a restart, see `epoch`).
-    fn first_use(&self, direct: &Direct, id: &str) {
+    /// Before each use of a direct connection: on its first, the server's `run_id` it
+    /// read when opened is compared with the one known (another one means a restart, see
+    /// `epoch`).
+    fn first_use(&self, direct: &mut Direct) {
+        let Some(id) = direct.take_run_id() else {
+            return;
+        };
+        let id = id.as_str();
         if self.sharded {
             // A cluster's nodes each have their own `run_id`.
             let mut known = crate::util::lock(&self.node_run_ids);
@@ -818,13 +819,13 @@ impl RedisBackend {
             (host.clone(), *port)
         };
         let info = node_info(base, host, port);
-        // A node that cannot be reached directly (gone, or not answering soon): the map
-        // is read again, and the cluster connection decides.
-        let opening = tokio::time::timeout(self.timeout / 4, self.take_direct_to(runtime, &info));
-        let mut direct = match opening.await {
-            Ok(Ok(Some(direct))) => direct,
-            Ok(Ok(None)) => return None,
-            Ok(Err(_)) | Err(_) => {
+        // A node that cannot be reached directly: the map is read again (also when an
+        // open that outlived the call's wait fails, see `open_direct`), and the cluster
+        // connection decides. `take_direct_to` waits at most a quarter of the timeout.
+        let mut direct = match self.take_direct_to(runtime, &info).await {
+            Ok(Some(direct)) => direct,
+            Ok(None) => return None,
+            Err(_) => {
                 *crate::util::lock(&self.owners) = None;
                 return None;
             }
@@ -1333,7 +1334,6 @@ impl Drop for SetOnDrop {
 /// timeout: a response timeout of its own would be a second timer per command.
 async fn make(target: Target, tls: DirectTls, timeout: Duration, command: Duration) -> Made {
     let until = tokio::time::Instant::now() + timeout;
-    let left = || until.saturating_duration_since(tokio::time::Instant::now());
     let client = match target {
         Target::Single(client) => client,
         Target::Sentinel(target) => target.primary(timeout).await?,
@@ -1346,40 +1346,37 @@ async fn make(target: Target, tls: DirectTls, timeout: Duration, command: Durati
             };
         }
     };
+    // Bounded by `until` below, whichever way it is made.
     let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(left()))
+        .set_connection_timeout(None)
         .set_response_timeout(None);
     let info = client.get_connection_info();
-    let (conn, closed) = if Direct::serves(info, &tls) {
+    let connect = async {
+        if !Direct::serves(info, &tls) {
+            let conn = client.get_multiplexed_async_connection_with_config(&config);
+            return Ok((conn.await?, None));
+        }
         // The socket made here, watched: a close is seen before the next call.
-        let connect = async {
-            let stream = super::direct::Stream::connect(info, &tls, false).await?;
-            let closed = Arc::new(AtomicBool::new(false));
-            let watched = super::direct::Watched {
-                stream,
-                closed: closed.clone(),
-            };
-            let (conn, driver) =
-                MultiplexedConnection::new_with_config(info.redis_settings(), watched, config)
-                    .await?;
-            // Set when the driver ends, or is dropped unpolled (its runtime shutting down).
-            let ended = SetOnDrop(closed.clone());
-            tokio::spawn(async move {
-                let _ended = ended;
-                driver.await;
-            });
-            Ok::<_, redis::RedisError>((conn, Some(closed)))
+        let stream = super::direct::Stream::connect(info, &tls, false).await?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let watched = super::direct::Watched {
+            stream,
+            closed: closed.clone(),
         };
-        match tokio::time::timeout_at(until, connect).await {
-            Ok(made) => made?,
-            Err(_) => return Err(BackendError::timeout(timeout)),
-        }
-    } else {
-        let connect = client.get_multiplexed_async_connection_with_config(&config);
-        match tokio::time::timeout_at(until, connect).await {
-            Ok(conn) => (conn?, None),
-            Err(_) => return Err(BackendError::timeout(timeout)),
-        }
+        let (conn, driver) =
+            MultiplexedConnection::new_with_config(info.redis_settings(), watched, config.clone())
+                .await?;
+        // Set when the driver ends, or is dropped unpolled (its runtime shutting down).
+        let ended = SetOnDrop(closed.clone());
+        tokio::spawn(async move {
+            let _ended = ended;
+            driver.await;
+        });
+        Ok::<_, redis::RedisError>((conn, Some(closed)))
+    };
+    let (conn, closed) = match tokio::time::timeout_at(until, connect).await {
+        Ok(made) => made?,
+        Err(_) => return Err(BackendError::timeout(timeout)),
     };
     let server = detect_native(conn.clone(), command).await;
     Ok((Conn::Single(conn), Some(server), closed))

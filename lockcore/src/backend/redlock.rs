@@ -357,13 +357,9 @@ impl RedlockBackend {
     }
 
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
-        let replies = join_all(
-            self.nodes
-                .iter()
-                .map(|node| async move { node.ping().await.map(|()| true) }),
-        )
-        .await;
-        let votes = Votes::count(replies);
+        let votes = self
+            .votes(|node| async move { node.ping().await.map(|()| true) })
+            .await;
         if votes.yes >= self.quorum() {
             Ok(())
         } else {
