@@ -12,11 +12,15 @@
 //!    sentinels' answer on a loaded machine) was begun again, and given up, by every call;
 //! 7. a multiplexed connection the server closed while it was idle (`CLIENT KILL`, an
 //!    idle `timeout`) failed the calls made after it with "broken pipe";
+//! 8. (kept since handlers claim in the caller's task) a handler call dropped while its
+//!    claim was in flight must give the claim back;
 //!
 //! and what came with them: `on_lost` for `#[idempotent]`, the eviction-policy warning, and
 //! `release()` cancelled at every point.
 #[macro_use]
 mod common;
+#[path = "common/http.rs"]
+mod http;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -978,4 +982,103 @@ async fn connections_closed_by_the_server_are_not_used_again() {
             assert!(r.is_ok(), "round {round}, call {i}: {r:?}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. A handler call dropped while its claim is in flight.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone)]
+struct ClaimApp {
+    locks: Locks,
+    runs: Arc<Runs>,
+}
+
+#[idempotent(header = "Idempotency-Key", scope = "hardening", client = app.locks, lease = "5s")]
+async fn claim_in_flight(
+    axum::extract::State(app): axum::extract::State<ClaimApp>,
+    body: String,
+) -> String {
+    format!("run {} of {}", app.runs.bump(), body.len())
+}
+
+/// A 100 ms timeout around the handler, as a timeout layer puts it.
+async fn within_100ms(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match tokio::time::timeout(Duration::from_millis(100), next.run(req)).await {
+        Ok(res) => res,
+        Err(_) => axum::http::StatusCode::GATEWAY_TIMEOUT.into_response(),
+    }
+}
+
+/// Calls of `name` redis-server ran so far (`INFO commandstats`).
+async fn calls_of(raw: &mut redis::aio::MultiplexedConnection, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An axum handler claims in the caller's task. Its claim's `SET ... NX GET` runs, but
+/// the reply is held, and a 100 ms timeout layer drops the call: the body has not run,
+/// so the claim is given back. Once replies flow, the retry claims the key at once (not
+/// after the 5 s lease) and runs the body, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_dropped_while_its_claim_is_in_flight_gives_it_back() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let runs = Arc::new(Runs::default());
+    let app = ClaimApp {
+        locks: proxy.locks(Duration::from_secs(2)),
+        runs: runs.clone(),
+    };
+    let router = axum::Router::new()
+        .route("/claim", axum::routing::post(claim_in_flight))
+        .layer(axum::middleware::from_fn(within_100ms))
+        .with_state(app);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = tokio::spawn(async move { axum::serve(listener, router).await });
+    let warm = http::post(addr, "/claim", Some("warm"), "{}").await;
+    assert_eq!(warm.status, 200, "{}", warm.text());
+    let mut raw = server.raw().await;
+    let sets = calls_of(&mut raw, "set").await;
+    proxy.hold_replies();
+    let dropped = http::post(addr, "/claim", Some("k"), "{}").await;
+    assert_eq!(dropped.status, 504, "{}", dropped.text());
+    assert_eq!(
+        calls_of(&mut raw, "set").await,
+        sets + 1,
+        "the claim ran in Redis"
+    );
+    proxy.release_replies();
+    let started = Instant::now();
+    let again = loop {
+        let r = http::post(addr, "/claim", Some("k"), "{}").await;
+        if r.status != 409 {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "not given back: {}",
+            r.text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.text(), "run 2 of 2", "the retry ran the body");
+    assert_eq!(
+        runs.get(),
+        2,
+        "the warm-up and the retry; the dropped call never ran it"
+    );
+    serving.abort();
 }

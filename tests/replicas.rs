@@ -3,6 +3,8 @@
 //! promoted (`REPLICAOF NO ONE`), as in a failover. Each safety test has its control
 //! without `replicas`, which shows the failure it prevents.
 mod common;
+#[path = "common/http.rs"]
+mod http;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -287,6 +289,93 @@ async fn idempotent_claims_and_results_wait_for_replicas() {
         "replayed"
     );
     assert_eq!(runs.get(), 2, "from the primary, without running again");
+}
+
+#[derive(Clone)]
+struct PayApp {
+    locks: Locks,
+    runs: Arc<Runs>,
+}
+
+#[distlock::idempotent(header = "Idempotency-Key", scope = "replicas", client = app.locks, replicas = 1, lease = "5s")]
+async fn pay_handler(
+    axum::extract::State(app): axum::extract::State<PayApp>,
+    body: String,
+) -> String {
+    format!("run {} of {}", app.runs.bump(), body.len())
+}
+
+/// A 100 ms timeout around the handler, as a timeout layer puts it.
+async fn within_100ms(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match tokio::time::timeout(Duration::from_millis(100), next.run(req)).await {
+        Ok(res) => res,
+        Err(_) => axum::http::StatusCode::GATEWAY_TIMEOUT.into_response(),
+    }
+}
+
+/// A handler claims in the caller's task, then waits for the replica to acknowledge the
+/// claim. The replica is paused, and a 100 ms timeout layer drops the call while it
+/// waits: the body has not run, so the claim is given back at once (long before the
+/// acknowledgement's wait would end). Once the replica runs again, the retry runs the
+/// body, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_dropped_while_replicas_acknowledge_its_claim_gives_it_back() {
+    let (primary, replica) = pair();
+    let runs = Arc::new(Runs::default());
+    let app = PayApp {
+        locks: Locks::builder(primary.url())
+            .command_timeout(Duration::from_secs(4))
+            .connect()
+            .await
+            .unwrap(),
+        runs: runs.clone(),
+    };
+    let router = axum::Router::new()
+        .route("/pay", axum::routing::post(pay_handler))
+        .layer(axum::middleware::from_fn(within_100ms))
+        .with_state(app);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = tokio::spawn(async move { axum::serve(listener, router).await });
+    let warm = http::post(addr, "/pay", Some("warm"), "{}").await;
+    assert_eq!(warm.status, 200, "{}", warm.text());
+    signal(&replica, "-STOP");
+    let started = Instant::now();
+    let dropped = http::post(addr, "/pay", Some("k"), "{}").await;
+    assert_eq!(dropped.status, 504, "{}", dropped.text());
+    let mut raw = primary.raw().await;
+    let record = "lock:idem:replicas::pay_handler:replicas:k";
+    let claimed: Option<String> = redis::AsyncCommands::get(&mut raw, record).await.unwrap();
+    let gone = loop {
+        let now: Option<String> = redis::AsyncCommands::get(&mut raw, record).await.unwrap();
+        if now.is_none() {
+            break started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "not given back while the acknowledgement waits: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    signal(&replica, "-CONT");
+    assert!(
+        gone < Duration::from_millis(1500),
+        "given back after {gone:?}"
+    );
+    eprintln!("claim seen as {claimed:?}; given back {gone:?} after the call began");
+    let again = http::post(addr, "/pay", Some("k"), "{}").await;
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.text(), "run 2 of 2", "the retry ran the body");
+    assert_eq!(
+        runs.get(),
+        2,
+        "the warm-up and the retry; the dropped call never ran it"
+    );
+    serving.abort();
 }
 
 /// With `renew`, a renewal counts only once the replicas acknowledged it: a replica cut

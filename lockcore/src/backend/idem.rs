@@ -207,7 +207,7 @@ impl RedisBackend {
             .arg(millis(a.lease))
             .arg(millis(a.lifetime))
             .arg(if a.will_wait { "1" } else { "0" });
-        let (code, detail): (i64, String) = self.eval(&inv).await?;
+        let (code, detail): (i64, String) = Box::pin(self.eval(&inv)).await?;
         Ok(match code {
             1 => Claimed::New(None),
             2 => Claimed::TookOver { previous: detail },
@@ -280,7 +280,9 @@ impl RedisBackend {
         }
         let mut inv = self.script(&SETTLE).prepare_invoke();
         inv.key(key).arg(record).arg(channel);
-        Ok(self.eval::<i64>(&inv).await? == 1)
+        // Boxed, here and for the claim's script: not the usual path, and every caller's
+        // future would otherwise carry its state.
+        Ok(Box::pin(self.eval::<i64>(&inv)).await? == 1)
     }
 
     pub(super) async fn idem_release_on(

@@ -734,8 +734,10 @@ impl RedisBackend {
                 .await
                 .map_err(BackendError::from)
         };
-        tokio::pin!(call);
-        self.within_timeout(&AtomicU64::new(0), call).await
+        // Boxed: making a connection of its own (behind Sentinel too) is a large future,
+        // which the callers' futures would carry whether they wait for replicas or not.
+        self.within_timeout(&AtomicU64::new(0), Box::pin(call).as_mut())
+            .await
     }
 
     /// Runs `cmd`, an `EVALSHA` of `script` built by [`evalsha`], loading the script on
@@ -762,7 +764,8 @@ impl RedisBackend {
                 return reply.map_err(BackendError::from);
             }
             if _in_flight.before < DIRECT_BELOW
-                && let Some(reply) = self.direct_to_owner(runtime, what).await
+                && self.sharded
+                && let Some(reply) = Box::pin(self.direct_to_owner(runtime, what)).await
             {
                 return reply;
             }
@@ -906,10 +909,20 @@ impl RedisBackend {
         conn: Conn,
         what: Call<'_, '_>,
     ) -> redis::RedisResult<T> {
-        let mut conn = match conn {
-            Conn::Single(mut conn) => return what.run::<T, _>(&mut conn).await,
-            Conn::Cluster(conn) => conn,
-        };
+        match conn {
+            Conn::Single(mut conn) => what.run::<T, _>(&mut conn).await,
+            // Boxed: the redirect loop's state (a connection being made among it) would
+            // otherwise make every call's future, on one server too, several times larger.
+            Conn::Cluster(conn) => Box::pin(self.run_on_cluster(conn, what)).await,
+        }
+    }
+
+    /// [`run_on`](Self::run_on) on a cluster connection.
+    async fn run_on_cluster<T: FromRedisValue>(
+        &self,
+        mut conn: ClusterConnection,
+        what: Call<'_, '_>,
+    ) -> redis::RedisResult<T> {
         let mut at: Option<AtNode> = None;
         let mut round = 0u32;
         loop {
@@ -1470,15 +1483,17 @@ impl Call<'_, '_> {
         self,
         conn: &mut C,
     ) -> redis::RedisResult<T> {
+        // The script calls are boxed: they are not the usual path, and their futures are
+        // several times larger than a command's, which every call's future would carry.
         match self {
-            Call::Script(inv) => inv.invoke_async::<T>(conn).await,
+            Call::Script(inv) => Box::pin(inv.invoke_async::<T>(conn)).await,
             Call::Cmd(cmd) => cmd.query_async::<T>(conn).await,
             Call::Pipe(pipe) => pipe.query_async::<T>(conn).await,
             Call::Evalsha(script, cmd) => match cmd.query_async::<T>(conn).await {
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
-                    script.prepare_invoke().load_async(conn).await?;
+                    Box::pin(script.prepare_invoke().load_async(conn)).await?;
                     cmd.query_async::<T>(conn).await
                 }
                 reply => reply,

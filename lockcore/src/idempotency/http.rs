@@ -531,7 +531,7 @@ impl HandlerRun {
             Err(lost) => {
                 if let Some(claim) = self.claim.take() {
                     // Still ours if no renewal got through: given up, so a retry runs now.
-                    claim.release().await;
+                    claim.release_boxed().await;
                 }
                 Err(lost.into())
             }
@@ -548,7 +548,7 @@ impl HandlerRun {
             Kept::Streaming(through) => {
                 if let Some(claim) = self.claim {
                     tracing::debug!(target: "distlock", key = claim.key(), "response streamed through (unknown length, or over `max_body`): not stored; the claim is released");
-                    claim.release().await;
+                    claim.release_boxed().await;
                 }
                 return IdemResponse(Outcome::Streaming(through));
             }
@@ -559,7 +559,7 @@ impl HandlerRun {
         let storable = cap.status < 500 && ![408, 409, 425, 429].contains(&cap.status);
         if !storable {
             tracing::debug!(target: "distlock", key = claim.key(), status = cap.status, "response not stored (retryable status); the claim is released");
-            claim.release().await;
+            claim.release_boxed().await;
         } else if cap.body.len() > self.spec.max_body {
             tracing::warn!(
                 target: "distlock",
@@ -568,7 +568,7 @@ impl HandlerRun {
                 max_body = self.spec.max_body,
                 "response body over `max_body`: returned but not stored; the claim is released"
             );
-            claim.release().await;
+            claim.release_boxed().await;
         } else {
             let record = record::completed_response(&self.digest, &cap);
             let retention = Duration::from_millis(self.spec.ttl_ms.max(1));
@@ -631,35 +631,45 @@ impl CaptureFuture for LocalCapture {
     }
 }
 
-/// `fut` in a task of its own: it runs to its end even when the caller's future is
-/// dropped. A panic in it is resumed in the caller.
-async fn detached_response<F>(fut: F) -> IdemResponse
+/// `fut` in a task of its own, spawned at once: it runs to its end even when the
+/// caller's future is dropped. A panic in it is resumed in the caller.
+fn detached_response<F>(fut: F) -> impl Future<Output = IdemResponse> + Send
 where
     F: Future<Output = IdemResponse> + Send + 'static,
 {
-    match super::detached(fut).await {
-        Some(res) => res,
-        None => super::runtime_gone().into(),
+    let task = super::detached(fut);
+    async move {
+        match task.await {
+            Some(res) => res,
+            None => super::runtime_gone().into(),
+        }
     }
 }
 
 /// [`detached_response`] on this thread: spawned on its `LocalSet` when `local` says
 /// there is one (actix-web workers run every handler on one), else in the caller's
 /// future.
-async fn detached_local_response<F>(fut: F, local: bool) -> IdemResponse
+fn detached_local_response<F>(fut: F, local: bool) -> impl Future<Output = IdemResponse>
 where
     F: Future<Output = IdemResponse> + 'static,
 {
-    if !local {
-        return fut.await;
-    }
-    match super::detached_local(fut).await {
-        Some(res) => res,
-        None => super::runtime_gone().into(),
+    let spawned = if local {
+        Ok(super::detached_local(fut))
+    } else {
+        Err(Box::pin(fut))
+    };
+    async move {
+        match spawned {
+            Ok(task) => match task.await {
+                Some(res) => res,
+                None => super::runtime_gone().into(),
+            },
+            Err(here) => here.await,
+        }
     }
 }
 
-/// A handler's whole call (claim, body, capture, store), offered to the detach traits by
+/// A handler's call once claimed (body, capture, store), offered to the detach traits by
 /// generated code: `(&&Detach::new(mode, call)).__distlock_run()` runs it in a task of
 /// its own when it is `Send` ([`DetachSend`], found first), else on the actix-web
 /// worker's `LocalSet` ([`DetachLocal`]); see [`DetachMode`].

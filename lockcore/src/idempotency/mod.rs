@@ -86,26 +86,35 @@ pub(crate) fn done_channel(record: &str) -> String {
 /// Runs `fut` in a task of its own on the current tokio runtime, so it runs to its end
 /// even when the caller's future is dropped (a client that went away, a timeout around
 /// the call); the task keeps the caller's span and subscriber. A panic in it is resumed
-/// here. `None` when the runtime shut down before it ended. Without a runtime, `fut` runs
-/// here.
-pub(crate) async fn detached<F>(fut: F) -> Option<F::Output>
+/// where the returned future is awaited. `None` when the runtime shut down before it
+/// ended. Without a runtime, `fut` runs where the returned future is awaited.
+///
+/// The task is spawned here, not when the returned future is first polled: that future
+/// only waits for it, so it stays small however large `fut` is (a large future is not
+/// copied again into it).
+pub(crate) fn detached<F>(fut: F) -> impl Future<Output = Option<F::Output>> + Send
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    let Ok(handle) = tokio::runtime::Handle::try_current() else {
-        return Some(fut.await);
+    let spawned = match tokio::runtime::Handle::try_current() {
+        Ok(handle) => Ok(handle.spawn(
+            fut.instrument(tracing::Span::current())
+                .with_current_subscriber(),
+        )),
+        Err(_) => Err(Box::pin(fut)),
     };
-    let task = handle.spawn(
-        fut.instrument(tracing::Span::current())
-            .with_current_subscriber(),
-    );
-    joined(task.await)
+    async move {
+        match spawned {
+            Ok(task) => joined(task.await),
+            Err(here) => Some(here.await),
+        }
+    }
 }
 
 /// [`detached`] for a future that is not `Send`: spawned on the current `LocalSet`,
 /// which the caller must be running on.
-pub(crate) async fn detached_local<F>(fut: F) -> Option<F::Output>
+pub(crate) fn detached_local<F>(fut: F) -> impl Future<Output = Option<F::Output>>
 where
     F: Future + 'static,
     F::Output: 'static,
@@ -114,7 +123,7 @@ where
         fut.instrument(tracing::Span::current())
             .with_current_subscriber(),
     );
-    joined(task.await)
+    async move { joined(task.await) }
 }
 
 /// What a detached call returns when the runtime shut down before it ended.
@@ -366,11 +375,37 @@ impl<F: FnOnce() -> Claim> Drop for ClaimInFlight<F> {
 /// A claim just made, once `replicas` acknowledged it: else given back, and
 /// [`Error::NotReplicated`] (the body does not run).
 async fn claimed(claim: Claim) -> Result<Begin, Error> {
-    match claim.acked().await {
+    if claim.replicas == 0 {
+        return Ok(Begin::Run(claim));
+    }
+    // Dropped while the replicas acknowledge (its caller went away), the claim is given
+    // back: the body has not run.
+    let mut unrun = Unrun(Some(claim));
+    let acked = unrun.claim().acked().await;
+    let claim = unrun.0.take().expect("taken once");
+    match acked {
         Ok(()) => Ok(Begin::Run(claim)),
         Err(e) => {
-            claim.release().await;
+            claim.release_boxed().await;
             Err(e)
+        }
+    }
+}
+
+/// A claim whose body has not run: given back when dropped.
+struct Unrun(Option<Claim>);
+
+impl Unrun {
+    fn claim(&self) -> &Claim {
+        self.0.as_ref().expect("held until taken")
+    }
+}
+
+impl Drop for Unrun {
+    fn drop(&mut self) {
+        if let Some(claim) = self.0.take() {
+            tracing::trace!(target: "distlock", key = claim.key, "idempotency claim dropped before its body ran; giving it back");
+            claim.spawn_release();
         }
     }
 }
@@ -579,6 +614,12 @@ impl Claim {
             self.retention(),
         )
         .await;
+    }
+
+    /// [`release`](Self::release) on the paths where it is the exception: boxed, so that
+    /// the futures of the usual paths do not carry its state.
+    pub(crate) fn release_boxed(self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(self.release())
     }
 
     fn spawn_release(mut self) {

@@ -104,7 +104,8 @@ pub(super) fn strip_binding_modes(pat: &mut syn::Pat) {
 ///     (&&DetachFn::new(__distlock_idem_body(__p0, __p1))).__distlock_run(..).await
 /// }
 /// ```
-/// Handlers add the request and the capture of the response to the spawned work.
+/// Handlers claim first, in the caller (a replay or a rejection needs no task), then
+/// spawn the body with the capture and the store of its response.
 pub(super) fn expand_detached(
     mut func: ItemFn,
     config: &IdemConfig,
@@ -235,18 +236,18 @@ pub(super) fn expand_detached(
                     (#scope_var, #fp_var, #client_var)
                 };
                 #nested_body
-                // The whole call, claim included: a caller dropped at any await leaves
-                // it to run to its end.
+                // The claim here: a replay or a rejection answers from this task. A
+                // caller dropped while the claim is in flight gives it back (the body
+                // has not run).
+                let #run_var = #begin;
+                // From the claim on, the call (body, capture, store) runs in a task of
+                // its own: a caller dropped at any await leaves it to run to its end.
                 #[allow(clippy::too_many_arguments)]
                 async fn #work_fn(
+                    #run_var: #krate::__private::HandlerRun,
                     #req: #krate::__private::IdemRequest,
-                    #seen: #krate::__private::BodySeen,
-                    #scope_var: ::core::option::Option<::std::string::String>,
-                    #fp_var: #krate::__private::Fingerprint,
-                    #client_var: ::core::result::Result<#krate::Locks, #krate::Error>,
                     #(#ids: #tys),*
                 ) -> #krate::__private::IdemResponse {
-                    let #run_var = #begin;
                     #run_var
                         .run(async move {
                             let #out_var = #body_fn(#(#ids),*).await;
@@ -260,7 +261,7 @@ pub(super) fn expand_detached(
                 use #krate::__private::{DetachLocal as _, DetachSend as _};
                 let __distlock_idem_call = (&&#krate::__private::Detach::new(
                     #krate::__private::DetachMode::of(&#req),
-                    #work_fn(#req, #seen, #scope_var, #fp_var, #client_var, #(#ids),*),
+                    #work_fn(#run_var, #req, #(#ids),*),
                 ))
                     .__distlock_run();
                 __distlock_idem_call.await
