@@ -246,9 +246,10 @@ where
     where
         F::Output: IdemOutput,
     {
-        let run = run_idempotent(call, self.take());
+        // Boxed at once: only the box moves into the task and its wrappers.
+        let run = Box::pin(run_idempotent(call, self.take()));
         if crate::lock::holds_lock() {
-            return Box::pin(run);
+            return run;
         }
         Box::pin(async move {
             match super::detached(run).await {

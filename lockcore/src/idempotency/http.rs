@@ -673,16 +673,19 @@ where
 /// generated code: `(&&Detach::new(mode, call)).__distlock_run()` runs it in a task of
 /// its own when it is `Send` ([`DetachSend`], found first), else on the actix-web
 /// worker's `LocalSet` ([`DetachLocal`]); see [`DetachMode`].
+///
+/// The call is boxed at once: it is a large future (the body, the capture and the
+/// store), and from here on only the box moves, into the task and its wrappers.
 #[doc(hidden)]
-pub struct Detach<F>(Cell<Option<(DetachMode, F)>>);
+pub struct Detach<F>(Cell<Option<(DetachMode, Pin<Box<F>>)>>);
 
 impl<F> Detach<F> {
     /// Wraps the call.
     pub fn new(mode: DetachMode, call: F) -> Self {
-        Detach(Cell::new(Some((mode, call))))
+        Detach(Cell::new(Some((mode, Box::pin(call)))))
     }
 
-    fn take(&self) -> (DetachMode, F) {
+    fn take(&self) -> (DetachMode, Pin<Box<F>>) {
         self.0
             .take()
             .unwrap_or_else(|| unreachable!("a handler's call runs once"))
