@@ -406,13 +406,14 @@ pub use lockmacro::distributed_lock;
 ///
 /// - **The call runs in a task of its own** where it can: an `async fn` (handler or not)
 ///   whose parameters are owned (no `&`, no lifetime, no `impl Trait`, no generics, no
-///   `self`, no `Self`, no `#[cfg]` on a parameter). The claim, the body, and the store
-///   of its result run to their end; the retry gets the result (or `InProgress` while it
-///   still runs). A handler claims in the caller's task and spawns the body once it has
-///   the claim: a replay or a rejection takes no task, and a handler dropped before its
-///   body started (while the claim was in flight, or while replicas acknowledged it)
-///   gives the claim back, so the retry runs the body at once. The task has the
-///   caller's `tracing` span but not its task-locals. A
+///   `self`, no `Self`, no `#[cfg]` on a parameter). The body and the store of its
+///   result run to their end; the retry gets the result (or `InProgress` while it still
+///   runs). A plain fn's claim runs in that task too. A handler claims in the caller's
+///   task and spawns the rest once it holds the claim, so a replay or a rejection takes
+///   no task; a handler dropped before its body started (while its claim was in flight,
+///   or while replicas acknowledged it) gives the claim back in a task of its own: a
+///   retry that comes before the give-back lands gets `InProgress`, one after runs the
+///   body. The task has the caller's `tracing` span but not its task-locals. A
 ///   `Send` call is spawned with `tokio::spawn`; an actix-web handler runs on its worker
 ///   thread (spawned on the worker's `LocalSet`, or in the caller's future when there is
 ///   none, as under `actix_web::test` on a plain tokio runtime). A panic in it is resumed

@@ -1002,35 +1002,11 @@ async fn claim_in_flight(
     format!("run {} of {}", app.runs.bump(), body.len())
 }
 
-/// A 100 ms timeout around the handler, as a timeout layer puts it.
-async fn within_100ms(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    match tokio::time::timeout(Duration::from_millis(100), next.run(req)).await {
-        Ok(res) => res,
-        Err(_) => axum::http::StatusCode::GATEWAY_TIMEOUT.into_response(),
-    }
-}
-
-/// Calls of `name` redis-server ran so far (`INFO commandstats`).
-async fn calls_of(raw: &mut redis::aio::MultiplexedConnection, name: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(raw)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// An axum handler claims in the caller's task. Its claim's `SET ... NX GET` runs, but
-/// the reply is held, and a 100 ms timeout layer drops the call: the body has not run,
-/// so the claim is given back. Once replies flow, the retry claims the key at once (not
-/// after the 5 s lease) and runs the body, once.
+/// the reply is held, and a 500 ms timeout layer drops the call: the body has not run,
+/// so the claim is given back (not completed: with the whole call in a task, as before,
+/// the dropped call would go on and store its own result). Once replies flow, the retry
+/// claims the key at once (not after the 5 s lease) and runs the body, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_dropped_while_its_claim_is_in_flight_gives_it_back() {
     let server = RedisServer::start();
@@ -1042,7 +1018,7 @@ async fn a_handler_dropped_while_its_claim_is_in_flight_gives_it_back() {
     };
     let router = axum::Router::new()
         .route("/claim", axum::routing::post(claim_in_flight))
-        .layer(axum::middleware::from_fn(within_100ms))
+        .layer(handler_timeout!(500))
         .with_state(app);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -1050,35 +1026,35 @@ async fn a_handler_dropped_while_its_claim_is_in_flight_gives_it_back() {
     let warm = http::post(addr, "/claim", Some("warm"), "{}").await;
     assert_eq!(warm.status, 200, "{}", warm.text());
     let mut raw = server.raw().await;
-    let sets = calls_of(&mut raw, "set").await;
+    let sets = commandstat_calls(&mut raw, "set").await;
     proxy.hold_replies();
     let dropped = http::post(addr, "/claim", Some("k"), "{}").await;
     assert_eq!(dropped.status, 504, "{}", dropped.text());
     assert_eq!(
-        calls_of(&mut raw, "set").await,
+        commandstat_calls(&mut raw, "set").await,
         sets + 1,
         "the claim ran in Redis"
     );
     proxy.release_replies();
+    let record = "lock:idem:hardening::claim_in_flight:hardening:k";
     let started = Instant::now();
-    let again = loop {
-        let r = http::post(addr, "/claim", Some("k"), "{}").await;
-        if r.status != 409 {
-            break r;
-        }
+    loop {
+        let now: Option<String> = raw.get(record).await.unwrap();
+        let Some(now) = now else { break };
+        assert!(
+            !now.contains("completed"),
+            "the dropped call went on and stored its result: {now}"
+        );
         assert!(
             started.elapsed() < Duration::from_secs(3),
-            "not given back: {}",
-            r.text()
+            "not given back: {now}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(runs.get(), 1, "the dropped call never ran the body");
+    let again = http::post(addr, "/claim", Some("k"), "{}").await;
     assert_eq!(again.status, 200, "{}", again.text());
     assert_eq!(again.text(), "run 2 of 2", "the retry ran the body");
-    assert_eq!(
-        runs.get(),
-        2,
-        "the warm-up and the retry; the dropped call never ran it"
-    );
+    assert_eq!(runs.get(), 2, "the warm-up and the retry");
     serving.abort();
 }

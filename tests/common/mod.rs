@@ -226,3 +226,35 @@ pub fn check_failover(cycles: &Cycles, bound: Duration, lost_allowed: bool) {
         "working again within {RECOVERY:?} of the failover's end (at {recovered_at:?})"
     );
 }
+
+/// Calls of command `name` (lower case) redis-server ran so far (`INFO commandstats`).
+pub async fn commandstat_calls(raw: &mut redis::aio::MultiplexedConnection, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A timeout of `ms` around an axum handler, as a timeout layer puts it: 504 when it
+/// fires (the handler's future is dropped).
+#[macro_export]
+macro_rules! handler_timeout {
+    ($ms:expr) => {
+        axum::middleware::from_fn(
+            |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                use axum::response::IntoResponse as _;
+                match tokio::time::timeout(std::time::Duration::from_millis($ms), next.run(req))
+                    .await
+                {
+                    Ok(res) => res,
+                    Err(_) => axum::http::StatusCode::GATEWAY_TIMEOUT.into_response(),
+                }
+            },
+        )
+    };
+}

@@ -40,6 +40,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -258,6 +259,8 @@ pub(crate) async fn begin(
         renewed: Mutex::new(sent),
         written: Mutex::new(written),
         pending: None,
+        started: AtomicBool::new(false),
+        releasing: false,
         resumed: false,
         done: false,
     };
@@ -281,7 +284,7 @@ pub(crate) async fn begin(
             Err(source) => {
                 if source.is_transient() {
                     // The claim may have landed with its reply lost: give it back.
-                    claim(sent, None, &owner).spawn_release();
+                    claim(sent, None, &owner).spawn_give_back(true);
                 }
                 tracing::warn!(target: "distlock", key, error = %source, "idempotency claim failed");
                 return Err(Error::backend(&key, source));
@@ -367,45 +370,21 @@ impl<F: FnOnce() -> Claim> Drop for ClaimInFlight<F> {
     fn drop(&mut self) {
         if let Some(make) = self.0.take() {
             tracing::trace!(target: "distlock", "idempotency claim cancelled in flight; giving it back");
-            make().spawn_release();
+            make().spawn_give_back(true);
         }
     }
 }
 
 /// A claim just made, once `replicas` acknowledged it: else given back, and
-/// [`Error::NotReplicated`] (the body does not run).
+/// [`Error::NotReplicated`] (the body does not run). Dropped meanwhile (its caller went
+/// away while the replicas acknowledge, or while it is given back), the claim is given
+/// back by its `Drop`: its body has not started.
 async fn claimed(claim: Claim) -> Result<Begin, Error> {
-    if claim.replicas == 0 {
-        return Ok(Begin::Run(claim));
-    }
-    // Dropped while the replicas acknowledge (its caller went away), the claim is given
-    // back: the body has not run.
-    let mut unrun = Unrun(Some(claim));
-    let acked = unrun.claim().acked().await;
-    let claim = unrun.0.take().expect("taken once");
-    match acked {
+    match claim.acked().await {
         Ok(()) => Ok(Begin::Run(claim)),
         Err(e) => {
             claim.release_boxed().await;
             Err(e)
-        }
-    }
-}
-
-/// A claim whose body has not run: given back when dropped.
-struct Unrun(Option<Claim>);
-
-impl Unrun {
-    fn claim(&self) -> &Claim {
-        self.0.as_ref().expect("held until taken")
-    }
-}
-
-impl Drop for Unrun {
-    fn drop(&mut self) {
-        if let Some(claim) = self.0.take() {
-            tracing::trace!(target: "distlock", key = claim.key, "idempotency claim dropped before its body ran; giving it back");
-            claim.spawn_release();
         }
     }
 }
@@ -432,6 +411,11 @@ pub(crate) struct Claim {
     written: Mutex<Option<String>>,
     /// The record being stored and its retention, while `complete` runs.
     pending: Option<(String, Duration)>,
+    /// Whether the body began (set when `keep` is first polled): a claim dropped before
+    /// is given back, since nothing of the body ran.
+    started: AtomicBool,
+    /// Whether `release` is under way: dropped meanwhile, the release goes on in a task.
+    releasing: bool,
     /// This claim is the resumed store of a dropped one: dropped again (its runtime
     /// shutting down), it is not resumed again.
     resumed: bool,
@@ -478,6 +462,7 @@ impl Claim {
         body: F,
         cancel_on_lost: bool,
     ) -> Result<F::Output, Error> {
+        self.started.store(true, Ordering::Relaxed);
         let beat = async {
             let every = (self.lease / 3).max(Duration::from_millis(1));
             loop {
@@ -605,7 +590,8 @@ impl Claim {
 
     /// Gives the claim up so a retry runs the body.
     pub(crate) async fn release(mut self) {
-        self.done = true;
+        // Dropped before the release ended, the claim's `Drop` releases it in a task.
+        self.releasing = true;
         release(
             &self.locks,
             &self.key,
@@ -614,6 +600,7 @@ impl Claim {
             self.retention(),
         )
         .await;
+        self.done = true;
     }
 
     /// [`release`](Self::release) on the paths where it is the exception: boxed, so that
@@ -622,7 +609,17 @@ impl Claim {
         Box::pin(self.release())
     }
 
-    fn spawn_release(mut self) {
+    fn spawn_release(self) {
+        self.spawn_give_back(false);
+    }
+
+    /// Releases the claim in a task of its own. With `in_flight` (the claim's command was
+    /// sent and its caller went away, or its reply was lost) the claim may land after
+    /// the release, which then finds nothing: the command may have gone on another
+    /// connection, or still be queued on its own. The release is then tried once more, a
+    /// command timeout later (the owner token is unique: a late try removes nobody
+    /// else's claim).
+    fn spawn_give_back(mut self, in_flight: bool) {
         self.done = true;
         let Claim {
             locks,
@@ -636,7 +633,13 @@ impl Claim {
         let retention = self.retention();
         let spawned = crate::util::spawn_here({
             let key = key.clone();
-            async move { release(&locks, &key, &owner, &channel, retention).await }
+            async move {
+                if release(&locks, &key, &owner, &channel, retention).await || !in_flight {
+                    return;
+                }
+                tokio::time::sleep(locks.inner.backend.command_timeout()).await;
+                release(&locks, &key, &owner, &channel, retention).await;
+            }
         });
         if !spawned {
             tracing::warn!(target: "distlock", key, "idempotency claim dropped outside a tokio runtime; it ends with its lease");
@@ -644,17 +647,31 @@ impl Claim {
     }
 }
 
-async fn release(locks: &Locks, key: &str, owner: &str, channel: &str, retention: Duration) {
+/// Whether the claim was there to release.
+async fn release(
+    locks: &Locks,
+    key: &str,
+    owner: &str,
+    channel: &str,
+    retention: Duration,
+) -> bool {
     match locks
         .inner
         .backend
         .idem_release(key, owner, channel, retention)
         .await
     {
-        Ok(true) => tracing::debug!(target: "distlock", key, "idempotency claim released"),
-        Ok(false) => tracing::debug!(target: "distlock", key, "idempotency claim already gone"),
+        Ok(true) => {
+            tracing::debug!(target: "distlock", key, "idempotency claim released");
+            true
+        }
+        Ok(false) => {
+            tracing::debug!(target: "distlock", key, "idempotency claim already gone");
+            false
+        }
         Err(e) => {
-            tracing::warn!(target: "distlock", key, error = %e, "idempotency claim release failed; it ends with its lease")
+            tracing::warn!(target: "distlock", key, error = %e, "idempotency claim release failed; it ends with its lease");
+            false
         }
     }
 }
@@ -663,6 +680,9 @@ async fn release(locks: &Locks, key: &str, owner: &str, channel: &str, retention
 /// - while its result was being stored (the caller went away during `complete`): the
 ///   store goes on in a task of its own;
 /// - while unwinding from a panic in the body: released, so a retry runs the body;
+/// - before its body started (the caller went away while the replicas acknowledged the
+///   claim, or before the spawned call first ran), or while it was being released:
+///   released in a task of its own, so a retry runs the body at once;
 /// - otherwise (the caller's future was dropped mid-body, and the body with it): left in
 ///   progress until its lease ends, since the body may have done part of its work; a
 ///   repeat meanwhile gets `InProgress`, and after the lease takes the claim over.
@@ -685,6 +705,8 @@ impl Drop for Claim {
             renewed: Mutex::new(self.lease_end() - self.lease),
             written: Mutex::new(crate::util::lock(&self.written).take()),
             pending: self.pending.take(),
+            started: AtomicBool::new(self.started.load(Ordering::Relaxed)),
+            releasing: self.releasing,
             resumed: true,
             done: false,
         };
@@ -698,6 +720,9 @@ impl Drop for Claim {
                 let _ = rest.complete(record, retention).await;
             });
         } else if std::thread::panicking() {
+            rest.spawn_release();
+        } else if !rest.started.load(Ordering::Relaxed) || rest.releasing {
+            tracing::debug!(target: "distlock", key = rest.key, "idempotency claim dropped before its body started, or while it was given back: giving it back");
             rest.spawn_release();
         } else {
             tracing::debug!(target: "distlock", key = rest.key, "idempotent call dropped while its body ran: the claim stays in progress until its lease ends");

@@ -241,7 +241,8 @@ pub(super) fn expand_detached(
                 // has not run).
                 let #run_var = #begin;
                 // From the claim on, the call (body, capture, store) runs in a task of
-                // its own: a caller dropped at any await leaves it to run to its end.
+                // its own where it can (see `DetachMode`): a caller dropped at any await
+                // leaves it to run to its end.
                 #[allow(clippy::too_many_arguments)]
                 async fn #work_fn(
                     #run_var: #krate::__private::HandlerRun,
