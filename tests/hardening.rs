@@ -988,15 +988,9 @@ async fn connections_closed_by_the_server_are_not_used_again() {
 // 8. A handler call dropped while its claim is in flight.
 // ---------------------------------------------------------------------------------------
 
-#[derive(Clone)]
-struct ClaimApp {
-    locks: Locks,
-    runs: Arc<Runs>,
-}
-
 #[idempotent(header = "Idempotency-Key", scope = "hardening", client = app.locks, lease = "5s")]
 async fn claim_in_flight(
-    axum::extract::State(app): axum::extract::State<ClaimApp>,
+    axum::extract::State(app): axum::extract::State<CountingApp>,
     body: String,
 ) -> String {
     format!("run {} of {}", app.runs.bump(), body.len())
@@ -1012,7 +1006,7 @@ async fn a_handler_dropped_while_its_claim_is_in_flight_gives_it_back() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port);
     let runs = Arc::new(Runs::default());
-    let app = ClaimApp {
+    let app = CountingApp {
         locks: proxy.locks(Duration::from_secs(2)),
         runs: runs.clone(),
     };
@@ -1020,9 +1014,7 @@ async fn a_handler_dropped_while_its_claim_is_in_flight_gives_it_back() {
         .route("/claim", axum::routing::post(claim_in_flight))
         .layer(handler_timeout!(500))
         .with_state(app);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let serving = tokio::spawn(async move { axum::serve(listener, router).await });
+    let (addr, serving) = serve_axum(router).await;
     let warm = http::post(addr, "/claim", Some("warm"), "{}").await;
     assert_eq!(warm.status, 200, "{}", warm.text());
     let mut raw = server.raw().await;

@@ -292,15 +292,9 @@ async fn idempotent_claims_and_results_wait_for_replicas() {
     assert_eq!(runs.get(), 2, "from the primary, without running again");
 }
 
-#[derive(Clone)]
-struct PayApp {
-    locks: Locks,
-    runs: Arc<Runs>,
-}
-
 #[distlock::idempotent(header = "Idempotency-Key", scope = "replicas", client = app.locks, replicas = 1, lease = "5s")]
 async fn pay_handler(
-    axum::extract::State(app): axum::extract::State<PayApp>,
+    axum::extract::State(app): axum::extract::State<CountingApp>,
     body: String,
 ) -> String {
     format!("run {} of {}", app.runs.bump(), body.len())
@@ -315,7 +309,7 @@ async fn pay_handler(
 async fn a_handler_dropped_while_replicas_acknowledge_its_claim_gives_it_back() {
     let (primary, replica) = pair();
     let runs = Arc::new(Runs::default());
-    let app = PayApp {
+    let app = CountingApp {
         locks: Locks::builder(primary.url())
             .command_timeout(Duration::from_secs(4))
             .connect()
@@ -327,9 +321,7 @@ async fn a_handler_dropped_while_replicas_acknowledge_its_claim_gives_it_back() 
         .route("/pay", axum::routing::post(pay_handler))
         .layer(handler_timeout!(300))
         .with_state(app);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let serving = tokio::spawn(async move { axum::serve(listener, router).await });
+    let (addr, serving) = serve_axum(router).await;
     let warm = http::post(addr, "/pay", Some("warm"), "{}").await;
     assert_eq!(warm.status, 200, "{}", warm.text());
     let mut raw = primary.raw().await;

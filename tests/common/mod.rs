@@ -258,3 +258,26 @@ macro_rules! handler_timeout {
         )
     };
 }
+
+/// Serves `router` on a free port of 127.0.0.1; the server stops when the task is aborted
+/// or the runtime ends.
+pub async fn serve_axum(
+    router: axum::Router,
+) -> (
+    std::net::SocketAddr,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    (
+        addr,
+        tokio::spawn(async move { axum::serve(listener, router).await }),
+    )
+}
+
+/// The state of a test's axum handler that counts the runs of its body.
+#[derive(Clone)]
+pub struct CountingApp {
+    pub locks: distlock::Locks,
+    pub runs: std::sync::Arc<Runs>,
+}
