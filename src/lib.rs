@@ -411,7 +411,8 @@ pub use lockmacro::distributed_lock;
 ///   runs). A plain fn's claim runs in that task too. A handler claims in the caller's
 ///   task and spawns the rest once it holds the claim, so a replay or a rejection takes
 ///   no task; a handler dropped before its body started (while its claim was in flight,
-///   or while replicas acknowledged it) gives the claim back in a task of its own: a
+///   or while replicas acknowledged it; waiting for a `#[distributed_lock]` under the
+///   claim counts as the body) gives the claim back in a task of its own: a
 ///   retry that comes before the give-back lands gets `InProgress`, one after runs the
 ///   body. The task has the caller's `tracing` span but not its task-locals. A
 ///   `Send` call is spawned with `tokio::spawn`; an actix-web handler runs on its worker

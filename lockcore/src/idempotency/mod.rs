@@ -616,9 +616,12 @@ impl Claim {
     /// Releases the claim in a task of its own. With `in_flight` (the claim's command was
     /// sent and its caller went away, or its reply was lost) the claim may land after
     /// the release, which then finds nothing: the command may have gone on another
-    /// connection, or still be queued on its own. The release is then tried once more, a
-    /// command timeout later (the owner token is unique: a late try removes nobody
-    /// else's claim).
+    /// connection, or still be queued on its own. When the release was answered and
+    /// found nothing (on Redlock: whatever it found, since some masters may not have
+    /// the claim yet), it is tried once more a command timeout later; the owner token
+    /// is unique, so a late try removes nobody else's claim. Best effort: a claim held
+    /// up longer than that (a server busy with a long script) still ends with its lease.
+    /// A release that failed is not tried again (Redis is failing: no added load).
     fn spawn_give_back(mut self, in_flight: bool) {
         self.done = true;
         let Claim {
@@ -634,11 +637,16 @@ impl Claim {
         let spawned = crate::util::spawn_here({
             let key = key.clone();
             async move {
-                if release(&locks, &key, &owner, &channel, retention).await || !in_flight {
-                    return;
+                let found = release(&locks, &key, &owner, &channel, retention).await;
+                let again = match found {
+                    Some(false) => in_flight,
+                    Some(true) => in_flight && locks.inner.backend.is_redlock(),
+                    None => false,
+                };
+                if again {
+                    tokio::time::sleep(locks.inner.backend.command_timeout()).await;
+                    release(&locks, &key, &owner, &channel, retention).await;
                 }
-                tokio::time::sleep(locks.inner.backend.command_timeout()).await;
-                release(&locks, &key, &owner, &channel, retention).await;
             }
         });
         if !spawned {
@@ -647,14 +655,14 @@ impl Claim {
     }
 }
 
-/// Whether the claim was there to release.
+/// Whether the claim was there to release; `None` when the release failed.
 async fn release(
     locks: &Locks,
     key: &str,
     owner: &str,
     channel: &str,
     retention: Duration,
-) -> bool {
+) -> Option<bool> {
     match locks
         .inner
         .backend
@@ -663,15 +671,15 @@ async fn release(
     {
         Ok(true) => {
             tracing::debug!(target: "distlock", key, "idempotency claim released");
-            true
+            Some(true)
         }
         Ok(false) => {
             tracing::debug!(target: "distlock", key, "idempotency claim already gone");
-            false
+            Some(false)
         }
         Err(e) => {
             tracing::warn!(target: "distlock", key, error = %e, "idempotency claim release failed; it ends with its lease");
-            false
+            None
         }
     }
 }
@@ -682,7 +690,8 @@ async fn release(
 /// - while unwinding from a panic in the body: released, so a retry runs the body;
 /// - before its body started (the caller went away while the replicas acknowledged the
 ///   claim, or before the spawned call first ran), or while it was being released:
-///   released in a task of its own, so a retry runs the body at once;
+///   released in a task of its own, so a retry runs the body at once (waiting for a
+///   `#[distributed_lock]` under the claim counts as the body: it runs inside `keep`);
 /// - otherwise (the caller's future was dropped mid-body, and the body with it): left in
 ///   progress until its lease ends, since the body may have done part of its work; a
 ///   repeat meanwhile gets `InProgress`, and after the lease takes the claim over.
