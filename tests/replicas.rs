@@ -442,20 +442,7 @@ async fn a_replicated_acquire_cancelled_or_cut_gives_the_lock_back() {
     let proxy = FaultProxy::start(primary.port);
     let locks = proxy.locks(TIMEOUT);
     let other = client(&primary).await;
-    let free_soon = |key: &'static str| {
-        let other = other.clone();
-        async move {
-            let started = Instant::now();
-            let g = other
-                .lock(key)
-                .wait(Duration::from_secs(5))
-                .acquire()
-                .await
-                .unwrap();
-            g.release().await.unwrap();
-            started.elapsed()
-        }
-    };
+    let free_soon = |key: &'static str| time_to_take(&other, key, Duration::from_secs(5));
 
     // From another runtime: acknowledged, fenced, released.
     let from_thread = locks.clone();

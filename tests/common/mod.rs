@@ -60,6 +60,12 @@ pub fn take_and_release(
     })
 }
 
+/// How long `locks` took to take `key`, waiting up to `wait` (it releases it at once).
+pub async fn time_to_take(locks: &distlock::Locks, key: &str, wait: Duration) -> Duration {
+    let started = Instant::now();
+    take_and_release(locks, key, wait).await.unwrap() - started
+}
+
 /// The `@@<event> ...` messages a child test process prints on `stdout`, from `@@` on,
 /// as they arrive (read on a thread of their own; other lines are dropped). The test
 /// harness writes `test <name> ... ` without a newline first, so a message may start

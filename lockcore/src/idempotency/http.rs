@@ -638,12 +638,12 @@ where
     F: Future<Output = IdemResponse> + Send + 'static,
 {
     let task = super::detached(fut);
-    async move {
-        match task.await {
-            Some(res) => res,
-            None => super::runtime_gone().into(),
-        }
-    }
+    async move { answered(task.await) }
+}
+
+/// A detached call's response, or the error that says its runtime shut down first.
+fn answered(out: Option<IdemResponse>) -> IdemResponse {
+    out.unwrap_or_else(|| super::runtime_gone().into())
 }
 
 /// [`detached_response`] on this thread: spawned on its `LocalSet` when `local` says
@@ -660,10 +660,7 @@ where
     };
     async move {
         match spawned {
-            Ok(task) => match task.await {
-                Some(res) => res,
-                None => super::runtime_gone().into(),
-            },
+            Ok(task) => answered(task.await),
             Err(here) => here.await,
         }
     }
