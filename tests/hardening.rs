@@ -15,8 +15,9 @@
 //! 8. (kept since handlers claim in the caller's task) a handler call dropped while its
 //!    claim was in flight must give the claim back;
 //!
-//! and what came with them: `on_lost` for `#[idempotent]`, the eviction-policy warning, and
-//! `release()` cancelled at every point.
+//! and what came with them: `on_lost` for `#[idempotent]`, the eviction-policy warning,
+//! `release()` cancelled at every point, and a claim that reaches Redis only after its
+//! give-back (the give-back's second try removes it).
 #[macro_use]
 mod common;
 #[path = "common/http.rs"]
@@ -842,6 +843,68 @@ async fn a_claim_whose_reply_comes_late_is_given_back() {
         2,
         "the warm-up and the retry; the late claim never ran it"
     );
+}
+
+/// The claim's `SET` itself is held on its way to Redis past the 600 ms command timeout:
+/// the call returns `Backend`, and its give-back (on another connection) runs first and
+/// finds nothing. The held `SET` then lands, after the give-back: the claim is in Redis
+/// with nobody to release it. The give-back's second try, a command timeout after the
+/// first, removes it: a retry claims the key long before the 5 s lease ends, and runs the
+/// body once. (Checked by hand: with the second try left out, the retry gets
+/// `InProgress` until the lease ends, and the test fails on "not given back".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_reaches_redis_after_its_give_back_is_given_back_again() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let locks = proxy.locks(Duration::from_millis(600));
+    let runs = Arc::new(Runs::default());
+    assert_eq!(late_claim(locks.clone(), 0, runs.clone()).await.unwrap(), 1); // warm
+    let mut raw = server.raw().await;
+    let releases_before = commandstat_calls(&mut raw, "evalsha").await;
+    let key = "lock:idem:hardening::late_claim:late:1";
+    // The claim's `SET` of the key, and nothing else (the give-back is a script).
+    let claim = format!("SET\r\n${}\r\n{key}", key.len());
+    proxy.hold_commands_containing(Some(claim.as_bytes()));
+    let e = late_claim(locks.clone(), 1, runs.clone()).await;
+    assert!(
+        matches!(e, Err(AppError::Lock(Error::Backend { .. }))),
+        "{e:?}"
+    );
+    // The first give-back reaches Redis while the claim is still held in the proxy.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while commandstat_calls(&mut raw, "evalsha").await == releases_before {
+        assert!(Instant::now() < deadline, "no give-back was sent");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let absent: Option<String> = raw.get(key).await.unwrap();
+    assert_eq!(absent, None, "the claim had not reached Redis yet");
+    // The fault's condition: the claim lands after its give-back.
+    proxy.hold_commands_containing(None);
+    let landed = Instant::now();
+    loop {
+        let found: Option<String> = raw.get(key).await.unwrap();
+        if found.as_deref().is_some_and(|r| r.contains("in_progress")) {
+            break;
+        }
+        assert!(
+            landed.elapsed() < Duration::from_millis(500),
+            "the held claim did not land before the second try: {found:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let again = loop {
+        match late_claim(locks.clone(), 1, runs.clone()).await {
+            Err(AppError::Lock(Error::InProgress { .. })) => {
+                assert!(landed.elapsed() < Duration::from_secs(3), "not given back");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => break other,
+        }
+    };
+    assert_eq!(again.unwrap(), 2, "the retry ran the body");
+    assert!(landed.elapsed() < Duration::from_secs(3));
+    assert_eq!(runs.get(), 2, "the warm-up and the retry");
 }
 
 /// 5. The try reaches the server and its reply is held; the caller gives up; its

@@ -1,6 +1,7 @@
 //! The fault-injecting proxy of `common::proxy`, checked against a real redis-server:
-//! pass-through, latency, held replies delivered late, dropped replies, resets, stalls,
-//! and distlock clients whose release replies are held past the command timeout or lost.
+//! pass-through, latency, held replies delivered late, commands held by pattern (and
+//! still delivered after their client closed), dropped replies, resets, stalls, and
+//! distlock clients whose release replies are held past the command timeout or lost.
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
@@ -232,6 +233,40 @@ async fn stall_holds_one_direction() {
     assert_eq!(get(&server, "stalled").await.as_deref(), Some("2"));
     proxy.stall(Dir::ToClient, false);
     read_reply(&mut raw, b"+OK\r\n", Duration::from_secs(1));
+}
+
+/// A command that matches the pattern waits in the proxy, with what follows it on its
+/// connection, while other connections go on; released, it runs, even when its client
+/// closed the connection meanwhile.
+#[tokio::test]
+async fn commands_held_by_pattern_arrive_after_other_connections() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let mut held = raw_socket(&proxy);
+    let mut other = raw_socket(&proxy);
+    proxy.hold_commands_containing(Some(b"held-key"));
+    held.write_all(&resp(&["SET", "held-key", "late"])).unwrap();
+    held.write_all(&resp(&["SET", "after-it", "late"])).unwrap();
+    read_nothing(&mut held, Duration::from_millis(200));
+    other
+        .write_all(&resp(&["SET", "other-key", "now"]))
+        .unwrap();
+    read_reply(&mut other, b"+OK\r\n", Duration::from_secs(1));
+    assert_eq!(get(&server, "held-key").await, None);
+    assert_eq!(
+        get(&server, "after-it").await,
+        None,
+        "kept in order behind it"
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(50));
+    proxy.hold_commands_containing(None);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while get(&server, "after-it").await.is_none() {
+        assert!(Instant::now() < deadline, "the held commands never ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(get(&server, "held-key").await.as_deref(), Some("late"));
 }
 
 /// A distlock client through the proxy: a release whose reply is held past the command

@@ -1,6 +1,7 @@
 //! A fault-injecting TCP proxy between clients and a real redis-server: latency per
-//! direction, replies held and delivered late, replies dropped, one direction stalled, and
-//! every connection reset at once.
+//! direction, replies held and delivered late, commands that match a pattern held on their
+//! way to the server (so they arrive after commands sent later on other connections),
+//! replies dropped, one direction stalled, and every connection reset at once.
 //!
 //! The proxy runs on its own thread with its own tokio runtime, so it serves clients on any
 //! test runtime (and outlives them); dropping the [`FaultProxy`] stops it and closes every
@@ -55,12 +56,21 @@ struct Controls {
     drop: bool,
     /// Bumped by [`FaultProxy::reset_all`]: connections accepted before are reset.
     resets: u64,
+    /// Commands read in a chunk that contains these bytes wait in the proxy (and what
+    /// follows them on their connection) while set; other connections go on.
+    hold_matching: Option<Vec<u8>>,
 }
 
 impl Controls {
-    /// Whether bytes going `dir` must wait.
-    fn blocked(&self, dir: Dir) -> bool {
-        self.stalled[dir.index()] || (dir == Dir::ToClient && self.hold)
+    /// Whether `chunk` going `dir` must wait.
+    fn blocked(&self, dir: Dir, chunk: &[u8]) -> bool {
+        self.stalled[dir.index()]
+            || (dir == Dir::ToClient && self.hold)
+            || (dir == Dir::ToServer
+                && self
+                    .hold_matching
+                    .as_deref()
+                    .is_some_and(|p| chunk.windows(p.len()).any(|w| w == p)))
     }
 }
 
@@ -136,6 +146,15 @@ impl FaultProxy {
     /// Delivers the held replies, in order, and stops holding.
     pub fn release_replies(&self) {
         self.ctl.send_modify(|c| c.hold = false);
+    }
+
+    /// Holds, on their way to the server, the commands whose bytes contain `pattern` (and
+    /// what follows them on their connection, in order), until called with `None`; other
+    /// connections go on. A command held so arrives after commands sent later on other
+    /// connections, even after its own client closed the connection.
+    pub fn hold_commands_containing(&self, pattern: Option<&[u8]>) {
+        self.ctl
+            .send_modify(|c| c.hold_matching = pattern.map(<[u8]>::to_vec));
     }
 
     /// A distlock client through this proxy whose calls time out after `timeout`.
@@ -299,7 +318,7 @@ async fn write_chunks(
     while let Some((read_at, chunk)) = rx.recv().await {
         let latency = ctl.borrow().latency[dir.index()];
         tokio::time::sleep_until(read_at + latency).await;
-        if ctl.wait_for(|c| !c.blocked(dir)).await.is_err() {
+        if ctl.wait_for(|c| !c.blocked(dir, &chunk)).await.is_err() {
             return Ok(()); // the proxy is stopping
         }
         to.write_all(&chunk).await?;
