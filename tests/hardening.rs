@@ -805,11 +805,7 @@ async fn late_claim(locks: Locks, id: u32, runs: Arc<Runs>) -> Result<u32, AppEr
 /// once (not after the 5 s lease) and runs the body, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_reply_comes_late_is_given_back() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port);
-    let locks = proxy.locks(Duration::from_millis(150));
-    let runs = Arc::new(Runs::default());
-    assert_eq!(late_claim(locks.clone(), 0, runs.clone()).await.unwrap(), 1); // warm
+    let (server, proxy, locks, runs) = late_claim_setup(Duration::from_millis(150)).await;
     proxy.hold_replies();
     let e = late_claim(locks.clone(), 1, runs.clone()).await;
     assert!(
@@ -826,23 +822,7 @@ async fn a_claim_whose_reply_comes_late_is_given_back() {
         "the claim ran in Redis: {landed:?}"
     );
     proxy.release_replies();
-    let started = Instant::now();
-    let again = loop {
-        match late_claim(locks.clone(), 1, runs.clone()).await {
-            Err(AppError::Lock(Error::InProgress { .. })) => {
-                assert!(started.elapsed() < Duration::from_secs(3), "not given back");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            other => break other,
-        }
-    };
-    assert_eq!(again.unwrap(), 2, "the retry ran the body");
-    assert!(started.elapsed() < Duration::from_secs(3));
-    assert_eq!(
-        runs.get(),
-        2,
-        "the warm-up and the retry; the late claim never ran it"
-    );
+    retry_runs_it_within_3s(&locks, &runs, Instant::now()).await;
 }
 
 /// The claim's `SET` itself is held on its way to Redis past the 600 ms command timeout:
@@ -854,11 +834,7 @@ async fn a_claim_whose_reply_comes_late_is_given_back() {
 /// `InProgress` until the lease ends, and the test fails on "not given back".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_reaches_redis_after_its_give_back_is_given_back_again() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port);
-    let locks = proxy.locks(Duration::from_millis(600));
-    let runs = Arc::new(Runs::default());
-    assert_eq!(late_claim(locks.clone(), 0, runs.clone()).await.unwrap(), 1); // warm
+    let (server, proxy, locks, runs) = late_claim_setup(Duration::from_millis(600)).await;
     let mut raw = server.raw().await;
     let releases_before = commandstat_calls(&mut raw, "evalsha").await;
     let key = "lock:idem:hardening::late_claim:late:1";
@@ -893,18 +869,40 @@ async fn a_claim_that_reaches_redis_after_its_give_back_is_given_back_again() {
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    retry_runs_it_within_3s(&locks, &runs, landed).await;
+}
+
+/// A server, a fault proxy before it, a client through the proxy whose calls time out
+/// after `timeout`, and `late_claim` called once (id 0) so that its connections are made.
+async fn late_claim_setup(timeout: Duration) -> (RedisServer, FaultProxy, Locks, Arc<Runs>) {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let locks = proxy.locks(timeout);
+    let runs = Arc::new(Runs::default());
+    assert_eq!(late_claim(locks.clone(), 0, runs.clone()).await.unwrap(), 1);
+    (server, proxy, locks, runs)
+}
+
+/// Retries `late_claim` of id 1 while it is `InProgress`: it must run the body (the
+/// second run, after the warm-up) within 3 s of `from`, long before the claim's 5 s
+/// lease ends; the claim given back never ran it.
+async fn retry_runs_it_within_3s(locks: &Locks, runs: &Arc<Runs>, from: Instant) {
     let again = loop {
         match late_claim(locks.clone(), 1, runs.clone()).await {
             Err(AppError::Lock(Error::InProgress { .. })) => {
-                assert!(landed.elapsed() < Duration::from_secs(3), "not given back");
+                assert!(from.elapsed() < Duration::from_secs(3), "not given back");
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             other => break other,
         }
     };
     assert_eq!(again.unwrap(), 2, "the retry ran the body");
-    assert!(landed.elapsed() < Duration::from_secs(3));
-    assert_eq!(runs.get(), 2, "the warm-up and the retry");
+    assert!(from.elapsed() < Duration::from_secs(3));
+    assert_eq!(
+        runs.get(),
+        2,
+        "the warm-up and the retry; the claim given back never ran it"
+    );
 }
 
 /// 5. The try reaches the server and its reply is held; the caller gives up; its
