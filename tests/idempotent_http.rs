@@ -1,7 +1,8 @@
 //! `#[idempotent(header = "Idempotency-Key")]` on real axum and actix-web servers bound
 //! to 127.0.0.1, each test with its own redis-server: replay fidelity, bad headers,
-//! payload mismatch, concurrency, waiting, what is and is not stored, and both orders
-//! with `#[distributed_lock]`. Every check runs against both frameworks.
+//! payload mismatch, concurrency, waiting, what is and is not stored, both orders with
+//! `#[distributed_lock]`, connections killed while a body runs and a Redis outage. Every
+//! check runs against both frameworks.
 mod common;
 #[path = "common/http.rs"]
 mod http;
@@ -607,6 +608,8 @@ both_frameworks!(
     equal_requests_have_one_fingerprint,
     only_unsafe_methods_are_recorded,
     streaming_responses_pass_through_at_once,
+    connections_killed_while_the_body_runs_lose_nothing,
+    a_redis_outage_is_503_then_the_retry_runs_once,
 );
 
 /// axum: the body is read within `DefaultBodyLimit`, as `Bytes` reads it: past the limit
@@ -1011,6 +1014,68 @@ async fn caller_that_goes_away_does_not_cause_a_second_run(h: Harness) {
         );
     }
     assert_eq!(h.app.runs("slow"), 2, "each body ran once");
+}
+
+/// The app's connections to Redis are killed (`CLIENT KILL TYPE normal`) while a claimed
+/// 300 ms body runs. A repeat sent right after gets 409, not a 503 (its claim goes over
+/// a new connection); the holder's store goes over a new connection too, so its response
+/// is kept: the replay gets it, and the body ran once.
+async fn connections_killed_while_the_body_runs_lose_nothing(h: Harness) {
+    let addr = h.addr;
+    let first = tokio::spawn(async move { post(addr, "/slow", Some("killed-1"), "{}").await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut raw = h.redis.raw().await;
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "the app's connections were killed");
+    let repeat = post(h.addr, "/slow", Some("killed-1"), "{}").await;
+    assert_eq!(repeat.status, 409, "{}", repeat.text());
+    let first = first.await.unwrap();
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.text(), "slow run 1");
+    let replay = post(h.addr, "/slow", Some("killed-1"), "{}").await;
+    assert_eq!(replay.status, 200, "{}", replay.text());
+    assert_eq!(replay.text(), "slow run 1");
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(h.app.runs("slow"), 1, "the body ran once");
+}
+
+/// Redis down: a call is a 503 with `Retry-After: 1` within the command timeout (1 s),
+/// and its body does not run. Once Redis is back (restarted, empty), the retry runs the
+/// body, once, and its replay is the stored response.
+async fn a_redis_outage_is_503_then_the_retry_runs_once(mut h: Harness) {
+    h.redis.kill();
+    let started = Instant::now();
+    let down = post(h.addr, "/orders/1", Some("outage-1"), ORDER).await;
+    assert_eq!(down.status, 503, "{}", down.text());
+    assert_eq!(down.header("retry-after"), Some("1"));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "an outage must not hang: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(h.app.runs("orders"), 0, "no body runs without its claim");
+    h.redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let again = loop {
+        let r = post(h.addr, "/orders/1", Some("outage-1"), ORDER).await;
+        if r.status != 503 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "Redis is back: {}", r.text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(again.status, 201, "{}", again.text());
+    let replay = post(h.addr, "/orders/1", Some("outage-1"), ORDER).await;
+    assert_eq!(replay.status, 201, "{}", replay.text());
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replay.body, again.body);
+    assert_eq!(h.app.runs("orders"), 1, "the body ran once");
 }
 
 /// The body is part of the payload even when the handler's type for it is not

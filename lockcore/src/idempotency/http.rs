@@ -365,6 +365,8 @@ fn retry_after(e: &Error) -> Option<Duration> {
     match e {
         Error::InProgress { retry_after, .. } => Some(*retry_after),
         Error::Busy { .. } | Error::NotReplicated { .. } => Some(Duration::from_secs(1)),
+        // Redis down or slow: worth a retry; a misconfiguration is not.
+        Error::Backend { source, .. } if source.is_transient() => Some(Duration::from_secs(1)),
         _ => None,
     }
 }
@@ -896,6 +898,28 @@ mod tests {
                 .contains(&("retry-after".into(), b"1".to_vec()))
         );
         assert_eq!(problem(&Error::Lost { key: "k".into() }).status, 500);
+        use crate::error::{BackendError, BackendErrorKind};
+        let down = problem(&Error::backend(
+            "k",
+            BackendError::new(BackendErrorKind::Connection, "refused"),
+        ));
+        assert_eq!(down.status, 503);
+        assert!(
+            down.headers
+                .contains(&("retry-after".into(), b"1".to_vec()))
+        );
+        let misconfigured = problem(&Error::backend(
+            "k",
+            BackendError::new(BackendErrorKind::Config, "no runtime"),
+        ));
+        assert_eq!(misconfigured.status, 503);
+        assert!(
+            !misconfigured
+                .headers
+                .iter()
+                .any(|(n, _)| n == "retry-after"),
+            "a retry would fail the same"
+        );
         let not_replicated = problem(&Error::NotReplicated {
             key: "k".into(),
             acked: 0,
