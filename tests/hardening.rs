@@ -858,17 +858,8 @@ async fn a_claim_that_reaches_redis_after_its_give_back_is_given_back_again() {
     // The fault's condition: the claim lands after its give-back.
     proxy.hold_commands_containing(None);
     let landed = Instant::now();
-    loop {
-        let found: Option<String> = raw.get(key).await.unwrap();
-        if found.as_deref().is_some_and(|r| r.contains("in_progress")) {
-            break;
-        }
-        assert!(
-            landed.elapsed() < Duration::from_millis(500),
-            "the held claim did not land before the second try: {found:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    // Well before the second try, 600 ms after the first.
+    wait_for_claim(&mut raw, key, landed, Duration::from_millis(500)).await;
     retry_runs_it_within_3s(&locks, &runs, landed).await;
 }
 
@@ -887,15 +878,12 @@ async fn late_claim_setup(timeout: Duration) -> (RedisServer, FaultProxy, Locks,
 /// second run, after the warm-up) within 3 s of `from`, long before the claim's 5 s
 /// lease ends; the claim given back never ran it.
 async fn retry_runs_it_within_3s(locks: &Locks, runs: &Arc<Runs>, from: Instant) {
-    let again = loop {
-        match late_claim(locks.clone(), 1, runs.clone()).await {
-            Err(AppError::Lock(Error::InProgress { .. })) => {
-                assert!(from.elapsed() < Duration::from_secs(3), "not given back");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            other => break other,
-        }
-    };
+    let again = retry_while_in_progress(
+        || late_claim(locks.clone(), 1, runs.clone()),
+        from,
+        Duration::from_secs(3),
+    )
+    .await;
     assert_eq!(again.unwrap(), 2, "the retry ran the body");
     assert!(from.elapsed() < Duration::from_secs(3));
     assert_eq!(

@@ -6,7 +6,8 @@
 //! killed too, replays and mismatches as on one Redis, and a lease that loses its
 //! quorum lets a retry in (control: two clients each on one master of their own run the
 //! body twice). Between the lines: replies held past the timeout on two masters and
-//! delivered late, `acquire()` and `release()` cancelled at every point, one client used
+//! delivered late, an idempotency claim that reaches three masters only after its
+//! give-back, `acquire()` and `release()` cancelled at every point, one client used
 //! from two runtimes. Fences and `replicas` are refused with an error that says why.
 mod common;
 
@@ -369,6 +370,82 @@ async fn an_idempotency_claim_that_loses_its_quorum_lets_a_retry_in() {
     };
     assert_eq!(again.unwrap(), 2, "the retry ran the body");
     assert_eq!(runs.get(), 2);
+}
+
+#[idempotent(key = "late:<id>", client = locks, lease = "5s", skip = [runs])]
+async fn late(locks: &Locks, id: &str, runs: &Runs) -> Result<u32, AppError> {
+    if id == "fail" {
+        return Err(AppError::App("an error releases the claim"));
+    }
+    Ok(runs.bump())
+}
+
+/// `GET key` on one master.
+async fn get(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(raw).await.unwrap()
+}
+
+/// The claim's `SET`s are held on their way to three masters past the 600 ms command
+/// timeout: no quorum answered, so the call is a `Backend` error, and the claim is given
+/// back on every master (by the claim itself, then by the give-back), finding nothing on
+/// the three. The held `SET`s then land there, after the give-back. Its second try, a
+/// command timeout later (on Redlock whatever the first found), removes them: another
+/// client's retry runs the body long before the 5 s lease ends. (Checked by hand:
+/// without that second try the retry gets `InProgress` until the lease ends, and the
+/// test fails on "not given back".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_claim_that_reaches_masters_after_its_give_back_is_given_back_again() {
+    let masters = masters();
+    let proxies: Vec<FaultProxy> = masters.iter().map(|m| FaultProxy::start(m.port)).collect();
+    let locks = Locks::redlock(proxies.iter().map(FaultProxy::url))
+        .command_timeout(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let other = client(&masters).await;
+    let runs = Runs::default();
+    // Connections made, and the release script loaded on every master (an `Err` gives
+    // its claim back), so that each give-back below is one `EVALSHA` per master.
+    let warm = late(&locks, "fail", &runs).await;
+    assert!(matches!(warm, Err(AppError::App(_))), "{warm:?}");
+    let key = "lock:idem:redlock::late:late:1";
+    let mut held = Vec::new();
+    for m in &masters[..3] {
+        let mut raw = m.raw().await;
+        let releases = commandstat_calls(&mut raw, "evalsha").await;
+        held.push((raw, releases));
+    }
+    // The claim's `SET` of the key, and nothing else (a give-back is a script).
+    let claim = format!("SET\r\n${}\r\n{key}", key.len());
+    for p in &proxies[..3] {
+        p.hold_commands_containing(Some(claim.as_bytes()));
+    }
+    let e = late(&locks, "1", &runs).await;
+    assert!(
+        matches!(e, Err(AppError::Lock(Error::Backend { .. }))),
+        "{e:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for (raw, releases) in &mut held {
+        while commandstat_calls(raw, "evalsha").await < *releases + 2 {
+            assert!(Instant::now() < deadline, "the give-back was not sent");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(get(raw, key).await, None, "the claim is still held");
+    }
+    // The fault's condition: the claim lands on the three after its give-back.
+    for p in &proxies[..3] {
+        p.hold_commands_containing(None);
+    }
+    let landed = Instant::now();
+    for (raw, _) in &mut held {
+        // Well before the second try, 600 ms after the first.
+        wait_for_claim(raw, key, landed, Duration::from_millis(500)).await;
+    }
+    let again =
+        retry_while_in_progress(|| late(&other, "1", &runs), landed, Duration::from_secs(3)).await;
+    assert_eq!(again.unwrap(), 1, "the retry ran the body");
+    assert!(landed.elapsed() < Duration::from_secs(3));
+    assert_eq!(runs.get(), 1);
 }
 
 /// 5 masters, each behind a fault proxy, and a client through the proxies.

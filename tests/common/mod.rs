@@ -233,6 +233,49 @@ pub fn check_failover(cycles: &Cycles, bound: Duration, lost_allowed: bool) {
     );
 }
 
+/// Waits until `key` holds an idempotency claim in progress (a claim held on its way to
+/// Redis, just let through); panics when it has not landed within `within` of `since`.
+pub async fn wait_for_claim(
+    raw: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    since: std::time::Instant,
+    within: std::time::Duration,
+) {
+    loop {
+        let found: Option<String> = redis::cmd("GET").arg(key).query_async(raw).await.unwrap();
+        if found.as_deref().is_some_and(|r| r.contains("in_progress")) {
+            return;
+        }
+        assert!(
+            since.elapsed() < within,
+            "the held claim did not land within {within:?}: {found:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}
+
+/// Calls `call` again while it answers `InProgress`; panics with "not given back" when
+/// that lasts past `within` of `since`. Returns the first other answer.
+pub async fn retry_while_in_progress<T, F, Fut>(
+    mut call: F,
+    since: std::time::Instant,
+    within: std::time::Duration,
+) -> Result<T, AppError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, AppError>>,
+{
+    loop {
+        match call().await {
+            Err(AppError::Lock(distlock::Error::InProgress { .. })) => {
+                assert!(since.elapsed() < within, "not given back");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Calls of command `name` (lower case) redis-server ran so far (`INFO commandstats`).
 pub async fn commandstat_calls(raw: &mut redis::aio::MultiplexedConnection, name: &str) -> u64 {
     let info: String = redis::cmd("INFO")
