@@ -361,7 +361,7 @@ pub use lockmacro::distributed_lock;
 /// | completed, same payload | replays the stored result; the body does not run |
 /// | completed or in progress (past its lease too), different payload | `Err(PayloadMismatch)` (HTTP 422): a claimer that crashed may already have acted on its payload |
 /// | in progress | `Err(InProgress)` (HTTP 409 with `Retry-After`: about how long a body of that fn took lately in this process, 1 s before one completed, never more than the running call's lease left); with `wait`, waits (woken by a Pub/Sub message on `<record>:done`) and replays |
-/// | unknown: Redis down, or no reply within the command timeout | `Err(Backend)` (HTTP 503 with `Retry-After: 1`) within the command timeout; the body does not run, and a claim that may have landed meanwhile is given back, so the retry runs the body once Redis answers |
+/// | unknown: Redis down, or no reply to the claim within the command timeout | `Err(Backend)` (HTTP 503 with `Retry-After: 1`) within the command timeout (on Redlock, up to about two); the body does not run. A claim that may have landed meanwhile is given back, best effort (a give-back that fails is not tried again: the claim then ends with its lease, and retries meanwhile get `InProgress`) |
 ///
 /// - Async fns return `Result<T, E>` with `T: Serialize + DeserializeOwned` and
 ///   `E: From<distlock::Error>`. `Ok` is stored (including `()`); `Err` and a panic

@@ -794,10 +794,16 @@ async fn an_owner_spelled_with_escapes_still_completes() {
     assert_eq!(runs.get(), 1);
 }
 
+/// Id [`FAILS`] fails, which gives its claim back; any other runs.
 #[idempotent(key = "late:<id>", client = locks, lease = "5s", skip = [runs])]
 async fn late_claim(locks: Locks, id: u32, runs: Arc<Runs>) -> Result<u32, AppError> {
+    if id == FAILS {
+        return Err(AppError::App("an error gives the claim back"));
+    }
     Ok(runs.bump())
 }
+
+const FAILS: u32 = 99;
 
 /// The claim's `SET ... NX GET` runs, but its reply is held past the 150 ms command
 /// timeout: the call (in a task of its own) returns `Backend` without running the body,
@@ -864,13 +870,17 @@ async fn a_claim_that_reaches_redis_after_its_give_back_is_given_back_again() {
 }
 
 /// A server, a fault proxy before it, a client through the proxy whose calls time out
-/// after `timeout`, and `late_claim` called once (id 0) so that its connections are made.
+/// after `timeout`, and `late_claim` called twice: once to run (id 0), so that its
+/// connections are made, and once to fail, so that the release script is loaded (a
+/// give-back is then one `EVALSHA`, not a refused one and a load first).
 async fn late_claim_setup(timeout: Duration) -> (RedisServer, FaultProxy, Locks, Arc<Runs>) {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port);
     let locks = proxy.locks(timeout);
     let runs = Arc::new(Runs::default());
     assert_eq!(late_claim(locks.clone(), 0, runs.clone()).await.unwrap(), 1);
+    let failed = late_claim(locks.clone(), FAILS, runs.clone()).await;
+    assert!(matches!(failed, Err(AppError::App(_))), "{failed:?}");
     (server, proxy, locks, runs)
 }
 

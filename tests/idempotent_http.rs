@@ -1017,13 +1017,18 @@ async fn caller_that_goes_away_does_not_cause_a_second_run(h: Harness) {
 }
 
 /// The app's connections to Redis are killed (`CLIENT KILL TYPE normal`) while a claimed
-/// 300 ms body runs. A repeat sent right after gets 409, not a 503 (its claim goes over
-/// a new connection); the holder's store goes over a new connection too, so its response
-/// is kept: the replay gets it, and the body ran once.
+/// 300 ms body runs. A repeat sent right after is not a 503 and does not run the body:
+/// 409 while the body runs (or, on a slow machine, the first response replayed), its
+/// claim going over a new connection; the holder's store goes over a new connection too,
+/// so its response is kept: the replay gets it, and the body ran once.
 async fn connections_killed_while_the_body_runs_lose_nothing(h: Harness) {
     let addr = h.addr;
     let first = tokio::spawn(async move { post(addr, "/slow", Some("killed-1"), "{}").await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while h.app.runs("slow") == 0 {
+        assert!(Instant::now() < deadline, "the body never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let mut raw = h.redis.raw().await;
     let killed: u64 = redis::cmd("CLIENT")
         .arg("KILL")
@@ -1034,7 +1039,12 @@ async fn connections_killed_while_the_body_runs_lose_nothing(h: Harness) {
         .unwrap();
     assert!(killed >= 1, "the app's connections were killed");
     let repeat = post(h.addr, "/slow", Some("killed-1"), "{}").await;
-    assert_eq!(repeat.status, 409, "{}", repeat.text());
+    assert!(
+        repeat.status == 409 || (repeat.status == 200 && repeat.text() == "slow run 1"),
+        "{} {}",
+        repeat.status,
+        repeat.text()
+    );
     let first = first.await.unwrap();
     assert_eq!(first.status, 200, "{}", first.text());
     assert_eq!(first.text(), "slow run 1");
@@ -1045,8 +1055,8 @@ async fn connections_killed_while_the_body_runs_lose_nothing(h: Harness) {
     assert_eq!(h.app.runs("slow"), 1, "the body ran once");
 }
 
-/// Redis down: a call is a 503 with `Retry-After: 1` within the command timeout (1 s),
-/// and its body does not run. Once Redis is back (restarted, empty), the retry runs the
+/// Redis down: a call is a 503 with `Retry-After: 1` at once (the connection is
+/// refused; a hung Redis would take the 1 s command timeout), and its body does not run. Once Redis is back (restarted, empty), the retry runs the
 /// body, once, and its replay is the stored response.
 async fn a_redis_outage_is_503_then_the_retry_runs_once(mut h: Harness) {
     h.redis.kill();

@@ -148,11 +148,13 @@ impl FaultProxy {
         self.ctl.send_modify(|c| c.hold = false);
     }
 
-    /// Holds, on their way to the server, the commands whose bytes contain `pattern` (and
-    /// what follows them on their connection, in order), until called with `None`; other
-    /// connections go on. A command held so arrives after commands sent later on other
-    /// connections, even after its own client closed the connection.
+    /// Holds, on their way to the server, the chunks the proxy reads that contain
+    /// `pattern` (and what follows them on their connection, in order), until called with
+    /// `None`; other connections go on. A command held so arrives after commands sent
+    /// later on other connections, also when its client closed the connection meanwhile
+    /// (cleanly, with nothing left to read). A pattern split over two reads is not seen.
     pub fn hold_commands_containing(&self, pattern: Option<&[u8]>) {
+        assert!(pattern.is_none_or(|p| !p.is_empty()), "an empty pattern");
         self.ctl
             .send_modify(|c| c.hold_matching = pattern.map(<[u8]>::to_vec));
     }

@@ -54,10 +54,19 @@ impl Votes {
             match reply {
                 Ok(true) => votes.yes += 1,
                 Ok(false) => votes.no += 1,
-                Err(e) => votes.error = Some(e),
+                Err(e) => keep_error(&mut votes.error, e),
             }
         }
         votes
+    }
+}
+
+/// Keeps `e` as the error to report unless a transient one is kept already: a timeout or
+/// a broken connection may have left a write behind, which the caller then gives back
+/// (and answers with `Retry-After`); a master's refusal next to it must not hide that.
+fn keep_error(kept: &mut Option<BackendError>, e: BackendError) {
+    if !kept.as_ref().is_some_and(BackendError::is_transient) {
+        *kept = Some(e);
     }
 }
 
@@ -239,7 +248,7 @@ impl RedlockBackend {
                         Claimed::Mismatch { completed: false } => other_claims += 1,
                     }
                 }
-                Err(e) => error = Some(e.clone()),
+                Err(e) => keep_error(&mut error, e.clone()),
             }
         }
         let drift = a.lease / 100 + Duration::from_millis(2);
@@ -462,7 +471,27 @@ fn plain_release<'a>(key: &'a str, token: &'a str) -> ReleaseCall<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::first_result;
+    use super::{first_result, keep_error};
+    use crate::error::{BackendError, BackendErrorKind};
+
+    /// A timeout (a write may have landed: the caller gives it back) is reported over a
+    /// master's refusal, whichever came last.
+    #[test]
+    fn a_transient_error_is_the_one_reported() {
+        let refused = || BackendError::new(BackendErrorKind::Response, "OOM");
+        let late = || BackendError::new(BackendErrorKind::Timeout, "no reply");
+        let mut kept = None;
+        keep_error(&mut kept, late());
+        keep_error(&mut kept, refused());
+        assert_eq!(kept.unwrap().kind(), BackendErrorKind::Timeout);
+        let mut kept = None;
+        keep_error(&mut kept, refused());
+        keep_error(&mut kept, late());
+        assert_eq!(kept.unwrap().kind(), BackendErrorKind::Timeout);
+        let mut kept = None;
+        keep_error(&mut kept, refused());
+        assert_eq!(kept.unwrap().kind(), BackendErrorKind::Response);
+    }
 
     #[test]
     fn the_result_most_masters_hold_then_the_earliest() {

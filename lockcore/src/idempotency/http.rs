@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::record::{self, Captured, REPLAYED_HEADER};
 use super::{Begin, Claim, Fingerprint, IdemFn, IdemSpec, begin, record_key};
 use crate::client::Locks;
-use crate::error::Error;
+use crate::error::{BackendErrorKind, Error};
 use crate::key;
 
 /// A handler's response as its capture left it: buffered whole (it may be stored), or
@@ -365,8 +365,11 @@ fn retry_after(e: &Error) -> Option<Duration> {
     match e {
         Error::InProgress { retry_after, .. } => Some(*retry_after),
         Error::Busy { .. } | Error::NotReplicated { .. } => Some(Duration::from_secs(1)),
-        // Redis down or slow: worth a retry; a misconfiguration is not.
-        Error::Backend { source, .. } if source.is_transient() => Some(Duration::from_secs(1)),
+        // Redis down, slow, loading or failing over: worth a retry; a misconfiguration
+        // is not.
+        Error::Backend { source, .. } if source.kind() != BackendErrorKind::Config => {
+            Some(Duration::from_secs(1))
+        }
         _ => None,
     }
 }
@@ -898,7 +901,7 @@ mod tests {
                 .contains(&("retry-after".into(), b"1".to_vec()))
         );
         assert_eq!(problem(&Error::Lost { key: "k".into() }).status, 500);
-        use crate::error::{BackendError, BackendErrorKind};
+        use crate::error::BackendError;
         let down = problem(&Error::backend(
             "k",
             BackendError::new(BackendErrorKind::Connection, "refused"),
@@ -906,6 +909,15 @@ mod tests {
         assert_eq!(down.status, 503);
         assert!(
             down.headers
+                .contains(&("retry-after".into(), b"1".to_vec()))
+        );
+        let loading = problem(&Error::backend(
+            "k",
+            BackendError::new(BackendErrorKind::Response, "LOADING"),
+        ));
+        assert!(
+            loading
+                .headers
                 .contains(&("retry-after".into(), b"1".to_vec()))
         );
         let misconfigured = problem(&Error::backend(

@@ -320,8 +320,9 @@ impl Responder for IdemResponse {
 }
 
 /// RFC 9457 `application/problem+json`: `MissingKey`/`InvalidKey` 400, `InProgress` 409
-/// with `Retry-After`, `PayloadMismatch` 422, `Busy` 503 with `Retry-After`, `Backend`
-/// 503, `Lost` 500.
+/// with `Retry-After`, `PayloadMismatch` 422, `Busy` and `NotReplicated` 503 with
+/// `Retry-After: 1`, `Backend` 503 (with `Retry-After: 1` unless the client is
+/// misconfigured), `Lost` 500.
 impl ResponseError for Error {
     fn status_code(&self) -> StatusCode {
         StatusCode::from_u16(status_of(self)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)

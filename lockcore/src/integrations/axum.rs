@@ -141,8 +141,9 @@ impl IntoResponse for IdemResponse {
 }
 
 /// RFC 9457 `application/problem+json`: `MissingKey`/`InvalidKey` 400, `InProgress` 409
-/// with `Retry-After`, `PayloadMismatch` 422, `Busy` 503 with `Retry-After`, `Backend`
-/// 503, `Lost` 500.
+/// with `Retry-After`, `PayloadMismatch` 422, `Busy` and `NotReplicated` 503 with
+/// `Retry-After: 1`, `Backend` 503 (with `Retry-After: 1` unless the client is
+/// misconfigured), `Lost` 500.
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         render(problem(&self))
