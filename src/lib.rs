@@ -119,13 +119,15 @@
 //! ## Connections
 //!
 //! [`Locks`] is cheap to clone: all clones share one multiplexed connection per tokio
-//! runtime, reopened when it breaks. While fewer than three lock calls are in flight, the
-//! scripts go over one of up to four direct connections, whose caller writes the command
-//! and reads its own reply. A call that times out or is cancelled closes the direct
+//! runtime, reopened when it breaks. While fewer than three calls of the client are in
+//! flight, a call goes over one of up to four direct connections instead, whose caller
+//! writes the command and reads its own reply (a round trip without the multiplexed
+//! connection's task wake-ups); more calls at once share the multiplexed connection,
+//! which pipelines them. A call that times out or is cancelled closes the direct
 //! connection it used, so its late reply is never read as another call's; one that Redis
 //! closed while idle is noticed before use. Direct connections authenticate and select
-//! the database from the URL, work over `unix://`, and show as `name=distlock-direct` in
-//! `CLIENT LIST`; TLS addresses use the multiplexed connection only.
+//! the database from the URL, work over `unix://` and over TLS (feature `tls`, not with
+//! `insecure`), and show as `name=distlock-direct` in `CLIENT LIST`.
 //!
 //! ## Redis Cluster
 //!
