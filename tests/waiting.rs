@@ -128,6 +128,65 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
     g.release().await.unwrap();
 }
 
+#[distlock::idempotent(key = "wait:<id>", client = locks, wait = "30s", skip = [runs])]
+async fn awaited(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, AppError> {
+    let n = runs.bump();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    Ok(n)
+}
+
+/// Repeats that wait for an idempotent call in progress (`wait`), cancelled while they
+/// wait: the record's `:done` channel is subscribed once for all of them while they wait
+/// (the control), and no longer once they are gone. The first call then completes, and
+/// a later repeat replays it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_idempotency_waiters_leave_no_subscription_behind() {
+    let server = RedisServer::start();
+    let locks = redis_locks(&server).await;
+    let other = redis_locks(&server).await;
+    let runs = Arc::new(Runs::default());
+    let first = tokio::spawn({
+        let (other, runs) = (other.clone(), runs.clone());
+        async move { awaited(&other, 1, &runs).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while runs.get() == 0 {
+        assert!(Instant::now() < deadline, "the first call never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let (locks, runs) = (locks.clone(), runs.clone());
+            tokio::spawn(async move { awaited(&locks, 1, &runs).await })
+        })
+        .collect();
+    let channel = "{lock:idem:waiting::awaited:wait:1}:done";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while numsub(&server, channel).await != 1 {
+        assert!(Instant::now() < deadline, "the waiters never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(locks.waiting_channels(), 1, "one subscription for all");
+    for w in &waiters {
+        w.abort();
+    }
+    for w in waiters {
+        assert!(w.await.unwrap_err().is_cancelled());
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while numsub(&server, channel).await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the channel stayed subscribed after every waiter left"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(locks.waiting_channels(), 0);
+    assert_eq!(first.await.unwrap().unwrap(), 1);
+    assert_eq!(awaited(&locks, 1, &runs).await.unwrap(), 1, "replayed");
+    assert_eq!(runs.get(), 1);
+}
+
 /// A holder whose process died never publishes: the waiter still gets the lock when the
 /// lease ends, via its fallback timer bounded by the holder's remaining ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
