@@ -1053,16 +1053,13 @@ async fn claim_in_flight(
 async fn a_handler_dropped_while_its_claim_is_in_flight_gives_it_back() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port);
-    let runs = Arc::new(Runs::default());
-    let app = CountingApp {
-        locks: proxy.locks(Duration::from_secs(2)),
-        runs: runs.clone(),
-    };
-    let router = axum::Router::new()
-        .route("/claim", axum::routing::post(claim_in_flight))
-        .layer(handler_timeout!(500))
-        .with_state(app);
-    let (addr, serving) = serve_axum(router).await;
+    let (addr, serving, runs) = serve_counting(
+        proxy.locks(Duration::from_secs(2)),
+        "/claim",
+        claim_in_flight,
+        Duration::from_millis(500),
+    )
+    .await;
     let warm = http::post(addr, "/claim", Some("warm"), "{}").await;
     assert_eq!(warm.status, 200, "{}", warm.text());
     let mut raw = server.raw().await;

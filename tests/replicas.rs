@@ -308,20 +308,13 @@ async fn pay_handler(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_dropped_while_replicas_acknowledge_its_claim_gives_it_back() {
     let (primary, replica) = pair();
-    let runs = Arc::new(Runs::default());
-    let app = CountingApp {
-        locks: Locks::builder(primary.url())
-            .command_timeout(Duration::from_secs(4))
-            .connect()
-            .await
-            .unwrap(),
-        runs: runs.clone(),
-    };
-    let router = axum::Router::new()
-        .route("/pay", axum::routing::post(pay_handler))
-        .layer(handler_timeout!(300))
-        .with_state(app);
-    let (addr, serving) = serve_axum(router).await;
+    let locks = Locks::builder(primary.url())
+        .command_timeout(Duration::from_secs(4))
+        .connect()
+        .await
+        .unwrap();
+    let (addr, serving, runs) =
+        serve_counting(locks, "/pay", pay_handler, Duration::from_millis(300)).await;
     let warm = http::post(addr, "/pay", Some("warm"), "{}").await;
     assert_eq!(warm.status, 200, "{}", warm.text());
     let mut raw = primary.raw().await;

@@ -289,39 +289,47 @@ pub async fn commandstat_calls(raw: &mut redis::aio::MultiplexedConnection, name
         .unwrap_or(0)
 }
 
-/// A timeout of `ms` around an axum handler, as a timeout layer puts it: 504 when it
-/// fires (the handler's future is dropped).
-#[macro_export]
-macro_rules! handler_timeout {
-    ($ms:expr) => {
-        axum::middleware::from_fn(
-            |req: axum::extract::Request, next: axum::middleware::Next| async move {
-                use axum::response::IntoResponse as _;
-                match tokio::time::timeout(std::time::Duration::from_millis($ms), next.run(req))
-                    .await
-                {
-                    Ok(res) => res,
-                    Err(_) => axum::http::StatusCode::GATEWAY_TIMEOUT.into_response(),
-                }
-            },
-        )
-    };
-}
-
-/// Serves `router` on a free port of 127.0.0.1; the server stops when the task is aborted
-/// or the runtime ends.
-pub async fn serve_axum(
-    router: axum::Router,
+/// An axum server on a free port of 127.0.0.1 whose one route, `POST path`, runs
+/// `handler` with a [`CountingApp`] over `locks`, under a timeout layer as users put one:
+/// 504 when the handler has not answered within `timeout` (its future is dropped).
+/// Returns its address, its task (the server stops when it is aborted or the runtime
+/// ends) and the count of the handler's runs.
+pub async fn serve_counting<H, T>(
+    locks: distlock::Locks,
+    path: &str,
+    handler: H,
+    timeout: std::time::Duration,
 ) -> (
     std::net::SocketAddr,
     tokio::task::JoinHandle<std::io::Result<()>>,
-) {
+    std::sync::Arc<Runs>,
+)
+where
+    H: axum::handler::Handler<T, CountingApp>,
+    T: 'static,
+{
+    let runs = std::sync::Arc::new(Runs::default());
+    let app = CountingApp {
+        locks,
+        runs: runs.clone(),
+    };
+    let timeout_layer = axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+            use axum::response::IntoResponse as _;
+            match tokio::time::timeout(timeout, next.run(req)).await {
+                Ok(res) => res,
+                Err(_) => axum::http::StatusCode::GATEWAY_TIMEOUT.into_response(),
+            }
+        },
+    );
+    let router = axum::Router::new()
+        .route(path, axum::routing::post(handler))
+        .layer(timeout_layer)
+        .with_state(app);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    (
-        addr,
-        tokio::spawn(async move { axum::serve(listener, router).await }),
-    )
+    let serving = tokio::spawn(async move { axum::serve(listener, router).await });
+    (addr, serving, runs)
 }
 
 /// The state of a test's axum handler that counts the runs of its body.
