@@ -161,12 +161,13 @@ async fn cancelled_idempotency_waiters_leave_no_subscription_behind() {
         })
         .collect();
     let channel = "{lock:idem:waiting::awaited:wait:1}:done";
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while numsub(&server, channel).await != 1 {
-        assert!(Instant::now() < deadline, "the waiters never subscribed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(locks.waiting_channels(), 1, "one subscription for all");
+    until_subscribed(&server, channel).await;
+    assert_eq!(
+        numsub(&server, channel).await,
+        1,
+        "one subscription for all"
+    );
+    assert_eq!(locks.waiting_channels(), 1);
     for w in &waiters {
         w.abort();
     }
@@ -748,9 +749,11 @@ async fn waiters_giving_up_during_handoffs_leave_the_lock_free() {
     }
 }
 
-/// Returns once some waiter is subscribed to `channel`.
+/// Returns once some waiter is subscribed to `channel`; panics when none is within 5 s.
 async fn until_subscribed(server: &RedisServer, channel: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
     while numsub(server, channel).await < 1 {
+        assert!(Instant::now() < deadline, "`{channel}` never subscribed");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
