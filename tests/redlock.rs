@@ -39,16 +39,16 @@ fn signal(server: &RedisServer, sig: &str) {
         .unwrap();
 }
 
+/// `GET key` on one master.
+async fn get(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(raw).await.unwrap()
+}
+
 /// How many masters hold `token` at `lock:<name>`.
 async fn holding(masters: &[RedisServer], name: &str, token: &str) -> usize {
     let mut n = 0;
     for m in masters.iter().filter(|m| m.pid().is_some()) {
-        let mut raw = m.raw().await;
-        let held: Option<String> = redis::cmd("GET")
-            .arg(format!("lock:{name}"))
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        let held = get(&mut m.raw().await, &format!("lock:{name}")).await;
         n += usize::from(held.as_deref() == Some(token));
     }
     n
@@ -380,11 +380,6 @@ async fn late(locks: &Locks, id: &str, runs: &Runs) -> Result<u32, AppError> {
     Ok(runs.bump())
 }
 
-/// `GET key` on one master.
-async fn get(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(raw).await.unwrap()
-}
-
 /// The claim's `SET`s are held on their way to three masters past the 600 ms command
 /// timeout: no quorum answered, so the call is a `Backend` error, and the claim is given
 /// back on every master (by the claim itself, then by the give-back), finding nothing on
@@ -464,12 +459,7 @@ async fn freed(masters: &[RedisServer], name: &str, within: Duration) -> bool {
     loop {
         let mut held = 0;
         for m in masters {
-            let mut raw = m.raw().await;
-            let v: Option<String> = redis::cmd("GET")
-                .arg(format!("lock:{name}"))
-                .query_async(&mut raw)
-                .await
-                .unwrap();
+            let v = get(&mut m.raw().await, &format!("lock:{name}")).await;
             held += usize::from(v.is_some());
         }
         if held == 0 {
