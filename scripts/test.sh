@@ -1,11 +1,27 @@
 #!/usr/bin/env bash
-# The whole test suite. Installs redis-server when missing; every test starts its own
-# private redis-server on a free port (nothing assumes a server on 6379).
+# The whole test suite. Installs redis-server when missing (apt-get) and Valkey 9.1 into
+# a venv of the project's own (pip); every test starts its own private servers on free
+# ports (nothing assumes a server on 6379). Arguments go to every `cargo test` below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/ensure-redis.sh
+valkey="$(scripts/ensure-valkey.sh)"
 
 # Library, macro, integration, multi-process, fault, TLS, UI (trybuild) and doc tests, with
-# every feature on (the framework integrations and `tls`: their tests and the examples need them).
+# every feature on (the framework integrations and `tls`: their tests and the examples need
+# them), on Redis 7.0 as the default user.
 cargo test --workspace --all-features "$@"
+
+# As a least-privilege ACL user (`+@all -@dangerous`: no INFO, CONFIG, CLIENT KILL): the
+# servers the tests start get that user, and the URLs distlock is given name it.
+DISTLOCK_TEST_ACL=1 cargo test --all-features \
+  --test behaviour --test waiting --test hardening --test hardening_locks --test chaos "$@"
+
+# On Valkey 9.1, whose native `SET ... IFEQ` and `DELIFEQ` distlock then uses: the lock
+# suites, then the same as the least-privilege user (native commands found through HELLO).
+REDIS_SERVER_BIN="$valkey" cargo test --all-features \
+  --test behaviour --test waiting --test hardening --test hardening_locks --test processes \
+  --test cluster --test idempotent_fns "$@"
+REDIS_SERVER_BIN="$valkey" DISTLOCK_TEST_ACL=1 cargo test --all-features \
+  --test behaviour --test hardening_locks "$@"

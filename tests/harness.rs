@@ -154,9 +154,9 @@ impl ChildTest {
     /// so they can fail.
     fn assert_servers_up(&self) {
         assert!(self.killed_pid != 0);
-        assert!(!alive(self.killed_pid, "redis-server"), "restart kills");
+        assert!(!alive(self.killed_pid, &server_comm()), "restart kills");
         for s in &self.servers {
-            assert!(alive(s.pid, "redis-server"), "{s:?} not running");
+            assert!(alive(s.pid, &server_comm()), "{s:?} not running");
             assert!(ping(s.port), "{s:?} does not answer");
             assert!(s.dir.is_dir(), "{s:?} has no dir");
         }
@@ -230,7 +230,7 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
 fn assert_all_gone(servers: &[Reported]) {
     for s in servers {
         eventually(&format!("redis-server {} stopped", s.pid), || {
-            !alive(s.pid, "redis-server")
+            !alive(s.pid, &server_comm())
         });
         eventually(&format!("{} removed", s.dir.display()), || !s.dir.exists());
         assert!(!ping(s.port), "{s:?} still answers");
@@ -308,7 +308,7 @@ fn without_the_reaper_servers_outlive_a_sigkilled_test_process() {
     std::thread::sleep(Duration::from_secs(1));
     for s in &leftovers.0 {
         assert!(
-            alive(s.pid, "redis-server"),
+            alive(s.pid, &server_comm()),
             "{s:?} stopped without a reaper"
         );
         assert!(s.dir.is_dir() && ping(s.port), "{s:?}");

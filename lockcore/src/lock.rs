@@ -99,9 +99,10 @@ impl LockInfo {
     /// keeping found it lost), [`Error::Backend`] when Redis fails (the next call tries
     /// again; a counter value consumed by a call whose reply was lost is skipped).
     ///
-    /// Only the first call checks that the lock is held; later calls return the cached
-    /// number (storage that compares fences stays the guard). To check again just before
-    /// a write, use [`is_held`](Self::is_held) with `renew`, or ask storage.
+    /// Only the first call asks Redis whether the lock is held; later calls return the
+    /// cached number without a round trip while the lease runs by this client's clock,
+    /// and [`Error::Lost`] once it has ended or lease keeping found it lost (storage that
+    /// compares fences stays the guard).
     ///
     /// The counter (`{<key>}:fence`) has no ttl on purpose. A Redis that may evict keys
     /// (any `maxmemory-policy` but `noeviction`) may evict it, or the lock key itself, and
@@ -125,7 +126,9 @@ impl LockInfo {
         let lost = || Error::Lost {
             key: self.key.to_string(),
         };
-        if self.state.is_lost() {
+        // Lost, or the lease ended by this client's clock: the cached number no longer
+        // vouches for anything.
+        if !self.state.check_held() {
             return Err(lost());
         }
         let backend = &self.locks.inner.backend;
@@ -172,15 +175,19 @@ impl LockInfo {
         self.state.fence.get().copied()
     }
 
-    /// Whether the lock is still believed held: `false` once lease keeping (`renew`)
-    /// found it lost or past its `max_hold`. Without `renew` nothing checks before the
-    /// release, which reports a loss as [`Error::Lost`].
+    /// Whether the lock is still believed held: `false` once its lease has ended by this
+    /// client's clock (the ttl from the try that took it, or from the last renewal, less
+    /// a small margin for clock rates), or lease keeping (`renew`) found it lost. No
+    /// round trip: that the key was not taken early (`FLUSHDB`, eviction) only the
+    /// release, or [`fence`](Self::fence)'s first call, tells.
     pub fn is_held(&self) -> bool {
-        !self.state.is_lost()
+        self.state.check_held()
     }
 
-    /// Resolves when the lock is known to be lost (found by lease keeping). Never
-    /// resolves for a lock that stays held.
+    /// Resolves when the lock is known to be lost: its lease ended (by this client's
+    /// clock, whatever else lease keeping is doing), or lease keeping found it lost.
+    /// Never resolves for a lock that stays held; without `renew`, it resolves at the
+    /// end of the ttl.
     pub async fn lost(&self) {
         self.state.lost().await
     }

@@ -84,11 +84,30 @@ impl HeldState {
     /// Redis's millisecond expiry (2 ms + 1 % of the ttl). Assumes the server loses no
     /// key silently and its clock does not jump, and this host was not suspended.
     pub(crate) fn surely_held_at(&self, now: Instant, epoch: u64) -> bool {
+        let same_epoch = matches!(self.taking, Taking::Sent { epoch: e, .. } if e == epoch);
+        !self.is_lost() && same_epoch && now < self.lease_end()
+    }
+
+    /// When the lease (from the try that took the lock, or the last renewal) surely
+    /// still runs until, by this client's clock: its end less the margin of
+    /// [`surely_held_at`](Self::surely_held_at).
+    pub(crate) fn lease_end(&self) -> Instant {
         let (since, ttl) = *crate::util::lock(&self.lease);
         let margin = Duration::from_millis(2) + ttl / 100;
-        let end = (since + ttl).checked_sub(margin).unwrap_or(since);
-        let same_epoch = matches!(self.taking, Taking::Sent { epoch: e, .. } if e == epoch);
-        !self.is_lost() && same_epoch && now < end
+        (since + ttl).checked_sub(margin).unwrap_or(since)
+    }
+
+    /// Whether the lock is lost, or its lease has ended by this client's clock (no
+    /// renewal extended it in time): then it is marked lost, and `false`.
+    pub(crate) fn check_held(&self) -> bool {
+        if self.is_lost() {
+            return false;
+        }
+        if Instant::now() >= self.lease_end() && !self.is_released() {
+            self.mark_lost();
+            return false;
+        }
+        true
     }
 
     pub(crate) fn mark_lost(&self) {
@@ -108,16 +127,29 @@ impl HeldState {
         self.released.load(Ordering::Acquire)
     }
 
-    /// Resolves when the lock is known to be lost.
+    /// Resolves when the lock is known to be lost: found lost, or its lease ended by
+    /// this client's clock, whatever the renewal task is doing meanwhile (it may be
+    /// awaiting another lock's renewal).
     pub(crate) async fn lost(&self) {
         loop {
             let notified = self.lost_notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.is_lost() {
+            if !self.check_held() {
                 return;
             }
-            notified.await;
+            if self.is_released() {
+                // Released: only a loss found since (by the release) wakes it.
+                notified.await;
+                continue;
+            }
+            // Woken at the lease end as known now; a renewal meanwhile moves it, and the
+            // next turn sleeps until the new one.
+            let end = self.lease_end();
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(end) => {}
+            }
         }
     }
 }
@@ -326,38 +358,57 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
         Err(_) => Err(BackendError::timeout(first_end - sent)),
     };
     // Locks taken with `replicas = n` count a renewal only once n replicas acknowledged
-    // it: one barrier after the batch covers every renewal in it (the replication stream
-    // is ordered). Unacknowledged, the renewal is retried, and a lease that ends without
-    // one is lost, as if it had failed.
-    let wanted = match &renewed {
-        Ok(results) => due
-            .iter()
-            .zip(results)
-            .filter(|(_, extended)| **extended)
-            .map(|(&i, _)| tracked[i].lease.state.replicas.load(Ordering::Relaxed))
-            .max()
-            .unwrap_or(0),
-        Err(_) => 0,
-    };
-    let acked = if wanted == 0 {
-        0
-    } else {
-        let key = &*tracked[due[0]].lease.key;
-        match tokio::time::timeout_at(first_end, backend.barrier(key, wanted)).await {
+    // it: a barrier after the batch covers every renewal made on the primary it runs on
+    // (the replication stream is ordered), so one goes to each primary involved (one per
+    // slot on a cluster: its keys' slot is served by one primary), all at once.
+    // Unacknowledged, the renewal is retried, and a lease that ends without one is lost,
+    // as if it had failed.
+    let mut barriers: Vec<(u64, &str, u32)> = Vec::new();
+    if let Ok(results) = &renewed {
+        for (&i, _) in due.iter().zip(results).filter(|(_, extended)| **extended) {
+            let lease = &tracked[i].lease;
+            let wanted = lease.state.replicas.load(Ordering::Relaxed);
+            if wanted == 0 {
+                continue;
+            }
+            let group = backend.barrier_group(&lease.key);
+            match barriers.iter_mut().find(|(g, _, _)| *g == group) {
+                Some(barrier) => barrier.2 = barrier.2.max(wanted),
+                None => barriers.push((group, &lease.key, wanted)),
+            }
+        }
+    }
+    let waits = barriers.iter().map(|&(group, key, wanted)| async move {
+        let acked = match tokio::time::timeout_at(first_end, backend.barrier(key, wanted)).await {
             Ok(Ok(acked)) => acked,
             Ok(Err(e)) => {
                 tracing::warn!(target: "distlock", error = %e, "lock renewal not acknowledged by replicas (failed); retrying");
                 0
             }
             Err(_) => 0,
-        }
+        };
+        (group, acked)
+    });
+    let acked: Vec<(u64, u32)> = futures_util::future::join_all(waits).await;
+    let acked_for = |key: &str| {
+        let group = backend.barrier_group(key);
+        acked
+            .iter()
+            .find(|(g, _)| *g == group)
+            .map_or(0, |(_, n)| *n)
     };
     match renewed {
         Ok(results) => {
             let mut lost = Vec::new();
             for (&i, extended) in due.iter().zip(results) {
                 let t = &mut tracked[i];
-                if extended && t.lease.state.replicas.load(Ordering::Relaxed) > acked {
+                let wanted = t.lease.state.replicas.load(Ordering::Relaxed);
+                let acked = if wanted == 0 {
+                    0
+                } else {
+                    acked_for(&t.lease.key)
+                };
+                if extended && wanted > acked {
                     tracing::warn!(target: "distlock", key = &*t.lease.key, acked, "lock renewal not acknowledged by enough replicas; retrying");
                     t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
                 } else if extended {

@@ -1,6 +1,12 @@
 //! Private `redis-server` processes on free ports, for distlock's tests and benchmarks:
 //! started with no persistence, stopped on drop, and stopped by a per-process reaper when
 //! the process ends without dropping them (a panic, a `static`, SIGKILL).
+//!
+//! Two environment variables change what the servers are, for whole suites at a time:
+//! `REDIS_SERVER_BIN` names the server binary (`valkey-server` runs the suites on Valkey),
+//! and [`ACL_VAR`] gives every server a least-privilege ACL user that the URLs the tests
+//! hand to distlock name (see [`app_url`]); the tests' own inspections and faults go
+//! through the unrestricted default user ([`RedisServer::admin_url`]).
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -76,6 +82,7 @@ impl RedisServer {
         let child = Command::new(&bin)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(acl_args())
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra)
@@ -99,8 +106,15 @@ impl RedisServer {
         }
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// The URL distlock is given: `redis://127.0.0.1:<port>/`, or under [`ACL_VAR`] the
+    /// same with the least-privilege user (see [`app_url`]).
     pub fn url(&self) -> String {
+        app_url(self.port)
+    }
+
+    /// `redis://127.0.0.1:<port>/` as the default user, which may run anything: for the
+    /// tests' inspections and faults (`CLIENT KILL`, `DEBUG SLEEP`, `CONFIG SET`, `INFO`).
+    pub fn admin_url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
@@ -132,9 +146,9 @@ impl RedisServer {
         self.spawn();
     }
 
-    /// A plain redis-rs connection for inspecting state.
+    /// A plain redis-rs connection for inspecting state, as the default user.
     pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
+        redis::Client::open(self.admin_url())
             .unwrap()
             .get_multiplexed_async_connection()
             .await
@@ -325,6 +339,60 @@ fn tell_reaper(op: &str, arg: &str) {
     }
 }
 
+/// Environment variable that, set, gives every server this process starts a
+/// least-privilege ACL user, [`APP_USER`], with `+@all -@dangerous` (no `INFO`, `CONFIG`,
+/// `CLIENT KILL`, `DEBUG`, ...), and makes [`app_url`] (so [`RedisServer::url`] and
+/// [`RedisCluster::urls`]) name it: the suites then run as such a user would.
+pub const ACL_VAR: &str = "DISTLOCK_TEST_ACL";
+
+/// The least-privilege user's name under [`ACL_VAR`]; its password is the same.
+pub const APP_USER: &str = "distlock-app";
+
+/// Whether the servers run with the least-privilege user (see [`ACL_VAR`]).
+pub fn least_privilege() -> bool {
+    std::env::var_os(ACL_VAR).is_some()
+}
+
+/// The URL distlock is given for a server (or a proxy in front of one) on `port`: as
+/// [`APP_USER`] under [`ACL_VAR`], else as the default user.
+pub fn app_url(port: u16) -> String {
+    if least_privilege() {
+        format!("redis://{APP_USER}:{APP_USER}@127.0.0.1:{port}/")
+    } else {
+        format!("redis://127.0.0.1:{port}/")
+    }
+}
+
+/// The `redis-server` arguments that add the least-privilege user, under [`ACL_VAR`].
+fn acl_args() -> Vec<String> {
+    if !least_privilege() {
+        return Vec::new();
+    }
+    let rules = [
+        APP_USER,
+        "on",
+        &format!(">{APP_USER}"),
+        "~*",
+        "&*",
+        "+@all",
+        "-@dangerous",
+    ];
+    std::iter::once("--user".to_owned())
+        .chain(rules.iter().map(|r| r.to_string()))
+        .collect()
+}
+
+/// The name of the server's program as the kernel shows it (`comm`): `redis-server`, or
+/// `valkey-server` when `REDIS_SERVER_BIN` names Valkey's.
+pub fn server_comm() -> String {
+    let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+    let name = Path::new(&bin)
+        .file_name()
+        .map_or("redis-server".into(), |n| n.to_string_lossy().into_owned());
+    // The kernel keeps 15 bytes of a program's name.
+    name.chars().take(15).collect()
+}
+
 /// Whether a server on `port` answers `PING`.
 pub fn ping(port: u16) -> bool {
     use std::io::Read;
@@ -484,7 +552,7 @@ impl RedisCluster {
         RedisServer::start_with(&args)
     }
 
-    /// `redis://127.0.0.1:<port>/` of every node.
+    /// The URL of every node, as [`RedisServer::url`] makes it.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
@@ -705,8 +773,15 @@ impl RedisSentinel {
         }
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// The URL distlock is given: `redis://127.0.0.1:<port>/`, or under [`ACL_VAR`] the
+    /// same with the least-privilege user (see [`app_url`]).
     pub fn url(&self) -> String {
+        app_url(self.port)
+    }
+
+    /// `redis://127.0.0.1:<port>/` as the default user, which may run anything: for the
+    /// tests' inspections and faults (`CLIENT KILL`, `DEBUG SLEEP`, `CONFIG SET`, `INFO`).
+    pub fn admin_url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 

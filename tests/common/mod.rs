@@ -34,7 +34,10 @@ macro_rules! both {
 use std::time::{Duration, Instant};
 
 #[allow(unused_imports)] // each test file uses some of them
-pub use testkit::{NO_REAPER_VAR, REAPER_SCRIPT, RedisServer, free_port, ping, spawn_reaper};
+pub use testkit::{
+    NO_REAPER_VAR, REAPER_SCRIPT, RedisServer, free_port, least_privilege, ping, server_comm,
+    spawn_reaper,
+};
 
 /// `n` acquire + release of `key` through `locks`, one after another.
 pub async fn cycles(locks: &distlock::Locks, key: &str, n: usize) {

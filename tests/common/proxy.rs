@@ -126,9 +126,10 @@ impl FaultProxy {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>/`: the proxied server's URL.
+    /// The proxied server's URL, as `testkit::app_url` makes it (the least-privilege user
+    /// under `DISTLOCK_TEST_ACL`).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        testkit::app_url(self.port)
     }
 
     /// Delays every chunk going `dir` by `d` from when the proxy read it (zero: none).

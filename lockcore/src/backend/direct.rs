@@ -50,8 +50,9 @@ pub(crate) struct Direct {
     write: Vec<u8>,
     db: i64,
     runtime: tokio::runtime::Id,
-    /// The server's `run_id` when opened, until its first user takes it.
-    run_id: Option<String>,
+    /// What the connection learnt of the server's identity when opened, until its first
+    /// user takes it: `Some(None)` when the `run_id` could not be read (`INFO` refused).
+    run_id: Option<Option<String>>,
     /// The address it was opened to (`host:port`, or a socket path).
     addr: String,
     _place: Place,
@@ -304,16 +305,18 @@ impl Direct {
             .query_async(&mut conn)
             .await
             .ok();
-        conn.run_id = info
-            .as_deref()
-            .and_then(super::native::run_id)
-            .map(str::to_owned);
+        conn.run_id = Some(
+            info.as_deref()
+                .and_then(super::native::run_id)
+                .map(str::to_owned),
+        );
         Ok(conn)
     }
 
-    /// The `run_id` of the server at the other end, when it could be read: once, for
-    /// the first call that uses the connection (it was opened in the background).
-    pub(crate) fn take_run_id(&mut self) -> Option<String> {
+    /// For the first call that uses the connection only (it was opened in the
+    /// background): `Some` with the `run_id` of the server at the other end, `None`
+    /// inside when it could not be read.
+    pub(crate) fn take_run_id(&mut self) -> Option<Option<String>> {
         self.run_id.take()
     }
 

@@ -1,6 +1,7 @@
 //! Native conditional commands, where the server has them: Redis 8.4+ `SET ... IFEQ` and
 //! `DELEX key IFEQ value`, Valkey 8.1+ `SET ... IFEQ` and 9.0+ `DELIFEQ key value`.
-//! Detected once per connection from `INFO server`; the Lua scripts stay the fallback
+//! Detected once per connection from `INFO server` (from `HELLO` where an ACL refuses
+//! `INFO`); the Lua scripts stay the fallback
 //! (and the only path on older servers).
 //!
 //! Where they fit: the renewal (`SET key token IFEQ token PX ttl` is a compare-and-extend
@@ -57,6 +58,41 @@ impl Native {
             set_ifeq: has,
             del_ifeq: has.then_some(DelIfEq::Delex),
         }
+    }
+
+    /// What the server that answered `HELLO` (no arguments) with `reply` has: its
+    /// `server` (`redis`, `valkey`) and `version` fields, for a user not allowed `INFO`.
+    pub(crate) fn from_hello(reply: &redis::Value) -> Native {
+        let text = |v: &redis::Value| match v {
+            redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            redis::Value::SimpleString(s) | redis::Value::VerbatimString { text: s, .. } => {
+                Some(s.clone())
+            }
+            _ => None,
+        };
+        let pairs: Vec<(String, String)> = match reply {
+            redis::Value::Array(items) => items
+                .chunks(2)
+                .filter_map(|kv| Some((text(kv.first()?)?, text(kv.get(1)?)?)))
+                .collect(),
+            redis::Value::Map(items) => items
+                .iter()
+                .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+                .collect(),
+            _ => return Native::default(),
+        };
+        let field = |name: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let version = field("version").unwrap_or("0.0");
+        let info = match field("server") {
+            Some("valkey") => format!("valkey_version:{version}"),
+            _ => format!("redis_version:{version}"),
+        };
+        Native::from_info(&info)
     }
 
     /// A native compare-and-extend of `key` holding `token`, if the server has one:
@@ -189,6 +225,30 @@ mod tests {
             Native::from_info(&info(&["redis_version:9.9.9", "server_name:valkey"]));
         assert_eq!(valkey_unknown, Native::default());
         assert_eq!(Native::from_info(""), Native::default());
+    }
+
+    #[test]
+    fn reads_hello_when_info_is_refused() {
+        let hello = |server: &str, version: &str| {
+            let bulk = |s: &str| redis::Value::BulkString(s.as_bytes().to_vec());
+            redis::Value::Array(vec![
+                bulk("server"),
+                bulk(server),
+                bulk("version"),
+                bulk(version),
+                bulk("proto"),
+                redis::Value::Int(2),
+            ])
+        };
+        let valkey = Native::from_hello(&hello("valkey", "9.1.2"));
+        assert!(valkey.set_ifeq && valkey.del_ifeq == Some(DelIfEq::DelIfEq));
+        let redis = Native::from_hello(&hello("redis", "8.4.0"));
+        assert!(redis.set_ifeq && redis.del_ifeq == Some(DelIfEq::Delex));
+        assert_eq!(
+            Native::from_hello(&hello("redis", "7.0.15")),
+            Native::default()
+        );
+        assert_eq!(Native::from_hello(&redis::Value::Nil), Native::default());
     }
 
     #[test]

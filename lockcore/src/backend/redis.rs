@@ -104,6 +104,8 @@ pub(crate) struct RedisBackend {
     epoch: Arc<AtomicU64>,
     /// The `run_id` of the server last connected to.
     run_id: Mutex<Option<String>>,
+    /// Whether a server refused to tell its `run_id` (warned about once).
+    run_id_refused: AtomicBool,
     /// What the server last connected to has natively (read on every new multiplexed
     /// connection; cleared when the server refuses a native command).
     native: Mutex<Native>,
@@ -226,6 +228,7 @@ impl RedisBackend {
             policy_checked: AtomicBool::new(false),
             epoch: Arc::new(AtomicU64::new(0)),
             run_id: Mutex::new(None),
+            run_id_refused: AtomicBool::new(false),
             native: Mutex::new(Native::default()),
             set_nx_get: AtomicBool::new(true),
         }
@@ -257,8 +260,16 @@ impl RedisBackend {
 
     /// A new connection reached the server with `run_id`: another one than before means
     /// a restart or a failover.
+    ///
+    /// A new connection to a server whose `run_id` cannot be read (an ACL without `INFO`,
+    /// the usual least-privilege user; `INFO` renamed) may reach a server that restarted
+    /// unseen: it counts as such a sign, so a release retry never trusts its lease across
+    /// it (see `lock.rs`, `release_raw`).
     fn observe(&self, run_id: Option<&str>) {
-        let Some(id) = run_id else { return };
+        let Some(id) = run_id else {
+            self.unknown_server();
+            return;
+        };
         let mut known = crate::util::lock(&self.run_id);
         if known.as_deref() != Some(id) {
             if known.is_some() {
@@ -266,6 +277,21 @@ impl RedisBackend {
                 self.broke();
             }
             *known = Some(id.to_owned());
+        }
+    }
+
+    /// A new connection reached a server whose `run_id` it could not read: counted as a
+    /// possible restart (see [`Self::observe`]), with a warning once per client.
+    fn unknown_server(&self) {
+        self.broke();
+        if !self.run_id_refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                target: "distlock",
+                "redis refused `INFO server` (an ACL without @dangerous?): a restart cannot be \
+                 told from the run_id, so every new connection counts as one; a release whose \
+                 reply was lost then reports an unknown outcome (`Backend`) rather than trust \
+                 that its first try released the lock"
+            );
         }
     }
 
@@ -295,7 +321,10 @@ impl RedisBackend {
         let addr = info.addr().to_string();
         while let Some(mut found) = self.idle_of(runtime, &addr) {
             if found.is_broken() {
+                // Closed by the server: its idle `timeout`, `CLIENT KILL`, or a restart
+                // that may have lost keys (see `epoch`).
                 tracing::debug!(target: "distlock", "an idle direct connection was closed by redis; replacing it");
+                self.broke();
                 continue;
             }
             self.first_use(&mut found);
@@ -402,7 +431,10 @@ impl RedisBackend {
         let Some(id) = direct.take_run_id() else {
             return;
         };
-        let id = id.as_str();
+        let Some(id) = id.as_deref() else {
+            self.unknown_server();
+            return;
+        };
         if self.sharded {
             // A cluster's nodes each have their own `run_id`.
             let mut known = crate::util::lock(&self.node_run_ids);
@@ -1324,9 +1356,14 @@ async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
                 tracing::debug!(target: "distlock", policy, "redis evicts no keys");
             }
         }
-        Ok(Err(e)) => {
-            tracing::debug!(target: "distlock", error = %e, "cannot read redis maxmemory-policy")
-        }
+        // Refused (an ACL without @dangerous, managed Redis): said once per client, since
+        // nothing else would tell that the policy is unchecked.
+        Ok(Err(e)) => tracing::warn!(
+            target: "distlock",
+            error = %e,
+            "cannot read redis maxmemory-policy: make sure it is `noeviction` (an evicted \
+             lock key lets a second holder in, an evicted fence counter starts again from 1)"
+        ),
         Err(_) => tracing::debug!(target: "distlock", "reading redis maxmemory-policy timed out"),
     }
 }
@@ -1408,6 +1445,16 @@ async fn detect_native(
             Native::from_info(&info),
             super::native::run_id(&info).map(str::to_owned),
         ),
+        // Refused (an ACL without @dangerous, or `INFO` renamed): `HELLO` with no
+        // arguments still names the server and its version, though not its `run_id`.
+        Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+            let hello = redis::cmd("HELLO");
+            match tokio::time::timeout(timeout, hello.query_async::<redis::Value>(&mut conn)).await
+            {
+                Ok(Ok(reply)) => (Native::from_hello(&reply), None),
+                _ => (Native::default(), None),
+            }
+        }
         _ => (Native::default(), None),
     }
 }

@@ -74,6 +74,17 @@ impl Backend {
         }
     }
 
+    /// Which barrier covers a write to `key`: writes whose keys are in one group are
+    /// made on one primary, so one [`barrier`](Self::barrier) after them covers them
+    /// all. One group for a single server (Sentinel's primary included); on a cluster,
+    /// one per slot (a slot is served by one primary, whatever a reshard is doing).
+    pub(crate) fn barrier_group(&self, key: &str) -> u64 {
+        match self {
+            Backend::Redis(r) if r.is_cluster() => u64::from(crate::key::slot(key.as_bytes())),
+            _ => 0,
+        }
+    }
+
     /// [`barrier`](Self::barrier) as the caller's answer: `Ok` when `replicas`
     /// acknowledged, else [`Error::NotReplicated`] (or `Backend`) about `key`.
     pub(crate) async fn require_acked(&self, key: &str, replicas: u32) -> Result<(), Error> {

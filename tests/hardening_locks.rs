@@ -1,0 +1,201 @@
+//! Lock faults found between the lines in the third round, each against real servers,
+//! each test failing on the code before its fix, with a control that shows the
+//! condition it needs really arose:
+//!
+//! 1. a release retry reported `Ok` while another client held the lock: the server had
+//!    restarted unseen, because a least-privilege user cannot read `INFO`'s `run_id`;
+//! 2. a lease that ended while another lock's renewal was in flight stayed "held";
+//! 4. `fence()` after the holder's own lease had ended returned the cached number.
+#[macro_use]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use distlock::{Error, Locks};
+
+/// `redis-server` arguments for a user as least-privilege setups make it: everything but
+/// `@dangerous` (no `INFO`, `CONFIG`, `CLIENT KILL`, `DEBUG`), whatever user the suite
+/// runs as.
+const LEAST_PRIVILEGE: [&str; 8] = [
+    "--user",
+    "lp",
+    "on",
+    ">lp",
+    "~*",
+    "&*",
+    "+@all",
+    "-@dangerous",
+];
+
+fn least_privilege_url(server: &RedisServer) -> String {
+    format!("redis://lp:lp@127.0.0.1:{}/", server.port)
+}
+
+/// A holds `k`; Redis restarts (without persistence) while A is idle; B takes `k`; a
+/// `CLIENT PAUSE ... WRITE` makes A's first release try time out, and the retry, sent
+/// before the pause ends, finds B's token. As a user that may not run `INFO`, A cannot
+/// read the server's `run_id`: the retry must not take "not ours" for "my first try
+/// released it". Control: the same release without the restart is `Ok` (the retry path
+/// is taken, and trusted when nothing may have lost the key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_retry_across_an_unseen_restart_is_never_ok() {
+    for restart in [false, true] {
+        let mut server = RedisServer::start_with(&LEAST_PRIVILEGE);
+        let a = Locks::builder(least_privilege_url(&server))
+            .command_timeout(Duration::from_millis(500))
+            .connect()
+            .await
+            .unwrap();
+        // Every connection of the client is open and warm before the restart.
+        cycles(&a, "warm", 3).await;
+        let g = a
+            .lock("k")
+            .ttl(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let b = if restart {
+            server.restart();
+            let b = Locks::connect(&server.admin_url()).await.unwrap();
+            Some(
+                b.lock("k")
+                    .ttl(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .unwrap(),
+            )
+        } else {
+            None
+        };
+        let mut admin = server.raw().await;
+        redis::cmd("CLIENT")
+            .arg(&["PAUSE", "800", "WRITE"])
+            .exec_async(&mut admin)
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let released = g.release().await;
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(500),
+            "the first try timed out, the retry answered: {took:?}"
+        );
+        let held: Option<String> = redis::cmd("GET")
+            .arg("lock:k")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        match b {
+            None => {
+                assert!(released.is_ok(), "control: {released:?}");
+                assert_eq!(held, None, "control: released");
+            }
+            Some(b) => {
+                assert!(
+                    matches!(released, Err(Error::Backend { .. } | Error::Lost { .. })),
+                    "another client holds the lock: {released:?}"
+                );
+                assert!(held.is_some_and(|v| v.starts_with(b.token())), "B holds it");
+                b.release().await.unwrap();
+            }
+        }
+    }
+}
+
+/// Two renewed locks of one client: `short`, past its `max_hold` (no longer renewed, its
+/// lease runs out at 600 ms), and `slow`, whose renewal the proxy holds on its way to
+/// Redis until after `slow`'s own lease ends (900 ms). The renewal task awaits that
+/// renewal meanwhile; `short`'s lease end must still be seen when it comes: by 750 ms it
+/// is not held, `lost()` has fired, and `fence()` says `Lost`. Control: then another
+/// client takes `short` (its key expired), while `slow`'s renewal is still held (`slow`
+/// keeps its first ttl in Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_end_is_seen_while_another_renewal_is_in_flight() {
+    use common::proxy::FaultProxy;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port);
+    let locks = proxy.locks(Duration::from_secs(2));
+    cycles(&locks, "warm", 2).await;
+    let short = locks
+        .lock("short")
+        .ttl(Duration::from_millis(600))
+        .renew(true)
+        .max_hold(Duration::from_millis(1))
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let slow = locks
+        .lock("slow")
+        .ttl(Duration::from_millis(900))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    proxy.hold_commands_containing(Some(b"lock:slow"));
+    let info = short.info().clone();
+    let lost = tokio::spawn(async move {
+        info.lost().await;
+        Instant::now()
+    });
+    tokio::time::sleep_until((started + Duration::from_millis(750)).into()).await;
+    let mut admin = server.raw().await;
+    let slow_pttl: i64 = redis::cmd("PTTL")
+        .arg("lock:slow")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        (0..=200).contains(&slow_pttl),
+        "control: slow's renewal is still held ({slow_pttl} ms left)"
+    );
+    let other = Locks::connect(&server.admin_url()).await.unwrap();
+    let thief = other.lock("short").acquire().await.unwrap();
+    assert!(
+        !short.info().is_held(),
+        "another client holds it, and the lease ended at 600 ms"
+    );
+    assert!(lost.is_finished(), "lost() fired at the lease end");
+    let at = lost.await.unwrap();
+    assert!(
+        at < started + Duration::from_millis(700),
+        "lost() fired {:?} after the start",
+        at - started
+    );
+    assert!(matches!(short.fence().await, Err(Error::Lost { .. })));
+    proxy.hold_commands_containing(None);
+    thief.release().await.unwrap();
+    assert!(matches!(short.release().await, Err(Error::Lost { .. })));
+    let _ = slow.release().await;
+}
+
+/// A lock without renewal asks for its fence, then its lease ends while the body still
+/// runs: the next `fence()` is `Lost` without a round trip, not the cached number.
+/// Control: within the lease, the second call returns the cached number; after it,
+/// another client takes the key and gets a larger fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_after_the_lease_ended_is_lost() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let g = locks
+        .lock("fenced")
+        .ttl(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    let fence = g.fence().await.unwrap();
+    assert_eq!(g.fence().await.unwrap(), fence, "control: cached");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let asked = g.fence().await;
+    assert!(matches!(asked, Err(Error::Lost { .. })), "{asked:?}");
+    assert!(!g.info().is_held());
+    let other = Locks::connect(&server.url()).await.unwrap();
+    let next = other.lock("fenced").acquire().await.unwrap();
+    assert!(
+        next.fence().await.unwrap() > fence,
+        "control: the key was free"
+    );
+    next.release().await.unwrap();
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+}
