@@ -2,7 +2,9 @@
 //! (3 primaries, 1 replica each) and pauses a replica with SIGSTOP.
 //!
 //! 3. one renewal barrier covered one primary only: renewals of locks on other
-//!    primaries counted as acknowledged.
+//!    primaries counted as acknowledged;
+//! 6. `WAIT` ran on the connection every call to its primary shares, so one lagging
+//!    replica stalled them all.
 #[macro_use]
 mod common;
 
@@ -95,4 +97,104 @@ async fn each_primary_acknowledges_its_own_renewals() {
     );
     ga.release().await.unwrap();
     let _ = gb.release().await;
+}
+
+/// A replica of one primary paused: calls that wait for it (`replicas = 1`, four keys at
+/// once) each wait half the command timeout and fail with `NotReplicated`; plain lock
+/// cycles on another key of that primary meanwhile all succeed (they used to queue behind the `WAIT` on the
+/// connection every call to that primary shares: 28 of 40 failed). Control: the calls
+/// that wait for the replica did wait, and failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let cluster = RedisCluster::start(3, 1);
+    let locks = Locks::cluster(cluster.urls())
+        .command_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let primary = primaries(&cluster)[0];
+    let (acked, plain) = (
+        key_on(&cluster, primary, "acked"),
+        key_on(&cluster, primary, "plain"),
+    );
+    cycles(&locks, &plain, 2).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match locks.lock(acked.as_str()).replicas(1).acquire().await {
+            Ok(g) => break g.release().await.unwrap(),
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "the replica never acknowledged: {e:?}"
+            ),
+        }
+    }
+    let replica = cluster.replicas_of(primary)[0];
+    signal(&cluster, replica, "-STOP");
+    let (stop, refused) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+    );
+    // Four keys of that primary, each taken over and over with `replicas = 1`.
+    let waiting: Vec<_> = (0..4)
+        .map(|i| {
+            let key = key_on(&cluster, primary, &format!("acked{i}"));
+            let (locks, stop, refused) = (locks.clone(), stop.clone(), refused.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match locks.lock(key.as_str()).replicas(1).acquire().await {
+                        Err(distlock::Error::NotReplicated { .. }) => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        other => panic!("the replica is paused: {other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    // Four tasks of plain cycles, as a loaded service runs them (some go over the shared
+    // connection then): 40 cycles at least, and on until the calls that wait were refused
+    // a few times.
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let plain_tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (locks, key, refused) = (locks.clone(), plain.clone(), refused.clone());
+            tokio::spawn(async move {
+                let mut failed = Vec::new();
+                let mut i = 0;
+                while i < 10
+                    || (refused.load(Ordering::Relaxed) < 4 && std::time::Instant::now() < until)
+                {
+                    i += 1;
+                    let cycle = async {
+                        let g = locks
+                            .lock(key.as_str())
+                            .wait(Duration::from_secs(5))
+                            .acquire()
+                            .await?;
+                        g.release().await
+                    };
+                    if let Err(e) = cycle.await {
+                        failed.push(e);
+                    }
+                }
+                failed
+            })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for t in plain_tasks {
+        failed.extend(t.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in waiting {
+        w.await.unwrap();
+    }
+    signal(&cluster, replica, "-CONT");
+    assert!(
+        refused.load(Ordering::Relaxed) >= 2,
+        "control: the calls that wait for the replica waited and failed"
+    );
+    assert!(failed.is_empty(), "plain cycles failed: {failed:?}");
 }

@@ -736,26 +736,60 @@ impl RedisBackend {
     }
 
     /// Runs a pipeline within the timeout on a connection no other call uses meanwhile:
-    /// an idle or new direct connection whatever the calls in flight, else (every direct
-    /// one busy, or TLS) a connection of its own, closed after. For pipelines that end
-    /// in `WAIT`, which holds its connection while replicas catch up.
+    /// an idle or new direct connection whatever the calls in flight (to the current
+    /// primary behind Sentinel, to the slot's owner on a cluster), else (every direct one
+    /// busy, or TLS) a connection of its own, closed after. For pipelines that end in
+    /// `WAIT`, which holds its connection while replicas catch up: on a connection other
+    /// calls share, one lagging replica would stall every call to its primary.
     pub(crate) async fn query_pipe_alone<T: FromRedisValue>(
         &self,
         pipe: &redis::Pipeline,
     ) -> Result<T, BackendError> {
         let call = async {
             let runtime = current_runtime()?;
-            if let Some(mut direct) = self.take_direct(runtime).await? {
-                let reply = Call::Pipe(pipe).run::<T, _>(&mut direct).await;
-                self.done_with(direct, &reply);
-                return reply.map_err(BackendError::from);
-            }
             let client = match &self.target {
-                Target::Single(client) => client.clone(),
-                Target::Sentinel(target) => target.current(self.timeout).await?,
-                // A cluster: the shared connection to the slot's primary (a lagging
-                // replica slows the calls to that primary meanwhile).
-                Target::Cluster(..) => return self.call_on_shared(Call::Pipe(pipe)).await,
+                Target::Single(client) => {
+                    if let Some(mut direct) = self.take_direct(runtime).await? {
+                        let reply = Call::Pipe(pipe).run::<T, _>(&mut direct).await;
+                        self.done_with(direct, &reply);
+                        return reply.map_err(BackendError::from);
+                    }
+                    client.clone()
+                }
+                Target::Sentinel(target) => {
+                    let client = target.current(self.timeout).await?;
+                    if let Some(reply) = self.pipe_on_primary(runtime, &client, pipe).await {
+                        return reply;
+                    }
+                    client
+                }
+                // A cluster: a direct connection to the slot's owner (read now if the map
+                // is not known); the shared one only where none can be had (every direct
+                // one busy, TLS, or a slot moving).
+                Target::Cluster(..) => {
+                    if self.direct
+                        && let Some(key) = pipe_key(pipe)
+                    {
+                        self.read_owners_now().await;
+                        let what = Call::Pipe(pipe);
+                        if let Some(reply) =
+                            Box::pin(self.direct_to_slot_owner(runtime, &key, what)).await
+                        {
+                            return reply;
+                        }
+                        // Every direct connection busy: one of its own to the owner.
+                        if let Some(node) = self.owner_of(&key) {
+                            let mut own = self.plain_to(&node).await?;
+                            match Call::Pipe(pipe).run::<T, _>(&mut own).await {
+                                Err(e) if AtNode::of(&e, false).is_some() => {
+                                    *crate::util::lock(&self.owners) = None;
+                                }
+                                reply => return reply.map_err(BackendError::from),
+                            }
+                        }
+                    }
+                    return self.call_on_shared(Call::Pipe(pipe)).await;
+                }
             };
             let mut own = client
                 .get_multiplexed_async_connection()
@@ -829,6 +863,70 @@ impl RedisBackend {
             .await
     }
 
+    /// Behind Sentinel, `pipe` over a direct connection to the primary `client` names
+    /// (kept for the next such call, not opened and closed each time). `None`: no direct
+    /// connection can be had (every one busy, or TLS), and the caller makes its own.
+    /// One that answers `READONLY` (a demoted primary) is closed, with the idle ones.
+    async fn pipe_on_primary<T: FromRedisValue>(
+        &self,
+        runtime: tokio::runtime::Id,
+        client: &redis::Client,
+        pipe: &redis::Pipeline,
+    ) -> Option<Result<T, BackendError>> {
+        let info = client.get_connection_info();
+        if !Direct::serves(info, &self.tls) {
+            return None;
+        }
+        let mut direct = match self.take_direct_to(runtime, info).await {
+            Ok(Some(direct)) => direct,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        let reply = Call::Pipe(pipe).run::<T, _>(&mut direct).await;
+        let demoted = matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly));
+        if demoted {
+            drop(direct);
+            self.drop_idle();
+            self.broke();
+        } else {
+            self.done_with(direct, &reply);
+        }
+        Some(reply.map_err(BackendError::from))
+    }
+
+    /// The primary that owns the slot of `key`, as last read.
+    fn owner_of(&self, key: &[u8]) -> Option<AtNode> {
+        let slot = crate::key::slot(key);
+        let owners = crate::util::lock(&self.owners);
+        let (_, _, host, port) = owners
+            .as_ref()?
+            .iter()
+            .find(|(start, end, _, _)| *start <= slot && slot <= *end)?;
+        Some(AtNode {
+            host: host.clone(),
+            port: *port,
+            asking: false,
+        })
+    }
+
+    /// On a cluster whose slot owners are not known, reads them now (`CLUSTER SLOTS`, one
+    /// node, within the command timeout) for a call that needs a direct connection.
+    async fn read_owners_now(&self) {
+        if crate::util::lock(&self.owners).is_some() {
+            return;
+        }
+        let Ok((Conn::Cluster(mut conn), _)) = self.connection().await else {
+            return;
+        };
+        let read = conn.route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").to_owned(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        );
+        if let Ok(Ok(ranges)) = tokio::time::timeout(self.timeout, read).await {
+            *crate::util::lock(&self.owners) = Some(slot_owners(&ranges));
+        }
+    }
+
     /// On a cluster, `what` over a direct connection to the primary that owns its key's
     /// slot, as last read. `None`: no such connection, or the node answered that the
     /// command did not run there (a redirect: the map is read again), and the cluster
@@ -838,22 +936,25 @@ impl RedisBackend {
         runtime: tokio::runtime::Id,
         what: Call<'_, '_>,
     ) -> Option<Result<T, BackendError>> {
+        let key = what.single_key()?;
+        self.direct_to_slot_owner(runtime, &key, what).await
+    }
+
+    /// [`direct_to_owner`](Self::direct_to_owner) for the slot of `key`.
+    async fn direct_to_slot_owner<T: FromRedisValue>(
+        &self,
+        runtime: tokio::runtime::Id,
+        key: &[u8],
+        what: Call<'_, '_>,
+    ) -> Option<Result<T, BackendError>> {
         let Target::Cluster(_, base) = &self.target else {
             return None;
         };
         if !self.direct {
             return None;
         }
-        let slot = crate::key::slot(&what.single_key()?);
-        let (host, port) = {
-            let owners = crate::util::lock(&self.owners);
-            let (_, _, host, port) = owners
-                .as_ref()?
-                .iter()
-                .find(|(start, end, _, _)| *start <= slot && slot <= *end)?;
-            (host.clone(), *port)
-        };
-        let info = node_info(base, host, port);
+        let owner = self.owner_of(key)?;
+        let info = node_info(base, owner.host, owner.port);
         // A node that cannot be reached directly: the map is read again (also when an
         // open that outlived the call's wait fails, see `open_direct`), and the cluster
         // connection decides. `take_direct_to` waits at most a quarter of the timeout.
@@ -1551,6 +1652,19 @@ impl Call<'_, '_> {
 
 /// A range of slots (first, last) and the host and port of its primary.
 type SlotOwner = (u16, u16, String, u16);
+
+/// The key a pipeline that waits for replicas writes first: `EVAL <script> <numkeys>
+/// <key> ...`, or `<command> <key> ...`; its slot is the pipeline's.
+fn pipe_key(pipe: &redis::Pipeline) -> Option<Vec<u8>> {
+    let first = pipe.cmd_iter().next()?;
+    let name = arg(first, 0)?;
+    let at = if name.eq_ignore_ascii_case(b"EVAL") || name.eq_ignore_ascii_case(b"EVALSHA") {
+        3
+    } else {
+        1
+    };
+    arg(first, at)
+}
 
 /// How many redirects and not-run replies one cluster call follows before it reports
 /// the last one (the command timeout bounds it too).
