@@ -157,6 +157,9 @@ impl Error {
 pub struct BackendError {
     kind: BackendErrorKind,
     detail: String,
+    /// A cluster node answered `TRYAGAIN`: a call's keys are split between the two nodes
+    /// of a slot being migrated.
+    split: bool,
 }
 
 /// The broad class of a [`BackendError`].
@@ -178,7 +181,14 @@ impl BackendError {
         BackendError {
             kind,
             detail: detail.into(),
+            split: false,
         }
+    }
+
+    /// Whether a cluster node answered that the call's keys are split between the two
+    /// nodes of a slot being migrated (`TRYAGAIN`): a call on fewer keys may run.
+    pub(crate) fn is_split(&self) -> bool {
+        self.split
     }
 
     pub(crate) fn timeout(limit: Duration) -> Self {
@@ -244,6 +254,8 @@ impl From<redis::RedisError> for BackendError {
         } else {
             BackendErrorKind::Response
         };
-        BackendError::new(kind, e.to_string())
+        let mut error = BackendError::new(kind, e.to_string());
+        error.split = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain);
+        error
     }
 }

@@ -1122,6 +1122,15 @@ impl RedisBackend {
                         None => return Err(e),
                     }
                 }
+                // Keys split between the two nodes of a slot being migrated: that lasts
+                // until the migration moves the rest, which a slow or stuck reshard may
+                // not do for long. Tried again briefly (a migration moving one of them
+                // now), then returned: the callers that can run on fewer keys do.
+                redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+                    if round >= SPLIT_ROUNDS =>
+                {
+                    return Err(e);
+                }
                 redis::ErrorKind::Server(
                     redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::ClusterDown,
                 )
@@ -1229,14 +1238,36 @@ impl RedisBackend {
         if self.sharded {
             let mut cmd = evalsha(&FENCE, 2, 1, 2 * key.len() + token.len());
             cmd.arg(key).arg(Companion(key, ":fence")).arg(token);
-            return self.evalsha_call(&FENCE, &cmd).await;
+            return match self.evalsha_call(&FENCE, &cmd).await {
+                Err(e) if e.is_split() => Box::pin(self.fence_split(key, token)).await,
+                asked => asked,
+            };
         }
         let (fence, held): (u64, Option<String>) = self.query_pipe(&fence_pipe(key)).await?;
         Ok(fence_if_held(fence, held, token))
     }
 
+    /// A fence while the key and its counter are split between the two nodes of a
+    /// migrating slot: the `INCR`, then the `GET` once it answered, each a call on one
+    /// key that goes wherever its key is (a counter that does not exist yet is made on the
+    /// slot's new node). The same reasoning as the pipelined form on one server: a key
+    /// that still holds the token after the increment held it from before.
+    async fn fence_split(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+        tracing::debug!(target: "distlock", key, "lock fence while its slot migrates: the counter and the key asked one after the other");
+        let mut incr = redis::cmd("INCR");
+        incr.arg(Companion(key, ":fence"));
+        let fence: u64 = self.query(&incr).await?;
+        let mut get = redis::cmd("GET");
+        get.arg(key);
+        let held: Option<String> = self.query(&get).await?;
+        Ok(fence_if_held(fence, held, token))
+    }
+
     /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
-    /// release runs only when that finds waiters registered.
+    /// release runs only when that finds waiters registered. On a cluster whose slot
+    /// migrates with the lock key and its recent turns (`{key}:turns`) split between the
+    /// two nodes, the release runs on the lock key alone, without yielding (the turns
+    /// only decide who goes next between clients).
     pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         if call.successor.is_none() && !call.contended {
             let mut cmd = evalsha(&UNLOCK, 1, 1, call.key.len() + call.token.len());
@@ -1247,15 +1278,30 @@ impl RedisBackend {
                 _ => {}
             }
         }
+        match self.release_script(call, true).await {
+            Err(e) if e.is_split() => self.release_script(call, false).await,
+            released => released,
+        }
+    }
+
+    /// `release.lua`; `with_turns`: with the recent turns' key declared, so it may yield.
+    async fn release_script(
+        &self,
+        call: &ReleaseCall<'_>,
+        with_turns: bool,
+    ) -> Result<Released, BackendError> {
         let mut inv = self.script(&RELEASE).prepare_invoke();
-        let (client, window) = call.yield_to.map_or(("", 0), |(c, w)| (c, millis(w)));
+        let yield_to = call.yield_to.filter(|_| with_turns);
+        let (client, window) = yield_to.map_or(("", 0), |(c, w)| (c, millis(w)));
         let (next, next_ttl, turn_over) = call
             .successor
             .map_or(("", 0, false), |s| (s.token, millis(s.ttl), s.turn_over));
         let channel = crate::notify::channel_of(call.key);
-        inv.key(call.key)
-            .key(Companion(call.key, ":turns"))
-            .arg(call.token)
+        inv.key(call.key);
+        if with_turns {
+            inv.key(Companion(call.key, ":turns"));
+        }
+        inv.arg(call.token)
             .arg(&channel)
             .arg(client)
             .arg(window)
@@ -1263,7 +1309,7 @@ impl RedisBackend {
             .arg(next_ttl)
             .arg(if turn_over { "1" } else { "" })
             .arg(u8::from(
-                call.yield_to.is_some() && (call.self_subscribed)(&channel),
+                yield_to.is_some() && (call.self_subscribed)(&channel),
             ));
         let reply: i64 = self.eval(&inv).await?;
         Ok(match reply {
@@ -1665,6 +1711,10 @@ fn pipe_key(pipe: &redis::Pipeline) -> Option<Vec<u8>> {
     };
     arg(first, at)
 }
+
+/// How many `TRYAGAIN` replies one cluster call takes (about 40 ms of pauses) before it
+/// reports one: its keys are split between the two nodes of a migrating slot.
+const SPLIT_ROUNDS: u32 = 8;
 
 /// How many redirects and not-run replies one cluster call follows before it reports
 /// the last one (the command timeout bounds it too).

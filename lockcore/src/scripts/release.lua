@@ -1,6 +1,7 @@
 -- Release in one step: compare-and-delete, or hand the lock to this client's next local
 -- waiter, or leave it to the other clients that wait for it; then wake the waiters.
--- KEYS[1] lock key, KEYS[2] the recent turns (same slot).
+-- KEYS[1] lock key, KEYS[2] the recent turns (same slot; left out, with ARGV[3] = '', by a
+-- release that runs while a migrating slot has the two split between its nodes).
 -- ARGV[1] token; ARGV[2] the channel that wakes waiters; ARGV[3] this client's id, ''
 -- to never yield; ARGV[4] the yield window in ms; ARGV[5] the token of the next local
 -- waiter, else ''; ARGV[6] its ttl in ms; ARGV[7] '1' when this client's turn is over

@@ -1,8 +1,12 @@
-//! Redis Cluster with `replicas = n`, between the lines: each test starts its own cluster
-//! (3 primaries, 1 replica each) and pauses a replica with SIGSTOP.
+//! Redis Cluster between the lines: each test starts its own cluster (3 primaries, with
+//! a replica each where `replicas = n` is tested), and hangs a node with SIGSTOP or
+//! leaves a slot migrating.
 //!
 //! 3. one renewal barrier covered one primary only: renewals of locks on other
 //!    primaries counted as acknowledged;
+//! 5. during a slot migration, the release and the fence scripts declared companion keys
+//!    that did not exist (`{k}:turns`, `{k}:fence`): Redis answered `TRYAGAIN` until the
+//!    timeout, and the lock stayed until its ttl;
 //! 6. `WAIT` ran on the connection every call to its primary shares, so one lagging
 //!    replica stalled them all.
 #[macro_use]
@@ -197,4 +201,81 @@ async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
         "control: the calls that wait for the replica waited and failed"
     );
     assert!(failed.is_empty(), "plain cycles failed: {failed:?}");
+}
+
+/// A reshard stuck at its start: the slot of a held lock is `MIGRATING` on its owner and
+/// `IMPORTING` on another primary, no key moved. The lock key is on the owner; its
+/// companions (`{k}:fence`, `{k}:turns`) exist nowhere yet, so a call that declares them
+/// is split and Redis answers `TRYAGAIN` for as long as the migration stands. The
+/// holder's first fence and its contended release still work, and the waiter of another
+/// client gets the lock long before the ttl. Control: a raw two-key script on the owner
+/// gets `TRYAGAIN`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_work_while_their_slot_is_stuck_migrating() {
+    let cluster = RedisCluster::start(3, 0);
+    let ps = primaries(&cluster);
+    let key = key_on(&cluster, ps[0], "moving");
+    let full = format!("lock:{key}");
+    let slot = cluster.slot(&full).to_string();
+    let (from, to) = (ps[0], ps[1]);
+    let locks = Locks::cluster(cluster.urls())
+        .command_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let other = Locks::cluster(cluster.urls())
+        .command_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let g = locks
+        .lock(key.as_str())
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let (from_id, to_id) = (RedisCluster::node_id(from), RedisCluster::node_id(to));
+    assert_eq!(
+        RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        "OK"
+    );
+    assert_eq!(
+        RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        "OK"
+    );
+    let control = RedisCluster::cli(
+        from,
+        &["EVAL", "return 1", "2", &full, &format!("{{{full}}}:turns")],
+    );
+    assert!(control.contains("TRYAGAIN"), "control: split: {control}");
+    let started = std::time::Instant::now();
+    let fence = g.fence().await.unwrap();
+    assert!(fence >= 1);
+    let waiter = {
+        let (other, key) = (other.clone(), key.clone());
+        tokio::spawn(async move {
+            let g = other
+                .lock(key.as_str())
+                .wait(Duration::from_secs(15))
+                .acquire()
+                .await
+                .unwrap();
+            let at = std::time::Instant::now();
+            let next = g.fence().await.unwrap();
+            g.release().await.unwrap();
+            (at, next)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    g.release().await.unwrap();
+    let (taken, next) = waiter.await.unwrap();
+    for port in [from, to] {
+        RedisCluster::cli(port, &["CLUSTER", "SETSLOT", &slot, "STABLE"]);
+    }
+    assert!(next > fence, "fences grow: {next} > {fence}");
+    assert!(
+        taken - started < Duration::from_secs(5),
+        "the waiter got the lock {:?} after the migration began (ttl 20 s)",
+        taken - started
+    );
 }
