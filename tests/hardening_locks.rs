@@ -5,7 +5,8 @@
 //! 1. a release retry reported `Ok` while another client held the lock: the server had
 //!    restarted unseen, because a least-privilege user cannot read `INFO`'s `run_id`;
 //! 2. a lease that ended while another lock's renewal was in flight stayed "held";
-//! 4. `fence()` after the holder's own lease had ended returned the cached number.
+//! 4. `fence()` after the holder's own lease had ended returned the cached number;
+//! 8. (a) one client shared by more runtimes than cores churned connections.
 #[macro_use]
 mod common;
 
@@ -198,4 +199,87 @@ async fn a_fence_after_the_lease_ended_is_lost() {
     );
     next.release().await.unwrap();
     assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+}
+
+/// Connections the server has accepted so far (`INFO stats`, as the default user).
+async fn connections_received(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_connections_received")
+}
+
+/// `rounds` rounds of: every runtime runs 4 tasks of `cycles` lock cycles each (their own
+/// keys), all runtimes at once.
+fn cycles_from_runtimes(locks: &Locks, runtimes: &[tokio::runtime::Runtime], cycles: usize) {
+    std::thread::scope(|s| {
+        for (r, rt) in runtimes.iter().enumerate() {
+            let locks = locks.clone();
+            s.spawn(move || {
+                rt.block_on(async {
+                    let tasks: Vec<_> = (0..4)
+                        .map(|t| {
+                            let locks = locks.clone();
+                            tokio::spawn(async move {
+                                common::cycles(&locks, &format!("storm-{r}-{t}"), cycles).await
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                })
+            });
+        }
+    });
+}
+
+/// One client shared by 12 runtimes (more than cores; actix-web runs one per worker),
+/// 4 tasks each: the connections it makes are bounded by what that load needs, and do not
+/// grow with the number of calls (the second, longer batch of cycles makes at most 2).
+/// It used to replace the connections of the runtimes beyond 8 over and over (956
+/// connections for 300 cycles a task), and runtimes closed each other's idle direct
+/// connections to make room (6 more for the second batch with 8 runtimes). The same
+/// with 8 runtimes, as many as a client kept before.
+#[test]
+fn a_client_shared_by_more_runtimes_than_cores_makes_no_connection_storm() {
+    for count in [8, 12] {
+        let server = RedisServer::start();
+        let runtimes: Vec<_> = (0..count)
+            .map(|_| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let locks = runtimes[0].block_on(async {
+            Locks::builder(server.url())
+                .command_timeout(Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap()
+        });
+        let before = runtimes[0].block_on(connections_received(&server));
+        cycles_from_runtimes(&locks, &runtimes, 50);
+        let warm = runtimes[0].block_on(connections_received(&server));
+        cycles_from_runtimes(&locks, &runtimes, 100);
+        let after = runtimes[0].block_on(connections_received(&server));
+        let (first, second) = (warm - before, after - warm);
+        eprintln!("{count} runtimes: {first} connections, then {second}");
+        assert!(
+            first <= count as u64 + 8,
+            "{count} runtimes: {first} connections for the first cycles"
+        );
+        assert!(
+            second <= 2,
+            "{count} runtimes: {second} more connections for more cycles of the same load"
+        );
+    }
 }

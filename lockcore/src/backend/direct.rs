@@ -55,6 +55,8 @@ pub(crate) struct Direct {
     run_id: Option<Option<String>>,
     /// The address it was opened to (`host:port`, or a socket path).
     addr: String,
+    /// When it last went idle (back into the pool).
+    idle_since: std::time::Instant,
     _place: Place,
 }
 
@@ -276,6 +278,7 @@ impl Direct {
             runtime,
             run_id: None,
             addr: info.addr().to_string(),
+            idle_since: std::time::Instant::now(),
             _place: place,
         };
         if let Some(password) = settings.password() {
@@ -323,6 +326,16 @@ impl Direct {
     /// The address it was opened to.
     pub(crate) fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// Marks it idle from now (it goes back into the pool).
+    pub(crate) fn went_idle(&mut self) {
+        self.idle_since = std::time::Instant::now();
+    }
+
+    /// How long it has been idle, if it is.
+    pub(crate) fn idle_for(&self) -> std::time::Duration {
+        self.idle_since.elapsed()
     }
 
     /// The runtime whose reactor drives this connection's socket.

@@ -37,8 +37,16 @@ static RELEASE: LazyLock<[Script; 2]> =
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
 
-/// How many runtimes' connections one client keeps.
-const MAX_RUNTIMES: usize = 8;
+/// How many runtimes' connections one client keeps: more than a service runs (actix-web
+/// runs one per worker, and the default client is shared by all). The connection of a
+/// runtime that shut down is found closed and dropped before this matters, where
+/// distlock made its socket.
+const MAX_RUNTIMES: usize = 64;
+
+/// How long an idle direct connection of another runtime must have been unused before a
+/// runtime that needs one closes it to make room: such a connection most likely belongs
+/// to a runtime that shut down; one a live runtime uses now and then stays.
+const RECLAIM_IDLE: Duration = Duration::from_secs(2);
 
 /// How many direct connections one client keeps open at most (over all runtimes).
 const MAX_DIRECT: usize = 4;
@@ -334,12 +342,13 @@ impl RedisBackend {
             Some(place) => place,
             None => {
                 // Make room by closing one left by another runtime (most likely one
-                // that has shut down); otherwise every direct connection is busy.
+                // that has shut down: unused for a while); otherwise every direct
+                // connection is busy, or used by live runtimes, and the call goes over
+                // the multiplexed one (closing theirs would only move the churn there).
                 let mut idle = crate::util::lock(&self.idle);
-                let Some(other) = idle
-                    .iter()
-                    .position(|d| d.runtime() != runtime || d.addr() != addr)
-                else {
+                let Some(other) = idle.iter().position(|d| {
+                    (d.runtime() != runtime || d.addr() != addr) && d.idle_for() >= RECLAIM_IDLE
+                }) else {
                     return Ok(None);
                 };
                 drop(idle.remove(other));
@@ -458,7 +467,8 @@ impl RedisBackend {
         Some(idle.swap_remove(at))
     }
 
-    fn give_back(&self, conn: Direct) {
+    fn give_back(&self, mut conn: Direct) {
+        conn.went_idle();
         crate::util::lock(&self.idle).push(conn);
     }
 
