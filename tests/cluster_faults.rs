@@ -8,7 +8,9 @@
 //!    that did not exist (`{k}:turns`, `{k}:fence`): Redis answered `TRYAGAIN` until the
 //!    timeout, and the lock stayed until its ttl;
 //! 6. `WAIT` ran on the connection every call to its primary shares, so one lagging
-//!    replica stalled them all.
+//!    replica stalled them all;
+//! 7. while one node hung, a runtime without a cluster connection could not make one:
+//!    the renewal task, which made its own at its first renewal, lost a healthy lock.
 #[macro_use]
 mod common;
 
@@ -278,4 +280,71 @@ async fn locks_work_while_their_slot_is_stuck_migrating() {
         "the waiter got the lock {:?} after the migration began (ttl 20 s)",
         taken - started
     );
+}
+
+/// A replica of one primary hangs (SIGSTOP) right after a renewed lock on another primary
+/// is taken, before its first renewal: the renewal task, and a runtime the client has not
+/// been used from, work on the healthy primaries all the same (the cluster connection
+/// is made once per client and serves every runtime). Control: the node does not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_node_stops_no_runtime_from_using_the_cluster() {
+    let cluster = RedisCluster::start(3, 1);
+    let locks = Locks::cluster(cluster.urls())
+        .command_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let ps = primaries(&cluster);
+    let (healthy, other) = (ps[0], ps[1]);
+    let key = key_on(&cluster, healthy, "renewed");
+    // Waiting for its replica: the renewal's barrier runs on the cluster connection where
+    // no direct connection to the slot's owner can be had.
+    let g = locks
+        .lock(key.as_str())
+        .ttl(Duration::from_millis(1500))
+        .renew(true)
+        .replicas(1)
+        .acquire()
+        .await
+        .unwrap();
+    let hung = cluster.replicas_of(other)[0];
+    signal(&cluster, hung, "-STOP");
+    assert!(!testkit::ping(hung), "control: the node hangs");
+    // Another runtime, on a thread of its own, that has not used the client yet.
+    let fresh = {
+        let (locks, key) = (locks.clone(), key_on(&cluster, healthy, "fresh"));
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async move {
+                    // Eight at once: beyond what direct connections take, the calls go
+                    // over the cluster connection.
+                    let tasks: Vec<_> = (0..8)
+                        .map(|i| {
+                            let (locks, key) = (locks.clone(), format!("{key}-{i}"));
+                            tokio::spawn(async move {
+                                for _ in 0..5 {
+                                    let g = locks.lock(key.as_str()).acquire().await?;
+                                    g.release().await?;
+                                }
+                                Ok::<_, distlock::Error>(())
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap()?;
+                    }
+                    Ok::<_, distlock::Error>(())
+                })
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let held = g.info().is_held();
+    let fresh = fresh.join().unwrap();
+    signal(&cluster, hung, "-CONT");
+    assert!(fresh.is_ok(), "a new runtime: {fresh:?}");
+    assert!(held, "renewed past its ttl on a healthy primary");
+    g.release().await.unwrap();
 }

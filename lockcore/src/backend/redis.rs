@@ -521,11 +521,26 @@ impl RedisBackend {
     }
 
     async fn connection(&self) -> Result<(Conn, u64), BackendError> {
-        let runtime = current_runtime()?;
+        current_runtime()?;
+        let runtime = self.connection_runtime()?.id();
         if let Some(found) = self.cached(runtime) {
             return Ok(found);
         }
         self.connect(runtime).await
+    }
+
+    /// The runtime whose tasks drive the connection that calls from this one use: the
+    /// caller's own, or on a cluster the runtime of the client library's own thread (see
+    /// [`cluster_runtime`]).
+    fn connection_runtime(&self) -> Result<Handle, BackendError> {
+        if self.sharded
+            && let Some(shared) = cluster_runtime()
+        {
+            return Ok(shared.clone());
+        }
+        Handle::try_current().map_err(|_| {
+            BackendError::new(BackendErrorKind::Config, "called outside a tokio runtime")
+        })
     }
 
     /// A new connection for `runtime`, unless another call made one.
@@ -585,9 +600,7 @@ impl RedisBackend {
     fn attempt(&self, runtime: tokio::runtime::Id) -> Result<Attempting, BackendError> {
         use futures_util::FutureExt;
         use tracing::instrument::WithSubscriber as _;
-        let handle = Handle::try_current().map_err(|_| {
-            BackendError::new(BackendErrorKind::Config, "called outside a tokio runtime")
-        })?;
+        let handle = self.connection_runtime()?;
         let mut pending = crate::util::lock(&self.pending);
         if let Some(found) = self.cached(runtime) {
             return Ok(Attempting::Made(found));
@@ -1614,6 +1627,46 @@ async fn detect_native(
         }
         _ => (Native::default(), None),
     }
+}
+
+/// The runtime that drives every cluster connection of the process, on a thread of its
+/// own: a cluster connection made once then serves every runtime of its client (the
+/// renewal task's, a new actix-web worker's) and outlives each of them. Making one talks
+/// to every node of the cluster, and a node that hangs (SIGSTOP, a stalled host) holds it
+/// up: a runtime that needed a connection of its own could not get one meanwhile, and
+/// the renewal task lost healthy locks at their first renewal. `None` when its thread
+/// cannot start (each caller's runtime then drives its own, as on one server).
+fn cluster_runtime() -> Option<&'static Handle> {
+    static RUNTIME: std::sync::OnceLock<Option<Handle>> = std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let started = std::thread::Builder::new()
+                .name("distlock-cluster".into())
+                .spawn(move || {
+                    match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => {
+                            let _ = tx.send(Some(rt.handle().clone()));
+                            rt.block_on(std::future::pending::<()>());
+                        }
+                        Err(e) => {
+                            tracing::error!(target: "distlock", error = %e, "the cluster connections' runtime cannot start");
+                            let _ = tx.send(None);
+                        }
+                    }
+                });
+            match started {
+                Ok(_) => rx.recv().ok().flatten(),
+                Err(e) => {
+                    tracing::error!(target: "distlock", error = %e, "the cluster connections' thread cannot start");
+                    None
+                }
+            }
+        })
+        .as_ref()
 }
 
 fn current_runtime() -> Result<tokio::runtime::Id, BackendError> {
