@@ -10,7 +10,9 @@
 //! 6. `WAIT` ran on the connection every call to its primary shares, so one lagging
 //!    replica stalled them all;
 //! 7. while one node hung, a runtime without a cluster connection could not make one:
-//!    the renewal task, which made its own at its first renewal, lost a healthy lock.
+//!    the renewal task, which made its own at its first renewal, lost a healthy lock;
+//! 8. (b) each `TRYAGAIN` round redirected by `ASK` to a node redis-rs has no connection
+//!    to opened a new connection to it.
 #[macro_use]
 mod common;
 
@@ -347,4 +349,86 @@ async fn a_hung_node_stops_no_runtime_from_using_the_cluster() {
     assert!(fresh.is_ok(), "a new runtime: {fresh:?}");
     assert!(held, "renewed past its ttl on a healthy primary");
     g.release().await.unwrap();
+}
+
+/// Connections the server on `port` has accepted so far (`INFO stats`).
+fn connections_received(port: u16) -> u64 {
+    RedisCluster::cli(port, &["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("total_connections_received:"))
+        .and_then(|n| n.parse().ok())
+        .expect("total_connections_received")
+}
+
+/// A node joins after the client read the map (redis-rs has no connection to it), and a
+/// slot migrates to it, stuck after its lock keys moved: each fence asked now is
+/// redirected there by `ASK`, and answered `TRYAGAIN` there (the counter is not there
+/// yet), round after round. The connection the client makes to the new node is kept:
+/// six fences make at most two connections to it (they used to make one each round, 83
+/// in 3 s). Control: the fences are redirected there (its keys and counters are).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_to_a_new_node_reuse_one_connection() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let locks = Locks::cluster(cluster.urls())
+        .command_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let names: Vec<String> = (0..6).map(|i| format!("x{{moving}}{i}")).collect();
+    let slot = cluster.slot(&format!("lock:{}", names[0]));
+    let from = cluster.primary_of(slot);
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(
+            locks
+                .lock(name.as_str())
+                .ttl(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let to = cluster.add_node();
+    let slot = slot.to_string();
+    let (from_id, to_id) = (RedisCluster::node_id(from), RedisCluster::node_id(to));
+    assert_eq!(
+        RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        "OK"
+    );
+    assert_eq!(
+        RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        "OK"
+    );
+    let keys: Vec<String> = names.iter().map(|n| format!("lock:{n}")).collect();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1"];
+    let port = to.to_string();
+    migrate.extend([port.as_str(), "", "0", "5000", "KEYS"]);
+    migrate.extend(keys.iter().map(String::as_str));
+    assert_eq!(RedisCluster::cli(from, &migrate), "OK");
+    let before = connections_received(to);
+    let mut fences = Vec::new();
+    for g in &guards {
+        fences.push(g.fence().await.unwrap());
+    }
+    let made = connections_received(to) - before;
+    // A key with a hash tag keeps it for its companions: `<key>:fence`. Asked with
+    // `ASKING` (the slot is still the old owner's).
+    let (counters,): (u32,) = redis::pipe()
+        .cmd("ASKING")
+        .ignore()
+        .cmd("EXISTS")
+        .arg(format!("{}:fence", keys[0]))
+        .query(
+            &mut redis::Client::open(format!("redis://127.0.0.1:{to}/"))
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        )
+        .unwrap();
+    for port in [from, to] {
+        RedisCluster::cli(port, &["CLUSTER", "SETSLOT", &slot, "STABLE"]);
+    }
+    assert_eq!(counters, 1, "control: the fences went to the new node");
+    assert!(made <= 2, "{made} connections to the new node for 6 fences");
+    assert!(fences.iter().all(|f| *f >= 1));
 }

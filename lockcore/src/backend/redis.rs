@@ -89,6 +89,9 @@ pub(crate) struct RedisBackend {
     /// On a cluster, the primary of each slot range as last read (`CLUSTER SLOTS`), for
     /// direct connections; `None` until read, and again when a redirect showed it stale.
     owners: Arc<Mutex<Option<Vec<SlotOwner>>>>,
+    /// On a cluster, the connections kept to nodes redis-rs has none to (see
+    /// [`Self::plain_kept`]), by `host:port`.
+    plain: Mutex<std::collections::HashMap<String, MultiplexedConnection>>,
     /// Whether a read of the slot owners is under way (one at a time, in a task).
     reading_owners: Arc<AtomicBool>,
     /// On a cluster, the `run_id` each node answered with when a direct connection to it
@@ -229,6 +232,7 @@ impl RedisBackend {
             owners: Arc::new(Mutex::new(None)),
             reading_owners: Arc::new(AtomicBool::new(false)),
             node_run_ids: Mutex::new(std::collections::HashMap::new()),
+            plain: Mutex::new(std::collections::HashMap::new()),
             live: Arc::new(AtomicUsize::new(0)),
             in_flight: AtomicUsize::new(0),
             direct,
@@ -874,16 +878,63 @@ impl RedisBackend {
     /// A connection of its own to the cluster node `node` names, with the first node's
     /// settings (credentials, TLS).
     async fn plain_to(&self, node: &AtNode) -> redis::RedisResult<MultiplexedConnection> {
+        self.plain_making(node)?.await
+    }
+
+    /// [`plain_to`](Self::plain_to), as a future that borrows nothing.
+    fn plain_making(
+        &self,
+        node: &AtNode,
+    ) -> redis::RedisResult<
+        impl Future<Output = redis::RedisResult<MultiplexedConnection>> + Send + 'static,
+    > {
         let Target::Cluster(_, base) = &self.target else {
             return Err((redis::ErrorKind::Client, "not a cluster").into());
         };
-        tracing::debug!(target: "distlock", host = %node.host, port = node.port, "redirected to a cluster node redis-rs has no connection to; connecting");
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.timeout))
             .set_response_timeout(None);
-        redis::Client::open(node_info(base, node.host.clone(), node.port))?
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
+        let client = redis::Client::open(node_info(base, node.host.clone(), node.port))?;
+        Ok(async move {
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        })
+    }
+
+    /// A connection to the cluster node `node` names for following a redirect there (a
+    /// node redis-rs has no connection to: one that joined after it read the map), kept
+    /// for the next redirect to that node: a migration answers `ASK` then `TRYAGAIN`
+    /// round after round. Made on the cluster connections' runtime (see
+    /// [`cluster_runtime`]), so that it serves every runtime.
+    async fn plain_kept(&self, node: &AtNode) -> redis::RedisResult<MultiplexedConnection> {
+        let addr = format!("{}:{}", node.host, node.port);
+        if let Some(conn) = crate::util::lock(&self.plain).get(&addr) {
+            return Ok(conn.clone());
+        }
+        tracing::debug!(target: "distlock", host = %node.host, port = node.port, "redirected to a cluster node redis-rs has no connection to; connecting");
+        let making = self.plain_making(node)?;
+        let conn = match cluster_runtime() {
+            Some(rt) => rt.spawn(making).await.map_err(|e| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "connecting to a cluster node",
+                    e.to_string(),
+                ))
+            })??,
+            None => making.await?,
+        };
+        let mut kept = crate::util::lock(&self.plain);
+        if kept.len() >= MAX_RUNTIMES {
+            kept.clear();
+        }
+        kept.insert(addr, conn.clone());
+        Ok(conn)
+    }
+
+    /// A kept connection to a cluster node failed: the next redirect there makes another.
+    fn forget_plain(&self, node: &AtNode) {
+        crate::util::lock(&self.plain).remove(&format!("{}:{}", node.host, node.port));
     }
 
     /// Behind Sentinel, `pipe` over a direct connection to the primary `client` names
@@ -1088,8 +1139,15 @@ impl RedisBackend {
                     // A node redis-rs has no connection to (a new one, which owned no
                     // slot when it read the map): a plain connection of its own.
                     Err(e) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
-                        match self.plain_to(node).await {
-                            Ok(mut plain) => what.run::<T, _>(&mut node.on_plain(&mut plain)).await,
+                        match self.plain_kept(node).await {
+                            Ok(mut plain) => {
+                                let reply = what.run::<T, _>(&mut node.on_plain(&mut plain)).await;
+                                if matches!(&reply, Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)))
+                                {
+                                    self.forget_plain(node);
+                                }
+                                reply
+                            }
                             // Not reachable yet (a node reconnecting after a failover):
                             // wait and route by slot again, below.
                             Err(_) => Err(e),
