@@ -75,7 +75,10 @@
 //!   tick. `max_hold = "5m"` stops renewing after that long. When a renewal finds the lock
 //!   lost, the body is cancelled at its next await (`on_lost = "cancel"`, the default) or
 //!   runs on (`"continue"`), and the call returns `Lost`.
-//!   `current_lock().unwrap().is_held()` tells the body whether it still holds the lock.
+//!   `current_lock().unwrap().is_held()` tells the body whether it still holds the lock:
+//!   `false` once the lease has ended by the client's clock (whatever the renewal task is
+//!   doing meanwhile) or a renewal found it lost; `lost()` resolves then, and `fence()`
+//!   answers `Lost` instead of the number it cached.
 //! - **Reentrancy.** A nested call on a key the current task already holds through the
 //!   same client passes through without a round trip and sees the same fence; only the
 //!   outermost exit releases. Another task contends normally.
@@ -94,9 +97,15 @@
 //! holding the token while the lease cannot have ended yet (by the client's clock,
 //! counted from the send of the try that took the lock or of the last renewal, less a
 //! margin of 2 ms + 1 % of the ttl), with no broken connection and no restart or failover
-//! seen since (the server's `run_id`, read on every new connection), knows the first try
-//! released it, and reports success; otherwise it cannot tell a release from an expiry or
-//! a lost key, and the result is `Backend` (never a false `Lost`, never a silent `Ok`).
+//! seen since (the server's `run_id`, read on every new connection; where an ACL refuses
+//! `INFO`, the least-privilege `+@all -@dangerous`, every new connection and every idle
+//! connection found closed counts as a possible restart), knows the first try released
+//! it, and reports success; otherwise it cannot tell a release from an expiry or a lost
+//! key, and the result is `Backend` (never a false `Lost`, never a silent `Ok`).
+//!
+//! Nothing depends on `INFO`, `CONFIG` or `CLIENT` succeeding: a least-privilege user
+//! gets native commands found through `HELLO`, and one warning each where `INFO` (restart
+//! detection, above) or `CONFIG GET maxmemory-policy` (the eviction check) is refused.
 //! The rule assumes a monotonic clock that runs while the host is suspended for no longer
 //! than the ttl, and a server clock that does not jump. An acquire whose reply is lost is
 //! followed by a compare-and-delete of its token.
@@ -127,7 +136,19 @@
 //! connection it used, so its late reply is never read as another call's; one that Redis
 //! closed while idle is noticed before use. Direct connections authenticate and select
 //! the database from the URL, work over `unix://` and over TLS (feature `tls`, not with
-//! `insecure`), and show as `name=distlock-direct` in `CLIENT LIST`.
+//! `insecure`), and show as `name=distlock-direct` in `CLIENT LIST`. A client keeps the
+//! connections of up to 64 runtimes (one shared by every actix-web worker makes no
+//! storm), and a runtime takes another's idle direct connection only when it has gone
+//! unused for 2 s. Writes that wait for replicas (`WAIT`) never share a connection with
+//! other calls: a direct one (to the primary behind Sentinel, to the slot's owner on a
+//! cluster), kept for the next.
+//!
+//! On a Redis Cluster, one cluster connection per client serves every runtime: it is
+//! made and driven on one thread of the library's own (`distlock-cluster`), so a node
+//! that hangs does not keep a new runtime (or the renewal task) from using the cluster.
+//! While a slot migrates and a lock key and its companions (`{key}:fence`,
+//! `{key}:turns`) are split between the two nodes (`TRYAGAIN`), fences and releases run
+//! on one key at a time instead of waiting for the migration.
 //!
 //! ## Redis Cluster
 //!
