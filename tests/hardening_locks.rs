@@ -283,3 +283,61 @@ fn a_client_shared_by_more_runtimes_than_cores_makes_no_connection_storm() {
         );
     }
 }
+
+/// Whether the server on `server` has native conditional commands (`SET ... IFEQ`):
+/// Valkey 8.1+, Redis 8.4+ (read as the default user).
+async fn has_set_ifeq(server: &RedisServer) -> bool {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut server.raw().await)
+        .await
+        .unwrap();
+    let version = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| {
+                let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+                (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+            })
+    };
+    match version("valkey_version") {
+        Some(v) => v >= (8, 1),
+        None => version("redis_version").is_some_and(|v| v >= (8, 4)),
+    }
+}
+
+/// Renewals use `SET ... IFEQ` where the server has it (Valkey 9.1 in the suite's Valkey
+/// run, found through `HELLO` when the user may not run `INFO`), and the renewal script
+/// elsewhere: a lock held for five ttls is renewed with no `EVALSHA` on the first, and
+/// with one per renewal on the second (the control, Redis 7.0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_use_native_commands_where_the_server_has_them() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    cycles(&locks, "warm", 2).await;
+    let mut admin = server.raw().await;
+    let g = locks
+        .lock("renewed")
+        .ttl(Duration::from_millis(300))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let (evalsha, set) = (
+        commandstat_calls(&mut admin, "evalsha").await,
+        commandstat_calls(&mut admin, "set").await,
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (evalsha, set) = (
+        commandstat_calls(&mut admin, "evalsha").await - evalsha,
+        commandstat_calls(&mut admin, "set").await - set,
+    );
+    assert!(g.info().is_held());
+    g.release().await.unwrap();
+    if has_set_ifeq(&server).await {
+        assert_eq!(evalsha, 0, "native renewals ({set} SET calls)");
+        assert!(set >= 3, "{set} renewals");
+    } else {
+        assert!(evalsha >= 3, "control: scripted renewals ({evalsha})");
+    }
+}

@@ -1666,24 +1666,30 @@ async fn detect_native(
     mut conn: MultiplexedConnection,
     timeout: Duration,
 ) -> (Native, Option<String>) {
-    let mut cmd = redis::cmd("INFO");
-    cmd.arg("server");
-    match tokio::time::timeout(timeout, cmd.query_async::<String>(&mut conn)).await {
-        Ok(Ok(info)) => (
+    // `HELLO` (no arguments) in the same round trip: where an ACL refuses `INFO` (the
+    // least-privilege `-@dangerous`) or it is renamed, it still names the server and its
+    // version, though not its `run_id`.
+    let mut pipe = redis::pipe();
+    pipe.cmd("INFO").arg("server").cmd("HELLO").ignore_errors();
+    let asked = pipe.query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut conn);
+    let Ok(Ok(replies)) = tokio::time::timeout(timeout, asked).await else {
+        return (Native::default(), None);
+    };
+    let mut replies = replies.into_iter();
+    let info = match replies.next() {
+        Some(Ok(redis::Value::BulkString(b))) => String::from_utf8(b).ok(),
+        Some(Ok(redis::Value::VerbatimString { text, .. })) => Some(text),
+        _ => None,
+    };
+    match info {
+        Some(info) => (
             Native::from_info(&info),
             super::native::run_id(&info).map(str::to_owned),
         ),
-        // Refused (an ACL without @dangerous, or `INFO` renamed): `HELLO` with no
-        // arguments still names the server and its version, though not its `run_id`.
-        Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-            let hello = redis::cmd("HELLO");
-            match tokio::time::timeout(timeout, hello.query_async::<redis::Value>(&mut conn)).await
-            {
-                Ok(Ok(reply)) => (Native::from_hello(&reply), None),
-                _ => (Native::default(), None),
-            }
-        }
-        _ => (Native::default(), None),
+        None => match replies.next() {
+            Some(Ok(hello)) => (Native::from_hello(&hello), None),
+            _ => (Native::default(), None),
+        },
     }
 }
 
