@@ -6,7 +6,10 @@
 //!    restarted unseen, because a least-privilege user cannot read `INFO`'s `run_id`;
 //! 2. a lease that ended while another lock's renewal was in flight stayed "held";
 //! 4. `fence()` after the holder's own lease had ended returned the cached number;
-//! 8. (a) one client shared by more runtimes than cores churned connections.
+//! 8. (a) one client shared by more runtimes than cores churned connections;
+//!
+//! and, for the harness's Valkey and least-privilege runs, that renewals use the native
+//! `SET ... IFEQ` where the server has it (found through `HELLO` when `INFO` is refused).
 #[macro_use]
 mod common;
 
