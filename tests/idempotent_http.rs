@@ -1159,7 +1159,8 @@ async fn the_request_body_is_the_payload_whatever_its_type(h: Harness) {
 }
 
 /// One value, one fingerprint: numbers equal as JSON numbers, and a percent-encoded query
-/// and its decoded form, replay instead of answering 422.
+/// and its decoded form, replay instead of answering 422; two values are two, also where
+/// they round to one `f64` or differ only in the order of a repeated query name.
 async fn equal_requests_have_one_fingerprint(h: Harness) {
     let first = post(
         h.addr,
@@ -1198,6 +1199,34 @@ async fn equal_requests_have_one_fingerprint(h: Harness) {
         assert_eq!(other.status, 422, "{what}");
     }
     assert_eq!(h.app.runs("echo"), 1);
+    // Numbers a `u128` or a decimal reads apart are apart, though the same `f64`; the
+    // values of a repeated query name keep their order (`Query<HashMap>` keeps the last).
+    for (key, first, second, what) in [
+        (
+            "e-2",
+            ("/echo", r#"{"amount":18446744073709551616}"#),
+            ("/echo", r#"{"amount":18446744073709551617}"#),
+            "beyond u64",
+        ),
+        (
+            "e-3",
+            ("/echo", r#"{"amount":0.1}"#),
+            ("/echo", r#"{"amount":0.10000000000000000001}"#),
+            "beyond f64's digits",
+        ),
+        (
+            "e-4",
+            ("/echo?amount=1&amount=100", "{}"),
+            ("/echo?amount=100&amount=1", "{}"),
+            "repeated query values reordered",
+        ),
+    ] {
+        let one = post(h.addr, first.0, Some(key), first.1).await;
+        assert_eq!(one.status, 200, "{what}: {}", one.text());
+        let other = post(h.addr, second.0, Some(key), second.1).await;
+        assert_eq!(other.status, 422, "{what}: {}", other.text());
+    }
+    assert_eq!(h.app.runs("echo"), 4);
 }
 
 /// `HEAD` and `GET` are not recorded: each runs the handler, and nothing is stored (a

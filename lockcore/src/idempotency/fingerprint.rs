@@ -20,15 +20,20 @@
 //! - handlers (`header = ...`): what the request carries, not the bindings: `method`,
 //!   `route` (the route template the framework matched, e.g. `/orders/{id}`; empty when
 //!   unknown), `path` (the request path, percent-decoded: the path parameters), `query`
-//!   (the query string as decoded `[name, value]` pairs, `+` read as a space, sorted) and
+//!   (the query string as decoded `[name, value]` pairs, `+` read as a space, sorted by
+//!   name, the values of one name in their order) and
 //!   `body`: `json:<sha256>` of the canonical JSON of a JSON body (`application/json` or
 //!   `*/*+json` that parses), else `bytes:<sha256>` of the raw bytes; empty without a body.
 //!
 //! Numbers are written canonically: a number with an integral value is written as an
 //! integer (`1`, `1.0` and `1e0` are one number; so are `100` and `1e2`; `-0` is `0`),
-//! any other as `serde_json` writes an `f64`. So the order of fields, the whitespace and
-//! the spelling of numbers in a JSON body do not change the fingerprint; a changed value
-//! does. The digest is lower-case hex.
+//! any other as `serde_json` writes an `f64`. In a request body they are read from the
+//! text by their exact decimal value: `18446744073709551616` and `...617`, or `0.1` and
+//! `0.10000000000000000001`, which one `f64` cannot tell apart but a `u128` or a decimal
+//! handler can, are two numbers (a value no `f64` spells exactly is written as
+//! `<digits>e<exponent>`). So the order of fields, the whitespace and the spelling of
+//! numbers in a JSON body do not change the fingerprint; a changed value does. The
+//! digest is lower-case hex.
 
 use std::collections::BTreeMap;
 
@@ -253,9 +258,11 @@ fn percent_decode(raw: &[u8], plus: bool) -> Vec<u8> {
     out
 }
 
-/// A query string as sorted `[name, value]` pairs, each percent-decoded with `+` as a
-/// space (as `application/x-www-form-urlencoded`, which axum's `Query` and actix's
-/// `web::Query` read): `a=%41&b` and `b=&a=A` are one query.
+/// A query string as `[name, value]` pairs, each percent-decoded with `+` as a space (as
+/// `application/x-www-form-urlencoded`, which axum's `Query` and actix's `web::Query`
+/// read), sorted by name; the values of one name keep their order, which a handler may
+/// read (`Query<HashMap>` keeps the last, `Vec` all in order): `a=%41&b` and `b=&a=A`
+/// are one query, `a=1&a=2` and `a=2&a=1` are two.
 fn canonical_query(query: &str) -> Value {
     let mut pairs: Vec<(String, String)> = query
         .split('&')
@@ -267,7 +274,8 @@ fn canonical_query(query: &str) -> Value {
             (text(name), text(value))
         })
         .collect();
-    pairs.sort();
+    // Stable: equal names keep their order.
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
     Value::Array(
         pairs
             .into_iter()
@@ -293,12 +301,289 @@ pub(crate) fn body_label(content_type: Option<&[u8]>, body: &[u8]) -> String {
         mime.eq_ignore_ascii_case(b"application/json")
             || (mime.len() >= 5 && mime[mime.len() - 5..].eq_ignore_ascii_case(b"+json"))
     });
-    if json && let Ok(v) = serde_json::from_slice::<Value>(body) {
-        let mut text = String::new();
-        write_canonical(&v, &mut text);
+    if json && let Some(text) = canonical_json(body) {
         return format!("json:{}", hex(&Sha256::digest(text.as_bytes())));
     }
     format!("bytes:{}", hex(&Sha256::digest(body)))
+}
+
+/// The canonical JSON of a request body read from its text (see the module docs): object
+/// keys sorted at every depth (a repeated key keeps its last value, as `serde_json`
+/// does), no whitespace, strings as `serde_json` writes them, numbers by their exact
+/// decimal value ([`canonical_number`]). `None` when it is not JSON (then the bytes are
+/// the payload), nested deeper than `serde_json` reads (128), or holds a lone surrogate.
+fn canonical_json(body: &[u8]) -> Option<String> {
+    let mut reader = JsonText { text: body, at: 0 };
+    let mut out = String::with_capacity(body.len());
+    reader.value(&mut out, 0)?;
+    reader.space();
+    (reader.at == body.len()).then_some(out)
+}
+
+/// A reader of JSON text that writes its canonical form as it goes.
+struct JsonText<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl JsonText<'_> {
+    fn space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.text.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        self.space();
+        (self.text.get(self.at) == Some(&byte)).then(|| self.at += 1)
+    }
+
+    fn value(&mut self, out: &mut String, depth: usize) -> Option<()> {
+        if depth >= 128 {
+            return None;
+        }
+        self.space();
+        match *self.text.get(self.at)? {
+            b'{' => {
+                self.at += 1;
+                let mut entries: Vec<(String, String)> = Vec::new();
+                self.space();
+                if self.text.get(self.at) == Some(&b'}') {
+                    self.at += 1;
+                } else {
+                    loop {
+                        self.space();
+                        let key = self.string()?;
+                        self.eat(b':')?;
+                        let mut value = String::new();
+                        self.value(&mut value, depth + 1)?;
+                        entries.push((key, value));
+                        self.space();
+                        match self.text.get(self.at)? {
+                            b',' => self.at += 1,
+                            b'}' => {
+                                self.at += 1;
+                                break;
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+                // Stable: of equal keys the last one read comes last, and is kept.
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                out.push('{');
+                let mut first = true;
+                for (i, (key, value)) in entries.iter().enumerate() {
+                    if entries.get(i + 1).is_some_and(|next| next.0 == *key) {
+                        continue;
+                    }
+                    if !first {
+                        out.push(',');
+                    }
+                    first = false;
+                    push_json_str(key, out);
+                    out.push(':');
+                    out.push_str(value);
+                }
+                out.push('}');
+            }
+            b'[' => {
+                self.at += 1;
+                out.push('[');
+                self.space();
+                if self.text.get(self.at) == Some(&b']') {
+                    self.at += 1;
+                } else {
+                    loop {
+                        self.value(out, depth + 1)?;
+                        self.space();
+                        match self.text.get(self.at)? {
+                            b',' => {
+                                self.at += 1;
+                                out.push(',');
+                            }
+                            b']' => {
+                                self.at += 1;
+                                break;
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+                out.push(']');
+            }
+            b'"' => {
+                let s = self.string()?;
+                push_json_str(&s, out);
+            }
+            b't' => self.literal(b"true", out)?,
+            b'f' => self.literal(b"false", out)?,
+            b'n' => self.literal(b"null", out)?,
+            _ => {
+                let start = self.at;
+                self.number()?;
+                let text = std::str::from_utf8(&self.text[start..self.at]).ok()?;
+                out.push_str(&canonical_number(text)?);
+            }
+        }
+        Some(())
+    }
+
+    fn literal(&mut self, word: &[u8], out: &mut String) -> Option<()> {
+        let end = self.at + word.len();
+        (self.text.get(self.at..end)? == word).then_some(())?;
+        self.at = end;
+        out.push_str(std::str::from_utf8(word).ok()?);
+        Some(())
+    }
+
+    /// Past a number as JSON spells it: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    fn number(&mut self) -> Option<()> {
+        let digits = |r: &mut Self| {
+            let start = r.at;
+            while r.text.get(r.at).is_some_and(u8::is_ascii_digit) {
+                r.at += 1;
+            }
+            (r.at > start).then_some(())
+        };
+        if self.text.get(self.at) == Some(&b'-') {
+            self.at += 1;
+        }
+        if self.text.get(self.at) == Some(&b'0') {
+            self.at += 1;
+        } else {
+            digits(self)?;
+        }
+        if self.text.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            digits(self)?;
+        }
+        if let Some(b'e' | b'E') = self.text.get(self.at) {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.text.get(self.at) {
+                self.at += 1;
+            }
+            digits(self)?;
+        }
+        Some(())
+    }
+
+    /// A string's value (escapes decoded), the reader past its closing quote.
+    fn string(&mut self) -> Option<String> {
+        if self.text.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        self.at += 1;
+        let mut bytes = Vec::new();
+        loop {
+            let b = *self.text.get(self.at)?;
+            self.at += 1;
+            match b {
+                b'"' => return String::from_utf8(bytes).ok(),
+                b'\\' => {
+                    let e = *self.text.get(self.at)?;
+                    self.at += 1;
+                    let c = match e {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let high = self.hex4()?;
+                            let code = if (0xD800..0xDC00).contains(&high) {
+                                (self.text.get(self.at..self.at + 2)? == b"\\u").then_some(())?;
+                                self.at += 2;
+                                let low = self.hex4()?;
+                                if !(0xDC00..0xE000).contains(&low) {
+                                    return None;
+                                }
+                                0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
+                            } else {
+                                high
+                            };
+                            char::from_u32(code)?
+                        }
+                        _ => return None,
+                    };
+                    let mut buf = [0u8; 4];
+                    bytes.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                }
+                0..=0x1f => return None,
+                b => bytes.push(b),
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Option<u32> {
+        let digits = std::str::from_utf8(self.text.get(self.at..self.at + 4)?).ok()?;
+        let code = u32::from_str_radix(digits, 16).ok()?;
+        self.at += 4;
+        Some(code)
+    }
+}
+
+/// A JSON number's text written by its exact decimal value, so that two numbers share it
+/// only when they are equal: `0` for zero (`-0`, `0.0`, `0e5`); an integral value as an
+/// integer (`1`, `1.0`, `1e0` and `10e-1` are `1`; `18446744073709551616` stays itself,
+/// not the `f64` nearest to it); any other value as `serde_json` writes the `f64`
+/// nearest to it when that is the same value (`0.1`, `2.5`), else exactly, as
+/// `<digits>e<exponent>` (`0.10000000000000000001` is `10000000000000000001e-20`).
+/// Beyond 40 integer digits an integral value is written that way too. `None` for text
+/// that is not a number.
+fn canonical_number(text: &str) -> Option<String> {
+    let (negative, digits, exponent) = decimal(text)?;
+    if digits.is_empty() {
+        return Some("0".to_owned());
+    }
+    let sign = if negative { "-" } else { "" };
+    if exponent >= 0 {
+        let zeros = usize::try_from(exponent).ok()?;
+        if digits.len() + zeros <= 40 {
+            return Some(format!("{sign}{digits}{}", "0".repeat(zeros)));
+        }
+        return Some(format!("{sign}{digits}e{exponent}"));
+    }
+    // Not integral: `serde_json`'s spelling of the nearest `f64`, where it is this value.
+    if let Ok(f) = text.parse::<f64>()
+        && let Some(n) = serde_json::Number::from_f64(f)
+    {
+        let spelled = n.to_string();
+        if decimal(&spelled).is_some_and(|d| d == (negative, digits.clone(), exponent)) {
+            return Some(spelled);
+        }
+    }
+    Some(format!("{sign}{digits}e{exponent}"))
+}
+
+/// The exact decimal value of a number's text: its sign, its significant digits (no
+/// leading or trailing zeros; empty for zero) and the power of ten they are scaled by.
+fn decimal(text: &str) -> Option<(bool, String, i64)> {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(at) => (&rest[..at], rest[at + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits: String = int.chars().chain(frac.chars()).collect();
+    let significant = digits.trim_start_matches('0');
+    let kept = significant.trim_end_matches('0');
+    let exponent = exponent
+        .checked_sub(i64::try_from(frac.len()).ok()?)?
+        .checked_add(i64::try_from(significant.len() - kept.len()).ok()?)?;
+    if kept.is_empty() {
+        return Some((false, String::new(), 0));
+    }
+    Some((negative, kept.to_owned(), exponent))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -509,6 +794,63 @@ mod tests {
         };
         assert_eq!(same("a=%41&b"), same("b=&a=A"));
         assert_ne!(same("a=1"), same("a=2"));
+        // The values of one name keep their order (`Query<HashMap>` reads the last).
+        assert_ne!(same("amount=1&amount=100"), same("amount=100&amount=1"));
+        assert_eq!(
+            same("b=1&amount=1&amount=100"),
+            same("amount=1&amount=100&b=1")
+        );
+    }
+
+    /// Numbers are compared by their exact decimal value, not the `f64` nearest to it;
+    /// the JSON text is read as `serde_json` reads it otherwise.
+    #[test]
+    fn json_numbers_beyond_f64_stay_apart() {
+        let label = |body: &str| body_label(Some(b"application/json"), body.as_bytes());
+        assert_ne!(
+            label(r#"{"amount":18446744073709551616}"#),
+            label(r#"{"amount":18446744073709551617}"#)
+        );
+        assert_ne!(
+            label(r#"{"n":0.1}"#),
+            label(r#"{"n":0.10000000000000000001}"#)
+        );
+        assert_ne!(label(r#"{"n":1e400}"#), label(r#"{"n":1e401}"#));
+        assert_eq!(label(r#"{"n":0.1}"#), label(r#"{"n":1e-1}"#));
+        assert_eq!(label(r#"{"n":10e-1}"#), label(r#"{"n":1}"#));
+        for (text, canonical) in [
+            ("1", "1"),
+            ("1.0", "1"),
+            ("1e0", "1"),
+            ("-0.0", "0"),
+            ("1.5", "1.5"),
+            ("0.1", "0.1"),
+            ("-2.50", "-2.5"),
+            ("1e-7", "1e-7"),
+            ("18446744073709551616", "18446744073709551616"),
+            ("0.10000000000000000001", "10000000000000000001e-20"),
+            ("1e400", "1e400"),
+        ] {
+            assert_eq!(canonical_number(text).as_deref(), Some(canonical), "{text}");
+        }
+        // The same canonical text as through `serde_json::Value` for what it reads exactly.
+        let body = r#" {"b": [1, 2.5, "x\u00e9\ud83d\ude00\n", null, true], "a": {"z": -7, "y": {}}, "a": 3} "#;
+        let mut old = String::new();
+        write_canonical(&serde_json::from_str(body).unwrap(), &mut old);
+        assert_eq!(canonical_json(body.as_bytes()).unwrap(), old);
+        for bad in [
+            "{",
+            "[1,]",
+            "01",
+            "1.",
+            "\"\\ud800\"",
+            "{\"a\":1}x",
+            "\"\u{1}\"",
+        ] {
+            assert_eq!(canonical_json(bad.as_bytes()), None, "{bad}");
+        }
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        assert_eq!(canonical_json(deep.as_bytes()), None);
     }
 
     #[test]
