@@ -33,6 +33,9 @@ both!(
     lock_inside_idempotency_either_order,
     methods_of_two_types_keep_their_own_records,
     two_fns_in_one_namespace_are_reported,
+    an_argument_that_fails_to_serialize_refuses_the_call,
+    a_result_that_cannot_be_stored_never_runs_again,
+    non_finite_floats_are_three_payloads,
 );
 
 fn idem_err<T: std::fmt::Debug>(r: Result<T, AppError>) -> Error {
@@ -674,4 +677,86 @@ async fn completions_publish_only_when_a_repeat_waits() {
         "the waiting repeat gets the first result"
     );
     assert_eq!(publishes(&server).await, 1, "a repeat waited: one message");
+}
+
+#[idempotent(key = "big:<id>", client = locks, fingerprint = [id, amount])]
+async fn big_amount(locks: &Locks, id: u32, amount: u128, runs: &Runs) -> Result<u32, AppError> {
+    let _ = amount;
+    Ok(runs.bump())
+}
+
+/// An argument that fails to serialize (a `u128` above `u64::MAX`) is never left out of
+/// the payload: the call is refused before anything is claimed, so another amount under
+/// the same key is never replayed the first result. Control: an amount within `u64`.
+async fn an_argument_that_fails_to_serialize_refuses_the_call(locks: Locks) {
+    let runs = Runs::default();
+    assert_eq!(big_amount(&locks, 1, 5, &runs).await.unwrap(), 1, "control");
+    let huge = u128::from(u64::MAX) + 1;
+    for amount in [huge, huge + 1] {
+        let e = idem_err(big_amount(&locks, 2, amount, &runs).await);
+        assert!(
+            matches!(&e, Error::Unrepresentable { reason, .. } if reason.contains("`amount`")),
+            "{e:?}"
+        );
+    }
+    assert_eq!(runs.get(), 1, "the refused calls did not run");
+}
+
+#[idempotent(key = "huge:<id>", client = locks, fingerprint = [id])]
+async fn huge_result(locks: &Locks, id: u32, runs: &Runs) -> Result<u128, AppError> {
+    runs.bump();
+    Ok(u128::MAX)
+}
+
+#[idempotent(key = "nan:<id>", client = locks, fingerprint = [id])]
+async fn nan_result(locks: &Locks, id: u32, runs: &Runs) -> Result<f64, AppError> {
+    runs.bump();
+    Ok(f64::NAN)
+}
+
+/// An `Ok` value that cannot be stored (a `u128` above `u64::MAX` fails to serialize;
+/// `f64::NAN` is written `null` and does not read back): the first caller gets it, the
+/// body never runs again under the key, and every repeat gets `Unrepresentable` saying
+/// so (the claim used to be released, so every repeat ran the body again; a `NaN` was
+/// stored and every repeat failed to decode it).
+async fn a_result_that_cannot_be_stored_never_runs_again(locks: Locks) {
+    let runs = Runs::default();
+    assert_eq!(huge_result(&locks, 1, &runs).await.unwrap(), u128::MAX);
+    assert!(nan_result(&locks, 1, &runs).await.unwrap().is_nan());
+    for _ in 0..2 {
+        for e in [
+            idem_err(huge_result(&locks, 1, &runs).await),
+            idem_err(nan_result(&locks, 1, &runs).await),
+        ] {
+            assert!(
+                matches!(&e, Error::Unrepresentable { reason, .. } if reason.contains("could not be stored")),
+                "{e:?}"
+            );
+        }
+    }
+    assert_eq!(runs.get(), 2, "each body ran once");
+}
+
+#[idempotent(key = "ratio:<id>", client = locks, fingerprint = [id, ratio])]
+async fn scaled(locks: &Locks, id: u32, ratio: f64, runs: &Runs) -> Result<u32, AppError> {
+    let _ = ratio;
+    Ok(runs.bump())
+}
+
+/// `+inf`, `-inf` and `NaN` are three payloads (`serde_json` writes each as `null`, so
+/// they used to share a fingerprint: the second was replayed the first's result).
+/// Control: the same `+inf` again is replayed.
+async fn non_finite_floats_are_three_payloads(locks: Locks) {
+    let runs = Runs::default();
+    assert_eq!(scaled(&locks, 1, f64::INFINITY, &runs).await.unwrap(), 1);
+    assert_eq!(
+        scaled(&locks, 1, f64::INFINITY, &runs).await.unwrap(),
+        1,
+        "control"
+    );
+    for other in [f64::NEG_INFINITY, f64::NAN] {
+        let e = idem_err(scaled(&locks, 1, other, &runs).await);
+        assert!(matches!(e, Error::PayloadMismatch { .. }), "{other}: {e:?}");
+    }
+    assert_eq!(runs.get(), 1);
 }

@@ -97,6 +97,20 @@ pub enum Error {
         /// The full Redis key of the record.
         key: String,
     },
+    /// `#[idempotent]`: a value the record must hold cannot be written: an argument of
+    /// the payload that fails to serialize (a `u128` above `u64::MAX`, a map with
+    /// non-string keys, a `Serialize` impl that errors: the call is refused before
+    /// anything is claimed, so no payload is ever fingerprinted without it), or a first
+    /// call's `Ok` value that does not serialize or does not read back as itself (it ran
+    /// once; its caller got the value, every repeat gets this error for the record's
+    /// retention, and the body never runs again under that key).
+    #[error("idempotency key `{key}`: {reason}")]
+    Unrepresentable {
+        /// The full Redis key of the record.
+        key: String,
+        /// What could not be written, and why.
+        reason: String,
+    },
     /// `#[idempotent(header = ...)]`: the request has no such header. Nothing was sent to
     /// Redis and the body did not run.
     #[error("the request has no `{header}` header, which this endpoint requires")]
@@ -122,7 +136,8 @@ impl Error {
             | Error::InvalidKey { key, .. }
             | Error::InProgress { key, .. }
             | Error::NotReplicated { key, .. }
-            | Error::PayloadMismatch { key } => key,
+            | Error::PayloadMismatch { key }
+            | Error::Unrepresentable { key, .. } => key,
             Error::MissingKey { header } => header,
         }
     }

@@ -13,7 +13,12 @@
 //!   introduce, such as `id` in `Path(id): Path<u64>`) as `serde_json` serializes it,
 //!   under its name; `self` is left out. A binding whose type is not `Serialize` is a
 //!   compile error naming it, unless its parameter is a known non-payload type (`State`,
-//!   `Extension`, `web::Data`, a `Locks`) or it is listed in `skip = [...]`. With
+//!   `Extension`, `web::Data`, a `Locks`) or it is listed in `skip = [...]`. A binding
+//!   that fails to serialize at run time (a `u128` above `u64::MAX`, a map with
+//!   non-string keys) is never left out: the call fails with `Unrepresentable` before
+//!   anything is claimed. A float binding (or `Some` of one) that is not finite is
+//!   written `"+inf"`, `"-inf"` or `"NaN"` (`serde_json` writes all three as `null`;
+//!   inside a struct they still are). With
 //!   `fingerprint = [a, b]` only those bindings are hashed. A `HashSet` or `HashMap`
 //!   binding hashes the same whatever its iteration order (sets are sorted); inside a
 //!   struct, write `BTreeSet` for a set (serde cannot tell a `HashSet` field from a list).
@@ -48,6 +53,8 @@ use crate::util::push_json_str;
 pub struct Fingerprint {
     args: BTreeMap<&'static str, Value>,
     skipped: Vec<&'static str>,
+    /// Bindings that failed to serialize, with why: the call is refused.
+    failed: Vec<(&'static str, String)>,
     http: Option<Http>,
 }
 
@@ -66,17 +73,41 @@ impl Fingerprint {
         Self::default()
     }
 
-    /// Adds the binding `name`.
+    /// Adds the binding `name`. One that fails to serialize is never left out: the call
+    /// is refused (see [`failure`](Self::failure)).
     pub fn add<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) {
+        if let Ok(float) = value.serialize(FloatProbe) {
+            return self.add_float(name, float);
+        }
         match serde_json::to_value(value) {
             Ok(v) => {
                 self.args.insert(name, v);
             }
-            Err(e) => {
-                tracing::warn!(target: "distlock", binding = name, error = %e, "argument left out of the idempotency fingerprint: it failed to serialize");
-                self.skipped.push(name);
-            }
+            Err(e) => self.failed.push((name, e.to_string())),
         }
+    }
+
+    /// Adds a float binding: a finite one as the number, `+inf`, `-inf` and `NaN` each as
+    /// its own string (`serde_json` writes all three as `null`, so they would share a
+    /// fingerprint). Within one fn a binding has one type, so such a string cannot be a
+    /// string argument's.
+    fn add_float(&mut self, name: &'static str, value: f64) {
+        let v = match serde_json::Number::from_f64(value) {
+            Some(n) => Value::Number(n),
+            None if value.is_nan() => Value::String("NaN".into()),
+            None if value > 0.0 => Value::String("+inf".into()),
+            None => Value::String("-inf".into()),
+        };
+        self.args.insert(name, v);
+    }
+
+    /// Why the payload cannot be fingerprinted, if a binding failed to serialize.
+    pub(crate) fn failure(&self) -> Option<String> {
+        let (name, error) = self.failed.first()?;
+        Some(format!(
+            "argument `{name}` cannot be part of the payload fingerprint (it fails to \
+             serialize: {error}); the call is refused rather than fingerprinted without it"
+        ))
     }
 
     /// Records that the binding `name` is left out (its type is not `Serialize`).
@@ -118,8 +149,7 @@ impl Fingerprint {
                     elems.push((text, v));
                 }
                 Err(e) => {
-                    tracing::warn!(target: "distlock", binding = name, error = %e, "argument left out of the idempotency fingerprint: it failed to serialize");
-                    self.skipped.push(name);
+                    self.failed.push((name, e.to_string()));
                     return;
                 }
             }
@@ -596,6 +626,145 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// A serializer that accepts a float (an `f32` or `f64` binding, or `Some` of one) and
+/// refuses anything else: how [`Fingerprint::add`] tells a float binding from the rest.
+struct FloatProbe;
+
+/// What [`FloatProbe`] refuses.
+#[derive(Debug)]
+struct NotFloat;
+
+impl std::fmt::Display for NotFloat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not a float")
+    }
+}
+
+impl std::error::Error for NotFloat {}
+
+impl serde::ser::Error for NotFloat {
+    fn custom<T: std::fmt::Display>(_: T) -> Self {
+        NotFloat
+    }
+}
+
+macro_rules! refuse {
+    ($($method:ident($($arg:ty),*)),* $(,)?) => {$(
+        fn $method(self, $(_: $arg),*) -> Result<f64, NotFloat> {
+            Err(NotFloat)
+        }
+    )*};
+}
+
+impl serde::Serializer for FloatProbe {
+    type Ok = f64;
+    type Error = NotFloat;
+    type SerializeSeq = serde::ser::Impossible<f64, NotFloat>;
+    type SerializeTuple = serde::ser::Impossible<f64, NotFloat>;
+    type SerializeTupleStruct = serde::ser::Impossible<f64, NotFloat>;
+    type SerializeTupleVariant = serde::ser::Impossible<f64, NotFloat>;
+    type SerializeMap = serde::ser::Impossible<f64, NotFloat>;
+    type SerializeStruct = serde::ser::Impossible<f64, NotFloat>;
+    type SerializeStructVariant = serde::ser::Impossible<f64, NotFloat>;
+
+    fn serialize_f64(self, v: f64) -> Result<f64, NotFloat> {
+        Ok(v)
+    }
+
+    fn serialize_f32(self, v: f32) -> Result<f64, NotFloat> {
+        Ok(f64::from(v))
+    }
+
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<f64, NotFloat> {
+        v.serialize(self)
+    }
+
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        v: &T,
+    ) -> Result<f64, NotFloat> {
+        v.serialize(self)
+    }
+
+    refuse!(
+        serialize_bool(bool),
+        serialize_i8(i8),
+        serialize_i16(i16),
+        serialize_i32(i32),
+        serialize_i64(i64),
+        serialize_u8(u8),
+        serialize_u16(u16),
+        serialize_u32(u32),
+        serialize_u64(u64),
+        serialize_char(char),
+        serialize_str(&str),
+        serialize_bytes(&[u8]),
+        serialize_none(),
+        serialize_unit(),
+        serialize_unit_struct(&'static str),
+        serialize_unit_variant(&'static str, u32, &'static str),
+    );
+
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: &T,
+    ) -> Result<f64, NotFloat> {
+        Err(NotFloat)
+    }
+
+    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, NotFloat> {
+        Err(NotFloat)
+    }
+
+    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, NotFloat> {
+        Err(NotFloat)
+    }
+
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleStruct, NotFloat> {
+        Err(NotFloat)
+    }
+
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeTupleVariant, NotFloat> {
+        Err(NotFloat)
+    }
+
+    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, NotFloat> {
+        Err(NotFloat)
+    }
+
+    fn serialize_struct(
+        self,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStruct, NotFloat> {
+        Err(NotFloat)
+    }
+
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        _: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self::SerializeStructVariant, NotFloat> {
+        Err(NotFloat)
+    }
+}
+
 /// One argument offered to the fingerprint by generated code:
 /// `(&&&&FpArg(name, &binding)).__distlock_fp(&mut fp)` adds a set sorted ([`FpSet`],
 /// found first), else adds a `Serialize` value ([`FpSerialize`]), else skips a known
@@ -776,6 +945,24 @@ mod tests {
             "the control: two equal sets iterate in different orders"
         );
         assert_eq!(digest(&a), digest(&b));
+        // Non-finite floats each have their own encoding (serde_json: all `null`).
+        let float = |x: f64| {
+            let mut fp = Fingerprint::new();
+            (&&&&FpArg("x", &x)).__distlock_fp(&mut fp);
+            fp.canonical()
+        };
+        let all = [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1.5, 0.0];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(float(*a), float(*b), "{a} {b}");
+            }
+        }
+        assert_eq!(float(1.0), r#"{"args":{"x":1}}"#);
+        let mut fp = Fingerprint::new();
+        fp.add("x", &&2.5f32);
+        fp.add("y", &Some(f64::NAN));
+        fp.add("z", &[1.5f64]);
+        assert_eq!(fp.canonical(), r#"{"args":{"x":2.5,"y":"NaN","z":[1.5]}}"#);
     }
 
     #[test]

@@ -54,8 +54,9 @@ impl IdemSpec {
 pub trait IdemOutput: Sized {
     /// An idempotency failure as this return value.
     fn from_idem_error(error: Error) -> Self;
-    /// The `Ok` value as JSON (`None` for an `Err`, which is not stored).
-    fn to_stored(&self) -> Option<Result<serde_json::Value, serde_json::Error>>;
+    /// The `Ok` value as JSON (`None` for an `Err`, which is not stored), checked to read
+    /// back as itself; else why it cannot be stored.
+    fn to_stored(&self) -> Option<Result<serde_json::Value, String>>;
     /// The `Ok` value back from its JSON.
     fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error>;
 }
@@ -87,8 +88,22 @@ impl<T: IdemValue, E: IdemError> IdemOutput for Result<T, E> {
         Err(error.into())
     }
 
-    fn to_stored(&self) -> Option<Result<serde_json::Value, serde_json::Error>> {
-        self.as_ref().ok().map(serde_json::to_value)
+    fn to_stored(&self) -> Option<Result<serde_json::Value, String>> {
+        let ok = self.as_ref().ok()?;
+        let round_trip = || {
+            let value =
+                serde_json::to_value(ok).map_err(|e| format!("it fails to serialize: {e}"))?;
+            let back: T = serde_json::from_value(value.clone())
+                .map_err(|e| format!("it does not read back from its JSON {value}: {e}"))?;
+            let again = serde_json::to_value(&back).map_err(|e| e.to_string())?;
+            if again != value {
+                return Err(format!(
+                    "it reads back from its JSON {value} as another value"
+                ));
+            }
+            Ok(value)
+        };
+        Some(round_trip())
     }
 
     fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error> {
@@ -154,6 +169,10 @@ where
         target.scope.as_deref(),
         &target.key,
     );
+    if let Some(reason) = fp.failure() {
+        tracing::warn!(target: "distlock", key, reason, "idempotent call refused: its payload cannot be fingerprinted");
+        return R::from_idem_error(Error::Unrepresentable { key, reason });
+    }
     let digest = fp.digest();
     let claim = match begin(&locks, target.function, key.clone(), &fp, &digest, &spec).await {
         Ok(Begin::Run(claim)) => claim,
@@ -191,9 +210,14 @@ where
                 return R::from_idem_error(lost);
             }
         }
-        Some(Err(e)) => {
-            tracing::warn!(target: "distlock", key = claim.key(), error = %e, "the result cannot be stored as JSON; the claim is released");
-            claim.release().await;
+        // It ran: the key is done whatever happens to the value. Releasing the claim
+        // would let every repeat run the body again.
+        Some(Err(reason)) => {
+            tracing::warn!(target: "distlock", key = claim.key(), reason, "the result cannot be stored; the record says so, and repeats get `Unrepresentable`");
+            let record = record::completed_unstorable(&digest, &reason);
+            if let Err(lost) = claim.complete(record, spec.retention()).await {
+                return R::from_idem_error(lost);
+            }
         }
         None => claim.release().await,
     }

@@ -357,7 +357,7 @@ pub(crate) fn status_of(e: &Error) -> u16 {
         Error::InProgress { .. } => 409,
         Error::PayloadMismatch { .. } => 422,
         Error::Busy { .. } | Error::Backend { .. } | Error::NotReplicated { .. } => 503,
-        Error::Lost { .. } => 500,
+        Error::Lost { .. } | Error::Unrepresentable { .. } => 500,
     }
 }
 
@@ -416,6 +416,11 @@ pub(crate) fn problem(e: &Error) -> Captured {
             "store-unavailable",
             "Service unavailable",
             "The lock and idempotency store is unavailable.".to_owned(),
+        ),
+        Error::Unrepresentable { .. } => (
+            "unrepresentable",
+            "Internal error",
+            "This request's payload or result cannot be recorded for idempotency.".to_owned(),
         ),
         Error::Lost { .. } => (
             "lock-lost",

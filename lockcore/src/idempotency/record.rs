@@ -16,6 +16,10 @@
 //! ```
 //!
 //! A response body that is not UTF-8 is stored as `"body_base64"` instead of `"body"`.
+//! A fn's `Ok` value that cannot be stored (it fails to serialize, or does not read back
+//! as itself: `f64::NAN` becomes `null`) completes the record all the same, with
+//! `"unstorable":"<why>"` instead of `"value"`: the body ran once and never runs again
+//! under the key, and repeats get [`Error::Unrepresentable`].
 //!
 //! The value is then the in-progress record followed by the completed one (the completed
 //! one alone if the key had gone). The result is the first completed record: a later
@@ -104,6 +108,13 @@ pub(crate) fn completed_value(fp: &str, value: &serde_json::Value) -> String {
     completed(fp, "value", &json)
 }
 
+/// The completed record of a plain fn whose `Ok` value could not be stored (`reason`):
+/// the call ran, so the key is done, and repeats are told so (see [`stored_value`]).
+pub(crate) fn completed_unstorable(fp: &str, reason: &str) -> String {
+    let json = serde_json::to_string(reason).unwrap_or_else(|_| "\"\"".into());
+    completed(fp, "unstorable", &json)
+}
+
 /// The completed record of a handler's response, without the headers never replayed.
 /// Header values that are not UTF-8 are dropped (they cannot be JSON strings).
 pub(crate) fn completed_response(fp: &str, cap: &Captured) -> String {
@@ -147,6 +158,16 @@ fn first_object<T: serde::de::DeserializeOwned>(raw: &str) -> serde_json::Result
 pub(crate) fn stored_value(key: &str, raw: &str) -> Result<serde_json::Value, Error> {
     let mut rec: serde_json::Map<String, serde_json::Value> =
         first_object(raw).map_err(|e| corrupt(key, e))?;
+    if let Some(reason) = rec.remove("unstorable") {
+        return Err(Error::Unrepresentable {
+            key: key.to_owned(),
+            reason: format!(
+                "the first call under this key ran and returned Ok, but its result could not \
+                 be stored ({}); it is not run again, and cannot be replayed",
+                reason.as_str().unwrap_or("unknown")
+            ),
+        });
+    }
     rec.remove("value")
         .ok_or_else(|| corrupt(key, "it holds an HTTP response, not a function result"))
 }
