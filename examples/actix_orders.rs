@@ -122,15 +122,28 @@ fn main() -> std::io::Result<()> {
         })?;
         let addr = server.addrs()[0];
         println!("listening on http://{addr}");
-        let server = server.run();
-        if demo {
-            let handle = server.handle();
-            actix_web::rt::spawn(server);
-            let ok = run_demo(addr).await;
-            handle.stop(true).await;
-            std::process::exit(if ok { 0 } else { 1 });
+        // Shut down by hand (below), not on the first signal.
+        let server = server.disable_signals().run();
+        let handle = server.handle();
+        actix_web::rt::spawn(server);
+        let ok = if demo {
+            run_demo(addr).await
+        } else {
+            let _ = tokio::signal::ctrl_c().await;
+            true
+        };
+        // Graceful shutdown: stop taking connections, then let the handlers' bodies
+        // whose clients went away finish and store their responses in their tasks on
+        // the workers, then stop the workers (their runtimes, and whatever still runs
+        // there, go with them: such a key would stay in progress until its lease ends,
+        // and a retry would run the body again).
+        handle.pause().await;
+        let left = distlock::idempotency::drain(Duration::from_secs(10)).await;
+        if left > 0 {
+            eprintln!("{left} idempotent calls still running at shutdown");
         }
-        server.await
+        handle.stop(true).await;
+        std::process::exit(if ok { 0 } else { 1 });
     })
 }
 

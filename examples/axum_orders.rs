@@ -133,12 +133,30 @@ async fn main() {
     let addr = listener.local_addr().unwrap();
     println!("listening on http://{addr}");
     let router = app(shop.clone());
-    let server = tokio::spawn(async move { axum::serve(listener, router).await });
-    if demo {
-        let ok = run_demo(addr).await;
-        std::process::exit(if ok { 0 } else { 1 });
-    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // Graceful shutdown: on Ctrl-C (or at the end of the demo) the server stops taking
+    // requests and returns once its connections are closed...
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                tokio::select! {
+                    _ = stopped => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            })
+            .await
+    });
+    let ok = if demo { run_demo(addr).await } else { true };
+    let _ = stop.send(());
     server.await.unwrap().unwrap();
+    // ...while a body whose client went away may still run in its task: let it finish
+    // and store its response before the runtime shuts down, or its key stays in
+    // progress until its lease ends and a retry runs it again.
+    let left = distlock::idempotency::drain(Duration::from_secs(10)).await;
+    if left > 0 {
+        eprintln!("{left} idempotent calls still running at shutdown");
+    }
+    std::process::exit(if ok { 0 } else { 1 });
 }
 
 /// Client mode: a provider retrying callbacks, and buyers racing (with double clicks).

@@ -450,6 +450,12 @@ pub use lockmacro::distributed_lock;
 ///   a later call then takes it over and runs the body.
 /// - Once the body has run, capturing its response and storing the record go on in a task
 ///   of their own too, whichever the case: a drop there never leaves the key in progress.
+/// - **At a deploy** those tasks die with their runtime. Before it shuts down, after the
+///   server stopped taking requests, [`idempotency::drain`]`(within)` waits for every
+///   detached call, store and give-back of the process and says how many were still
+///   running: with axum after `axum::serve(..).with_graceful_shutdown(..)` returns; with
+///   actix-web between `ServerHandle::pause()` and `ServerHandle::stop(true)` (the
+///   handlers run on the workers' runtimes). Both examples do so.
 ///
 /// `detach = false` keeps the body in the caller's future. It is needed by an associated
 /// fn that uses its impl's type parameters (the body moves into a nested fn, which cannot

@@ -84,6 +84,88 @@ pub(crate) fn done_channel(record: &str) -> String {
     key::companion(record, ":done")
 }
 
+/// Detached idempotent work of this process still running: calls, stores and give-backs
+/// spawned in tasks of their own (see [`Running`]).
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Woken whenever [`RUNNING`] drops to zero.
+static DRAINED: std::sync::LazyLock<tokio::sync::Notify> =
+    std::sync::LazyLock::new(tokio::sync::Notify::new);
+
+/// Counts one piece of detached work in [`RUNNING`] while it lives: made when the work is
+/// spawned, dropped when it ends, also when its runtime drops it unfinished.
+pub(crate) struct Running(());
+
+impl Running {
+    pub(crate) fn start() -> Running {
+        RUNNING.fetch_add(1, Ordering::AcqRel);
+        Running(())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if RUNNING.fetch_sub(1, Ordering::AcqRel) == 1 {
+            DRAINED.notify_waiters();
+        }
+    }
+}
+
+/// `fut`, counted as detached work (see [`drain`]) from now until it ends or is dropped.
+pub(crate) fn counted<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+    let running = Running::start();
+    async move {
+        let out = fut.await;
+        drop(running);
+        out
+    }
+}
+
+/// Waits until every detached idempotent call of this process (a call whose caller went
+/// away, or an axum / actix-web handler's claimed body), every store of a result and every
+/// give-back of a claim has finished, or `within` has passed; returns how many were
+/// still running then (0: all finished).
+///
+/// Call it after the server stopped taking requests and before the runtime that runs the
+/// handlers shuts down: a runtime that shuts down drops the tasks still running, and a
+/// body dropped mid-run leaves its claim in progress until its lease ends, after which a
+/// retry runs the body again.
+///
+/// - axum: after `axum::serve(..).with_graceful_shutdown(..)` returns (it returns once its
+///   connections are closed, even while a body whose client went away still runs), and
+///   before `main` returns.
+/// - actix-web: the handlers run on the workers' runtimes, which stop with the server:
+///   `ServerHandle::pause()`, then `drain`, then `ServerHandle::stop(true)` (build the
+///   server with `disable_signals()` and stop it on the signal yourself).
+///
+/// `examples/axum_orders.rs` and `examples/actix_orders.rs` do so.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// // ... the server stopped (graceful shutdown) ...
+/// let left = lockcore::idempotency::drain(Duration::from_secs(10)).await;
+/// if left > 0 {
+///     eprintln!("{left} idempotent calls still running at shutdown: their keys stay in progress until their leases end");
+/// }
+/// # }
+/// ```
+pub async fn drain(within: Duration) -> usize {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let notified = DRAINED.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let running = RUNNING.load(Ordering::Acquire);
+        if running == 0 {
+            return 0;
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return RUNNING.load(Ordering::Acquire);
+        }
+    }
+}
+
 /// Runs `fut` in a task of its own on the current tokio runtime, so it runs to its end
 /// even when the caller's future is dropped (a client that went away, a timeout around
 /// the call); the task keeps the caller's span and subscriber. A panic in it is resumed
@@ -99,10 +181,10 @@ where
     F::Output: Send + 'static,
 {
     let spawned = match tokio::runtime::Handle::try_current() {
-        Ok(handle) => Ok(handle.spawn(
+        Ok(handle) => Ok(handle.spawn(counted(
             fut.instrument(tracing::Span::current())
                 .with_current_subscriber(),
-        )),
+        ))),
         Err(_) => Err(Box::pin(fut)),
     };
     async move {
@@ -120,10 +202,10 @@ where
     F: Future + 'static,
     F::Output: 'static,
 {
-    let task = tokio::task::spawn_local(
+    let task = tokio::task::spawn_local(counted(
         fut.instrument(tracing::Span::current())
             .with_current_subscriber(),
-    );
+    ));
     async move { joined(task.await) }
 }
 
@@ -634,7 +716,7 @@ impl Claim {
         let (locks, key, owner, channel) =
             (locks.clone(), key.clone(), owner.clone(), channel.clone());
         let retention = self.retention();
-        let spawned = crate::util::spawn_here({
+        let spawned = crate::util::spawn_here(counted({
             let key = key.clone();
             async move {
                 let found = release(&locks, &key, &owner, &channel, retention).await;
@@ -648,7 +730,7 @@ impl Claim {
                     release(&locks, &key, &owner, &channel, retention).await;
                 }
             }
-        });
+        }));
         if !spawned {
             tracing::warn!(target: "distlock", key, "idempotency claim dropped outside a tokio runtime; it ends with its lease");
         }
@@ -725,9 +807,9 @@ impl Drop for Claim {
             rest.done = true;
         } else if let Some((record, retention)) = rest.pending.clone() {
             // Outside a runtime the resumed store is dropped at once, and says so.
-            crate::util::spawn_here(async move {
+            crate::util::spawn_here(counted(async move {
                 let _ = rest.complete(record, retention).await;
-            });
+            }));
         } else if std::thread::panicking() {
             rest.spawn_release();
         } else if !rest.started.load(Ordering::Relaxed) || rest.releasing {
