@@ -185,9 +185,19 @@ mod axum_app {
     }
 
     #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
-    async fn binary(State(app): State<App>) -> Vec<u8> {
+    async fn binary(
+        State(app): State<App>,
+    ) -> (
+        [(axum::http::HeaderName, axum::http::HeaderValue); 1],
+        Vec<u8>,
+    ) {
         let n = app.bump("binary") as u8;
-        vec![0xff, 0x00, n, 0x80]
+        // A header value that is not UTF-8 (obs-text): replayed byte for byte.
+        let latin1 = axum::http::HeaderValue::from_bytes(b"caf\xe9").unwrap();
+        (
+            [(axum::http::HeaderName::from_static("x-name"), latin1)],
+            vec![0xff, 0x00, n, 0x80],
+        )
     }
 
     #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
@@ -388,8 +398,10 @@ mod actix_app {
     #[idempotent(header = "Idempotency-Key", scope = "tests", client = app.locks)]
     async fn binary(app: web::Data<App>) -> HttpResponse {
         let n = app.bump("binary") as u8;
+        let latin1 = actix_web::http::header::HeaderValue::from_bytes(b"caf\xe9").unwrap();
         HttpResponse::Ok()
             .content_type("application/octet-stream")
+            .insert_header(("x-name", latin1))
             .body(vec![0xff, 0x00, n, 0x80])
     }
 
@@ -857,6 +869,10 @@ async fn large_bodies_are_returned_not_stored_binary_bodies_replay(h: Harness) {
     let again = post(h.addr, "/binary", Some("bin"), "").await;
     assert_eq!(again.body, first.body);
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert!(
+        first.header("x-name").is_some(),
+        "a header that is not UTF-8"
+    );
     assert_eq!(again.stable_headers(), first.stable_headers());
 }
 

@@ -15,7 +15,8 @@
 //! {"status":"completed","fp":"<hex>","completed_at_ms":1764485971234,"response":{"status":201,"headers":[["content-type","application/json"]],"body":"{\"id\":7}"}}
 //! ```
 //!
-//! A response body that is not UTF-8 is stored as `"body_base64"` instead of `"body"`.
+//! A response body that is not UTF-8 is stored as `"body_base64"` instead of `"body"`,
+//! and a header value that is not UTF-8 as `[name, "<base64>", "base64"]`.
 //! A fn's `Ok` value that cannot be stored (it fails to serialize, or does not read back
 //! as itself: `f64::NAN` becomes `null`) completes the record all the same, with
 //! `"unstorable":"<why>"` instead of `"value"`: the body ran once and never runs again
@@ -78,10 +79,12 @@ pub(crate) fn replayed_headers(
         .filter(|(name, _)| !FRAMING.contains(&name.as_str()))
 }
 
+/// A header as stored: `[name, value]`, or `[name, "<base64 of the value>", "base64"]`
+/// for a value that is not UTF-8 (HTTP allows any byte but control characters).
 #[derive(Serialize, Deserialize)]
 struct StoredResponse {
     status: u16,
-    headers: Vec<(String, String)>,
+    headers: Vec<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     body: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,13 +119,16 @@ pub(crate) fn completed_unstorable(fp: &str, reason: &str) -> String {
 }
 
 /// The completed record of a handler's response, without the headers never replayed.
-/// Header values that are not UTF-8 are dropped (they cannot be JSON strings).
+/// Header values that are not UTF-8 are stored in base64 (see [`StoredResponse`]).
 pub(crate) fn completed_response(fp: &str, cap: &Captured) -> String {
     let headers = cap
         .headers
         .iter()
         .filter(|(name, _)| !NOT_REPLAYED.contains(&name.as_str()))
-        .filter_map(|(name, value)| Some((name.clone(), String::from_utf8(value.clone()).ok()?)))
+        .map(|(name, value)| match std::str::from_utf8(value) {
+            Ok(text) => vec![name.clone(), text.to_owned()],
+            Err(_) => vec![name.clone(), base64_encode(value), "base64".to_owned()],
+        })
         .collect();
     let (body, body_base64) = match std::str::from_utf8(&cap.body) {
         Ok(s) => (Some(s.to_owned()), None),
@@ -183,13 +189,24 @@ pub(crate) fn stored_response(key: &str, raw: &str) -> Result<Captured, Error> {
         (None, Some(b)) => base64_decode(&b).ok_or_else(|| corrupt(key, "bad base64 body"))?,
         (None, None) => Vec::new(),
     };
+    let headers = stored
+        .headers
+        .into_iter()
+        .map(|entry| match <[String; 2]>::try_from(entry) {
+            Ok([name, value]) => Ok((name, value.into_bytes())),
+            Err(entry) => match <[String; 3]>::try_from(entry) {
+                Ok([name, value, encoding]) if encoding == "base64" => {
+                    let bytes = base64_decode(&value)
+                        .ok_or_else(|| corrupt(key, "bad base64 header value"))?;
+                    Ok((name, bytes))
+                }
+                _ => Err(corrupt(key, "a header is not [name, value]")),
+            },
+        })
+        .collect::<Result<_, _>>()?;
     Ok(Captured {
         status: stored.status,
-        headers: stored
-            .headers
-            .into_iter()
-            .map(|(n, v)| (n, v.into_bytes()))
-            .collect(),
+        headers,
         body,
     })
 }
@@ -278,6 +295,21 @@ mod tests {
         assert_eq!(back.body, cap.body);
         let names: Vec<_> = back.headers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["content-type", "x-a", "x-a"]);
+        // A value that is not UTF-8 (HTTP allows obs-text) is kept, byte for byte; a
+        // record written before, with `[name, value]` pairs only, still reads.
+        let latin1 = Captured {
+            status: 200,
+            headers: vec![("x-name".into(), b"caf\xe9".to_vec())],
+            body: Vec::new(),
+        };
+        let raw = completed_response("ab", &latin1);
+        assert!(raw.contains(r#"["x-name","Y2Fm6Q==","base64"]"#), "{raw}");
+        assert_eq!(stored_response("k", &raw).unwrap().headers, latin1.headers);
+        let earlier = r#"{"status":"completed","fp":"ab","completed_at_ms":1,"response":{"status":204,"headers":[["x-a","1"]]}}"#;
+        assert_eq!(
+            stored_response("k", earlier).unwrap().headers,
+            [("x-a".to_owned(), b"1".to_vec())]
+        );
         let bin = Captured {
             status: 200,
             headers: vec![],
