@@ -436,8 +436,11 @@ fn release_claim_later(node: Arc<RedisBackend>, key: &str, owner: &str, retentio
     });
 }
 
-/// Of the completed records the masters hold, the one most hold, then the earliest
-/// (by `completed_at_ms`).
+/// Of the completed records the masters hold, the one most hold, then the earliest (by
+/// `completed_at_ms`), then the least by its text: the same choice whatever the order
+/// the masters answered in. One store writes one record, the same text on every master,
+/// so masters hold the same result when their first completed records are equal; two
+/// results stored in the same millisecond are two, not one majority.
 fn first_result<'a>(completed: &[&'a String]) -> Option<&'a String> {
     let at = |raw: &str| -> u64 {
         raw.split_once(r#""completed_at_ms":"#)
@@ -450,11 +453,30 @@ fn first_result<'a>(completed: &[&'a String]) -> Option<&'a String> {
     completed
         .iter()
         .map(|raw| {
-            let held = completed.iter().filter(|r| at(r) == at(raw)).count();
-            (std::cmp::Reverse(held), at(raw), *raw)
+            let result = first_completed(raw);
+            let held = completed
+                .iter()
+                .filter(|r| first_completed(r) == result)
+                .count();
+            (std::cmp::Reverse(held), at(result), result, *raw)
         })
         .min()
-        .map(|(_, _, raw)| raw)
+        .map(|(_, _, _, raw)| raw)
+}
+
+/// The first completed record in a record's value (what a reader replays): from its
+/// first `{"status":"completed"` to the end of that JSON object; the whole value when
+/// there is none or it does not parse.
+fn first_completed(raw: &str) -> &str {
+    let Some(start) = raw.find(r#"{"status":"completed""#) else {
+        return raw;
+    };
+    let rest = &raw[start..];
+    let mut objects = serde_json::Deserializer::from_str(rest).into_iter::<serde::de::IgnoredAny>();
+    match objects.next() {
+        Some(Ok(_)) => &rest[..objects.byte_offset()],
+        _ => rest,
+    }
 }
 
 /// A release that hands to nobody and yields to nobody: a compare-and-delete.
@@ -471,7 +493,7 @@ fn plain_release<'a>(key: &'a str, token: &'a str) -> ReleaseCall<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::{first_result, keep_error};
+    use super::{first_completed, first_result, keep_error};
     use crate::error::{BackendError, BackendErrorKind};
 
     /// A timeout (a write may have landed: the caller gives it back) is reported over a
@@ -503,5 +525,32 @@ mod tests {
         assert_eq!(first_result(&[&late, &early]), Some(&early));
         assert_eq!(first_result(&[&early]), Some(&early));
         assert_eq!(first_result(&[]), None);
+    }
+
+    /// Two results stored in the same millisecond are two: the one more masters hold
+    /// wins, and a tie goes the same way whatever the order the masters answered in.
+    #[test]
+    fn results_of_one_millisecond_are_told_apart() {
+        let rec = |value: &str| {
+            format!(
+                r#"{{"claimed_at_ms":1,"owner":"o","status":"in_progress"}}{{"status":"completed","fp":"ab","completed_at_ms":100,"value":"{value}"}}"#
+            )
+        };
+        let (a, b) = (rec("a"), rec("b"));
+        assert_eq!(first_result(&[&b, &a, &b]), Some(&b), "two masters hold b");
+        // Another claim's in-progress record before the same result: one result.
+        let a_elsewhere = a.replace(r#""owner":"o""#, r#""owner":"p""#);
+        assert_eq!(first_result(&[&b, &a, &a_elsewhere]), Some(&a));
+        assert_eq!(
+            first_result(&[&a_elsewhere, &b, &a]).map(|r| first_completed(r)),
+            Some(first_completed(&a))
+        );
+        for order in [[&a, &b], [&b, &a]] {
+            assert_eq!(
+                first_result(&order),
+                Some(&a),
+                "a tie: the least by its text"
+            );
+        }
     }
 }
