@@ -1159,6 +1159,37 @@ async fn the_request_body_is_the_payload_whatever_its_type(h: Harness) {
     assert_eq!(up(b"\x00\x02abc").await.status, 422, "other bytes");
     assert_eq!(h.app.runs("upload"), 1);
 
+    // A form sent again (a double click, a rebuilt retry) has a new random boundary:
+    // the same parts are the same payload, other parts another.
+    let form = |boundary: &str, file: &str| {
+        let body = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"doc\"; filename=\"a.txt\"\r\n\
+             Content-Type: text/plain\r\n\r\n{file}\r\n--{boundary}--\r\n"
+        );
+        let ct = format!("multipart/form-data; boundary={boundary}");
+        async move {
+            send(
+                h.addr,
+                "POST",
+                "/upload",
+                &[("Idempotency-Key", b"m-1"), ("Content-Type", ct.as_bytes())],
+                body.as_bytes(),
+            )
+            .await
+        }
+    };
+    let first = form("----b1", "file bytes").await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = form("----b2", "file bytes").await;
+    assert_eq!(again.status, 200, "another boundary: {}", again.text());
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(
+        form("----b3", "other file").await.status,
+        422,
+        "another file"
+    );
+    assert_eq!(h.app.runs("upload"), 2);
+
     let raw =
         |body: &'static [u8]| send(h.addr, "POST", "/raw", &[("Idempotency-Key", b"r-1")], body);
     assert_eq!(raw(b"streamed").await.text(), "raw 1: 8 bytes");

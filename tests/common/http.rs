@@ -52,7 +52,8 @@ impl Resp {
     }
 }
 
-/// Sends one request; `headers` values are raw bytes, written as given.
+/// Sends one request; `headers` values are raw bytes, written as given; a body goes as
+/// JSON unless `headers` name its `Content-Type`.
 pub async fn send(
     addr: SocketAddr,
     method: &str,
@@ -68,7 +69,10 @@ pub async fn send(
         req.extend_from_slice(value);
         req.extend_from_slice(b"\r\n");
     }
-    if !body.is_empty() {
+    let typed = headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("content-type"));
+    if !body.is_empty() && !typed {
         req.extend_from_slice(b"Content-Type: application/json\r\n");
     }
     req.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());

@@ -28,7 +28,10 @@
 //!   (the query string as decoded `[name, value]` pairs, `+` read as a space, sorted by
 //!   name, the values of one name in their order) and
 //!   `body`: `json:<sha256>` of the canonical JSON of a JSON body (`application/json` or
-//!   `*/*+json` that parses), else `bytes:<sha256>` of the raw bytes; empty without a body.
+//!   `*/*+json` that parses), `multipart:<sha256>` of a `multipart/form-data` body's
+//!   parts (each part's name, file name, content type and the SHA-256 of its bytes, in
+//!   order: not the boundary, which clients make anew per submission), else
+//!   `bytes:<sha256>` of the raw bytes; empty without a body.
 //!
 //! Numbers are written canonically: a number with an integral value is written as an
 //! integer (`1`, `1.0` and `1e0` are one number; so are `100` and `1e2`; `-0` is `0`),
@@ -334,7 +337,102 @@ pub(crate) fn body_label(content_type: Option<&[u8]>, body: &[u8]) -> String {
     if json && let Some(text) = canonical_json(body) {
         return format!("json:{}", hex(&Sha256::digest(text.as_bytes())));
     }
+    if let Some(parts) = content_type.and_then(|ct| multipart_parts(ct, body)) {
+        return format!("multipart:{}", hex(&Sha256::digest(parts.as_bytes())));
+    }
     format!("bytes:{}", hex(&Sha256::digest(body)))
+}
+
+/// A `multipart/form-data` body by its parts, not its boundary (every client makes a new
+/// random one per submission, so a form sent again differs in its bytes): a JSON array,
+/// in order, of each part's `name`, `filename` (`null` when absent), `content_type`
+/// (lower case, empty when absent) and the SHA-256 of its bytes. `None` when the type is
+/// not multipart with a boundary, or the body does not parse as one (the bytes are the
+/// payload then).
+fn multipart_parts(content_type: &[u8], body: &[u8]) -> Option<String> {
+    let ct = std::str::from_utf8(content_type).ok()?;
+    let mut params = ct.split(';');
+    if !params
+        .next()?
+        .trim()
+        .eq_ignore_ascii_case("multipart/form-data")
+    {
+        return None;
+    }
+    let boundary = params.find_map(|p| {
+        let (name, value) = p.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("boundary")
+            .then(|| value.trim().trim_matches('"'))
+    })?;
+    if boundary.is_empty() {
+        return None;
+    }
+    let delimiter = [b"--", boundary.as_bytes()].concat();
+    let next_delimiter = [b"\r\n--", boundary.as_bytes()].concat();
+    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    // The first delimiter: at the start, or after a preamble and a CRLF.
+    let mut at = if body.starts_with(&delimiter) {
+        delimiter.len()
+    } else {
+        find(body, &next_delimiter)? + next_delimiter.len()
+    };
+    let mut out = String::from("[");
+    loop {
+        let rest = body.get(at..)?;
+        if rest.starts_with(b"--") {
+            break; // the close delimiter
+        }
+        let rest = rest.strip_prefix(b"\r\n")?;
+        let end = find(rest, &next_delimiter)?;
+        let part = &rest[..end];
+        let split = find(part, b"\r\n\r\n");
+        let (head, content) = match split {
+            Some(i) => (&part[..i], &part[i + 4..]),
+            // No headers: the part starts with the blank line.
+            None => (&b""[..], part.strip_prefix(b"\r\n")?),
+        };
+        let (mut name, mut filename, mut part_type) = (None, None, String::new());
+        for line in std::str::from_utf8(head).ok()?.split("\r\n") {
+            let Some((field, value)) = line.split_once(':') else {
+                continue;
+            };
+            let field = field.trim();
+            if field.eq_ignore_ascii_case("content-type") {
+                part_type = value.trim().to_ascii_lowercase();
+            } else if field.eq_ignore_ascii_case("content-disposition") {
+                for param in value.split(';').skip(1) {
+                    let Some((k, v)) = param.split_once('=') else {
+                        continue;
+                    };
+                    let v = v.trim().trim_matches('"').to_owned();
+                    match k.trim().to_ascii_lowercase().as_str() {
+                        "name" => name = Some(v),
+                        "filename" => filename = Some(v),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str("{\"content_type\":");
+        push_json_str(&part_type, &mut out);
+        out.push_str(",\"filename\":");
+        match &filename {
+            Some(f) => push_json_str(f, &mut out),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"name\":");
+        push_json_str(name.as_deref().unwrap_or(""), &mut out);
+        out.push_str(",\"sha256\":\"");
+        out.push_str(&hex(&Sha256::digest(content)));
+        out.push_str("\"}");
+        at += 2 + end + next_delimiter.len();
+    }
+    out.push(']');
+    Some(out)
 }
 
 /// The canonical JSON of a request body read from its text (see the module docs): object
@@ -986,6 +1084,44 @@ mod tests {
         assert_eq!(
             same("b=1&amount=1&amount=100"),
             same("amount=1&amount=100&b=1")
+        );
+    }
+
+    /// A form sent again with another boundary is the same payload; another part's
+    /// bytes, name, file name or type is another.
+    #[test]
+    fn multipart_forms_are_their_parts_not_their_boundary() {
+        let form = |boundary: &str, file: &str, name: &str| {
+            let body = format!(
+                "--{boundary}\r\ncontent-disposition: form-data; name=\"note\"\r\n\r\nhello\r\n\
+                 --{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"a.txt\"\r\n\
+                 Content-Type: text/plain\r\n\r\n{file}\r\n--{boundary}--\r\n"
+            );
+            let ct = format!("multipart/form-data; boundary={boundary}");
+            body_label(Some(ct.as_bytes()), body.as_bytes())
+        };
+        let first = form("----a1", "file bytes", "doc");
+        assert!(first.starts_with("multipart:"), "{first}");
+        assert_eq!(
+            first,
+            form("xyz-2", "file bytes", "doc"),
+            "another boundary"
+        );
+        assert_ne!(first, form("xyz-2", "other bytes", "doc"));
+        assert_ne!(first, form("xyz-2", "file bytes", "other"));
+        let quoted = body_label(
+            Some(b"multipart/form-data; boundary=\"q q\""),
+            b"--q q\r\ncontent-disposition: form-data; name=\"note\"\r\n\r\nhello\r\n--q q--",
+        );
+        assert!(quoted.starts_with("multipart:"), "{quoted}");
+        // Not multipart as declared: the bytes.
+        assert!(
+            body_label(Some(b"multipart/form-data; boundary=zz"), b"no parts here")
+                .starts_with("bytes:")
+        );
+        assert!(
+            body_label(Some(b"multipart/form-data"), b"--a\r\n\r\nx\r\n--a--")
+                .starts_with("bytes:")
         );
     }
 
