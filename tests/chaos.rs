@@ -1,9 +1,9 @@
 //! Chaos run: a seeded, bounded stress test of locks and idempotency under faults.
 //!
 //! The test binary re-runs itself as three child processes (`chaos_child`, as
-//! `tests/processes.rs` does). Each child shares ONE `Locks` client between four tokio
-//! runtimes on threads of their own (one multi-thread runtime with one worker, three
-//! current-thread ones). On the first three, tasks take and release a few lock keys
+//! `tests/processes.rs` does). Each child shares ONE `Locks` client between more tokio
+//! runtimes than the machine has cores (at least four), on threads of their own (one
+//! multi-thread runtime with one worker, the others current-thread). On the first three, tasks take and release a few lock keys
 //! (short ttls, `renew`, bodies longer than the ttl, `wait`, reentrant nested
 //! acquisitions in `guard.scope`, several locks at once) and call an `#[idempotent]` fn
 //! (the same key with another payload now and then); the fourth only calls the
@@ -54,17 +54,23 @@ mod cfg {
 
     /// Child processes.
     pub(crate) const CHILDREN: usize = 3;
-    /// Tokio runtimes per child, all sharing the child's one `Locks` client: the first
-    /// multi-thread (one worker), the others current-thread; the last one only makes
-    /// idempotent calls, whose bodies sometimes block its thread past their lease (a
-    /// claimer stalled like a GC pause; no lock is ever held on that runtime).
-    pub(crate) const RUNTIMES: usize = 4;
+    /// Tokio runtimes per child, all sharing the child's one `Locks` client: more than
+    /// the machine has cores (actix-web runs one per worker, and the default client is
+    /// shared by all), at least 4. The first is multi-thread (one worker), the others
+    /// current-thread; the last one only makes idempotent calls, whose bodies sometimes
+    /// block its thread past their lease (a claimer stalled like a GC pause; no lock is
+    /// ever held on that runtime).
+    pub(crate) fn runtimes() -> usize {
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        (cores + 2).max(4)
+    }
     /// Worker tasks per runtime (the idempotency-only runtime has one).
     pub(crate) const WORKERS: usize = 3;
     /// Command timeout of every child's client.
     pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_millis(150);
-    /// The lock names (keys `lock:<name>`).
-    pub(crate) const LOCK_KEYS: [&str; 5] = ["k0", "k1", "k2", "k3", "k4"];
+    /// The lock names (keys `lock:<name>`), in one hash slot: on a cluster one primary
+    /// serves them all, and the monitor samples them in one atomic call.
+    pub(crate) const LOCK_KEYS: [&str; 5] = ["{c}k0", "{c}k1", "{c}k2", "{c}k3", "{c}k4"];
     /// Key prefix of the clients (the default).
     pub(crate) const PREFIX: &str = "lock:";
     /// ttl range of renewed locks, in ms.
@@ -85,16 +91,12 @@ mod cfg {
     pub(crate) const IDEM_KEYS: u64 = 3;
 }
 
-/// The chaos run (the parent).
-#[test]
-fn chaos_run() {
-    if std::env::var(ROLE_VAR).is_ok() {
-        return; // a child runs only `chaos_child`
-    }
-    if let Some(kept) = std::env::var_os("DISTLOCK_CHAOS_REPLAY") {
-        parent::replay(kept.as_ref());
-        return;
-    }
+/// The two runs take turns: each alone loads the machine as much as it may.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The seed (`DISTLOCK_CHAOS_SEED`, else from the clock) and the duration
+/// (`DISTLOCK_CHAOS_SECS`, else `default_secs`) of a run, printed.
+fn seed_and_secs(what: &str, default_secs: u64) -> (u64, u64) {
     let seed = std::env::var("DISTLOCK_CHAOS_SEED")
         .ok()
         .map(|s| {
@@ -115,10 +117,41 @@ fn chaos_run() {
                 .parse::<u64>()
                 .expect("DISTLOCK_CHAOS_SECS must be a number of seconds")
         })
-        .unwrap_or(60);
-    println!("chaos seed = {seed}");
-    eprintln!("chaos seed = {seed} ({secs} s; rerun with DISTLOCK_CHAOS_SEED={seed})");
+        .unwrap_or(default_secs);
+    println!("{what} seed = {seed}");
+    eprintln!("{what} seed = {seed} ({secs} s; rerun with DISTLOCK_CHAOS_SEED={seed})");
+    (seed, secs)
+}
+
+/// The chaos run (the parent).
+#[test]
+fn chaos_run() {
+    if std::env::var(ROLE_VAR).is_ok() {
+        return; // a child runs only `chaos_child`
+    }
+    if let Some(kept) = std::env::var_os("DISTLOCK_CHAOS_REPLAY") {
+        parent::replay(kept.as_ref());
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (seed, secs) = seed_and_secs("chaos", 60);
     parent::run(seed, secs);
+}
+
+/// The chaos run on a Redis Cluster with a replica per primary, every lock and record
+/// taken with `replicas = 1` (about 30 s; `DISTLOCK_CHAOS_SECS` applies to it too): the
+/// faults are failovers of the lock keys' primary (`CLUSTER FAILOVER`, which loses no
+/// acknowledged write), its replica paused past the command timeout (waits for it fail,
+/// renewals go unacknowledged), connections killed and children paused; no two bodies
+/// may overlap unless a loss was reported (nothing excuses an overlap across a failover).
+#[test]
+fn chaos_cluster_run() {
+    if std::env::var(ROLE_VAR).is_ok() || std::env::var_os("DISTLOCK_CHAOS_REPLAY").is_some() {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (seed, secs) = seed_and_secs("chaos (cluster)", 30);
+    parent::run_cluster(seed, secs);
 }
 
 /// Entry point of the child processes; does nothing in a normal test run.

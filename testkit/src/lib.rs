@@ -598,6 +598,13 @@ impl RedisCluster {
     /// The port of the primary that serves `slot` now, as the first live node sees it.
     pub fn primary_of(&self, slot: u16) -> u16 {
         let port = self.live_port();
+        Self::primary_of_via(port, slot)
+            .unwrap_or_else(|| panic!("no primary serves slot {slot} (asked {port})"))
+    }
+
+    /// The port of the primary that serves `slot` as the node on `port` sees it (`None`
+    /// when it does not answer, or names none).
+    pub fn primary_of_via(port: u16, slot: u16) -> Option<u16> {
         let shards = Self::cli(port, &["CLUSTER", "SLOTS"]);
         // `redis-cli` prints each reply element on its own line: start, end, then the
         // primary's ip, port, id, ...
@@ -610,11 +617,11 @@ impl RedisCluster {
                 && slot <= end
                 && let Ok(port) = lines[i + 3].parse::<u16>()
             {
-                return port;
+                return Some(port);
             }
             i += 1;
         }
-        panic!("no primary serves slot {slot}: {shards}");
+        None
     }
 
     /// The node id of the server on `port` (`CLUSTER MYID`).

@@ -30,6 +30,8 @@ pub(crate) mod env {
     pub(crate) const STRICT: &str = "DISTLOCK_CHAOS_STRICT";
     pub(crate) const START_MS: &str = "DISTLOCK_CHAOS_START_MS";
     pub(crate) const STOP_MS: &str = "DISTLOCK_CHAOS_STOP_MS";
+    /// Replicas every lock and record waits for (the cluster run: 1; else unset).
+    pub(crate) const REPLICAS: &str = "DISTLOCK_CHAOS_REPLICAS";
 }
 
 /// The holder id of child `i`: tokens are `<uuid>:<holder id>`.
@@ -78,11 +80,13 @@ pub(crate) fn main() {
             }
         }
     });
-    let locks = Locks::builder(var(env::URL))
+    let mut builder = Locks::builder(var(env::URL))
         .command_timeout(cfg::COMMAND_TIMEOUT)
-        .holder_id(holder_id(child))
-        .build()
-        .expect("Locks::build");
+        .holder_id(holder_id(child));
+    if let Ok(n) = std::env::var(env::REPLICAS) {
+        builder = builder.replicas(n.parse().expect("a replica count"));
+    }
+    let locks = builder.build().expect("Locks::build");
     let ctx = Arc::new(Ctx {
         locks,
         log: Arc::new(EventLog::open(var(env::EVENTS).as_ref())),
@@ -109,7 +113,8 @@ pub(crate) fn main() {
     let (report_tx, reports) = mpsc::channel::<(usize, usize, usize)>();
     let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut threads = Vec::new();
-    for rt in 0..cfg::RUNTIMES {
+    let runtimes = cfg::runtimes();
+    for rt in 0..runtimes {
         let (ctx, report_tx, mut shutdown_rx) =
             (ctx.clone(), report_tx.clone(), shutdown_rx.clone());
         threads.push(std::thread::spawn(move || {
@@ -125,11 +130,7 @@ pub(crate) fn main() {
             }
             .expect("tokio runtime");
             runtime.block_on(async {
-                let workers = if rt == cfg::RUNTIMES - 1 {
-                    1
-                } else {
-                    cfg::WORKERS
-                };
+                let workers = if rt == runtimes - 1 { 1 } else { cfg::WORKERS };
                 let tasks: Vec<_> = (0..workers)
                     .map(|w| {
                         let seed = derive(seed, (rt * 16 + w) as u64);
@@ -152,11 +153,11 @@ pub(crate) fn main() {
         }));
     }
     drop(report_tx);
-    let mut waiting = [0; cfg::RUNTIMES];
+    let mut waiting = vec![0; runtimes];
     let mut panics = 0;
     // Calls in flight at the stop time end within their wait, body and release.
     let drained = stop_ms + 60_000;
-    for _ in 0..cfg::RUNTIMES {
+    for _ in 0..runtimes {
         let left = Duration::from_millis(drained.saturating_sub(now_ms()));
         let (rt, channels, p) = reports
             .recv_timeout(left)
@@ -316,7 +317,7 @@ async fn worker(ctx: Arc<Ctx>, rt: usize, w: usize, seed: u64) {
     while now_ms() < ctx.stop_ms {
         n += 1;
         let call = format!("c{}r{rt}w{w}n{n}", ctx.child);
-        if rt == cfg::RUNTIMES - 1 {
+        if rt == cfg::runtimes() - 1 {
             idem_op(&ctx, &mut rng, &call, true).await;
         } else {
             match rng.u8(..100) {

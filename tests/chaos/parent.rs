@@ -13,6 +13,7 @@ use crate::cfg;
 use crate::child::{derive, env};
 use crate::common::RedisServer;
 use crate::events::{self, EventLog, now_ms, now_us};
+use testkit::RedisCluster;
 
 /// One injected fault: `[begin, end]` in wall-clock micros; `child` for a paused child.
 #[derive(Debug, Clone)]
@@ -59,6 +60,8 @@ pub(crate) fn replay(path: &std::path::Path) {
                 "kill_normal" => "kill_normal",
                 "kill_pubsub" => "kill_pubsub",
                 "restart" => "restart",
+                "failover" => "failover",
+                "sigstop_replica" => "sigstop_replica",
                 _ => "pause_child",
             },
             begin: e.num("begin").unwrap_or(0),
@@ -112,10 +115,86 @@ pub(crate) fn replay(path: &std::path::Path) {
 /// Margin around `MAX_TTL` for the PTTL a lock key may show.
 const PTTL_SLACK_MS: i64 = 100;
 
+/// Where a run's locks live.
+enum Servers {
+    One(RedisServer),
+    /// Three primaries with a replica each; the lock keys' slot.
+    Cluster(RedisCluster, u16),
+}
+
+impl Servers {
+    /// The URL the children connect with.
+    fn url(&self) -> String {
+        match self {
+            Servers::One(server) => server.url(),
+            Servers::Cluster(cluster, _) => {
+                let hosts: Vec<String> = cluster
+                    .nodes
+                    .iter()
+                    .map(|n| format!("127.0.0.1:{}", n.port))
+                    .collect();
+                let auth = if testkit::least_privilege() {
+                    format!("{0}:{0}@", testkit::APP_USER)
+                } else {
+                    String::new()
+                };
+                format!("redis+cluster://{auth}{}/", hosts.join(","))
+            }
+        }
+    }
+
+    /// Where the monitor samples the lock keys.
+    fn sampled(&self) -> Sampled {
+        match self {
+            Servers::One(server) => Sampled::One(server.port),
+            Servers::Cluster(cluster, slot) => Sampled::Cluster {
+                nodes: cluster.nodes.iter().map(|n| n.port).collect(),
+                owner: cluster.primary_of(*slot),
+            },
+        }
+    }
+
+    /// The primaries' ports now (one server: its port).
+    fn primaries(&self) -> Vec<u16> {
+        match self {
+            Servers::One(server) => vec![server.port],
+            Servers::Cluster(cluster, _) => {
+                let mut found = Vec::new();
+                for slot in (0..16384u16).step_by(1000) {
+                    let p = cluster.primary_of(slot);
+                    if !found.contains(&p) {
+                        found.push(p);
+                    }
+                }
+                found
+            }
+        }
+    }
+}
+
+/// Where the monitor reads the lock keys: one server, or a cluster's node that owns
+/// their slot (followed through `MOVED`, and found again by trying every node).
+#[derive(Clone)]
+enum Sampled {
+    One(u16),
+    Cluster { nodes: Vec<u16>, owner: u16 },
+}
+
 pub(crate) fn run(seed: u64, secs: u64) {
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    run_on(Servers::One(server), seed, secs);
+}
+
+/// The run on a cluster with a replica per primary, locks and records acknowledged by 1.
+pub(crate) fn run_cluster(seed: u64, secs: u64) {
+    let cluster = RedisCluster::start(3, 1);
+    let slot = cluster.slot(&format!("{}{}", cfg::PREFIX, cfg::LOCK_KEYS[0]));
+    run_on(Servers::Cluster(cluster, slot), seed, secs);
+}
+
+fn run_on(mut servers: Servers, seed: u64, secs: u64) {
     let test_started = Instant::now();
-    let mut server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
-    let port = server.port;
+    let sampled = servers.sampled();
     let dir = std::env::temp_dir().join(format!("distlock-chaos-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(format!("events-{seed}.log"));
@@ -128,28 +207,35 @@ pub(crate) fn run(seed: u64, secs: u64) {
         "run",
         format_args!("seed={seed} secs={secs} chaos_ms={chaos_ms} stop_ms={stop_ms}"),
     );
+    let replicas = matches!(servers, Servers::Cluster(..)).then(|| "1".to_owned());
     let mut children: Vec<ChildProc> = (0..cfg::CHILDREN)
         .map(|i| {
-            ChildProc::spawn(
-                i,
-                &[
-                    (env::URL, server.url()),
-                    (env::EVENTS, path.display().to_string()),
-                    (env::CHILD, i.to_string()),
-                    (env::SEED, derive(seed, i as u64 + 1).to_string()),
-                    (env::STRICT, u8::from(i != 0).to_string()),
-                    (env::START_MS, start_ms.to_string()),
-                    (env::STOP_MS, stop_ms.to_string()),
-                ],
-            )
+            let mut vars = vec![
+                (env::URL, servers.url()),
+                (env::EVENTS, path.display().to_string()),
+                (env::CHILD, i.to_string()),
+                (env::SEED, derive(seed, i as u64 + 1).to_string()),
+                (env::STRICT, u8::from(i != 0).to_string()),
+                (env::START_MS, start_ms.to_string()),
+                (env::STOP_MS, stop_ms.to_string()),
+            ];
+            if let Some(n) = &replicas {
+                vars.push((env::REPLICAS, n.clone()));
+            }
+            ChildProc::spawn(i, &vars)
         })
         .collect();
     let pids: Vec<u32> = children.iter().map(|c| c.child.id()).collect();
     let mut problems: Vec<String> = Vec::new();
     let stop_monitor = AtomicBool::new(false);
     let (faults, monitor) = std::thread::scope(|s| {
-        let watcher = s.spawn(|| monitor(port, &stop_monitor));
-        let faults = inject(&mut server, &pids, seed, stop_ms, &log);
+        let watcher = s.spawn(|| monitor(sampled, &stop_monitor));
+        let faults = match &mut servers {
+            Servers::One(server) => inject(server, &pids, seed, stop_ms, &log),
+            Servers::Cluster(cluster, slot) => {
+                inject_cluster(cluster, *slot, &pids, seed, stop_ms, &log)
+            }
+        };
         // Drain: every child finishes its calls.
         let drained =
             Duration::from_millis(stop_ms.saturating_sub(now_ms())) + Duration::from_secs(60);
@@ -181,7 +267,9 @@ pub(crate) fn run(seed: u64, secs: u64) {
         (faults, watcher.join().expect("monitor thread"))
     });
     log.emit("settled", format_args!(""));
-    problems.extend(end_state(port));
+    for port in servers.primaries() {
+        problems.extend(end_state(port));
+    }
     for c in &mut children {
         if c.exited.is_some() {
             continue;
@@ -210,7 +298,7 @@ pub(crate) fn run(seed: u64, secs: u64) {
             Err(e) => problems.push(e),
         }
     }
-    drop(server);
+    drop(servers);
 
     if std::env::var_os("DISTLOCK_CHAOS_KEEP").is_some() {
         let seen: String = monitor
@@ -519,12 +607,112 @@ fn inject(
     faults
 }
 
+/// The cluster run's faults at random points until shortly before `stop_ms`: a failover
+/// of the lock keys' primary (`CLUSTER FAILOVER` on its replica: the replica catches up
+/// first, so no acknowledged write is lost), that replica paused past the command timeout,
+/// the primary's connections killed, a child paused.
+fn inject_cluster(
+    cluster: &RedisCluster,
+    slot: u16,
+    pids: &[u32],
+    seed: u64,
+    stop_ms: u64,
+    log: &EventLog,
+) -> Vec<Fault> {
+    let mut rng = fastrand::Rng::with_seed(derive(seed, 1000));
+    let mut faults = Vec::new();
+    for id in 1.. {
+        let gap = rng.u64(600..=2400);
+        // A failover takes a few seconds at most: none outlives the stop time.
+        if now_ms() + gap + 6000 > stop_ms {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(gap));
+        let pick = rng.u8(..100);
+        let owner = cluster.primary_of(slot);
+        let begin = now_us();
+        let (kind, child) = match pick {
+            0..35 => {
+                let replica = cluster.replicas_of(owner)[0];
+                let answer = RedisCluster::cli(replica, &["CLUSTER", "FAILOVER"]);
+                if answer != "OK" {
+                    eprintln!("chaos: CLUSTER FAILOVER: {answer}");
+                }
+                // Done once the old replica serves the slot and the cluster is whole.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while cluster.primary_of(slot) != replica && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                cluster.wait_ok(Duration::from_secs(10));
+                ("failover", None)
+            }
+            35..55 => {
+                let replica = cluster.replicas_of(owner)[0];
+                let pid = cluster
+                    .nodes
+                    .iter()
+                    .find(|n| n.port == replica)
+                    .and_then(RedisServer::pid);
+                if let Some(pid) = pid {
+                    let resume = Resume(pid);
+                    signal(pid, "STOP");
+                    std::thread::sleep(Duration::from_millis(stall_ms(&mut rng).min(900)));
+                    drop(resume);
+                }
+                ("sigstop_replica", None)
+            }
+            55..80 => {
+                let killed = connect(owner, Duration::from_millis(500)).and_then(|mut c| {
+                    redis::cmd("CLIENT")
+                        .arg("KILL")
+                        .arg("TYPE")
+                        .arg("normal")
+                        .query::<i64>(&mut c)
+                });
+                if let Err(e) = killed {
+                    eprintln!("chaos: CLIENT KILL failed: {e}");
+                }
+                ("kill_normal", None)
+            }
+            _ => {
+                let c = rng.usize(..pids.len());
+                let pause = rng.u64(200..=1000);
+                let resume = Resume(pids[c]);
+                signal(pids[c], "STOP");
+                std::thread::sleep(Duration::from_millis(pause));
+                drop(resume);
+                ("pause_child", Some(c))
+            }
+        };
+        let end = now_us();
+        log.emit(
+            "fault",
+            format_args!(
+                "id={id} kind={kind} begin={begin} end={end} child={}",
+                child.map_or_else(|| "-".to_owned(), |c| c.to_string())
+            ),
+        );
+        faults.push(Fault {
+            kind,
+            begin,
+            end,
+            child,
+        });
+    }
+    faults
+}
+
 // ---------------------------------------------------------------------------------------
 // Monitor.
 // ---------------------------------------------------------------------------------------
 
 /// Samples every lock key (token and PTTL, in one atomic Lua call) every few ms.
-fn monitor(port: u16, stop: &AtomicBool) -> Monitor {
+fn monitor(sampled: Sampled, stop: &AtomicBool) -> Monitor {
+    let (mut port, nodes) = match sampled {
+        Sampled::One(port) => (port, vec![port]),
+        Sampled::Cluster { nodes, owner } => (owner, nodes),
+    };
+    let mut next_node = 0;
     let script = redis::Script::new(
         "local r = {} \
          for _, k in ipairs(KEYS) do \
@@ -545,6 +733,9 @@ fn monitor(port: u16, stop: &AtomicBool) -> Monitor {
         if con.is_none() {
             con = connect(port, Duration::from_millis(300)).ok();
             if con.is_none() {
+                // On a cluster, the next node: one answers, or redirects to the owner.
+                port = nodes[next_node % nodes.len()];
+                next_node += 1;
                 std::thread::sleep(Duration::from_millis(5));
                 continue;
             }
@@ -558,9 +749,22 @@ fn monitor(port: u16, stop: &AtomicBool) -> Monitor {
         let recv = now_us();
         let values = match reply {
             Ok(v) if v.len() == 2 * keys.len() => v,
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Moved) => {
+                // The slot moved (a failover): to the node the redirect names.
+                if let Some(to) = e
+                    .redirect_node()
+                    .and_then(|(addr, _)| addr.rsplit(':').next()?.parse().ok())
+                {
+                    port = to;
+                }
+                con = None;
+                continue;
+            }
             _ => {
                 out.errors += 1;
                 con = None;
+                port = nodes[next_node % nodes.len()];
+                next_node += 1;
                 continue;
             }
         };
