@@ -775,20 +775,6 @@ async fn direct_connections_go_to_the_slot_owner() {
     }
 }
 
-/// Sends `sig` (`-STOP`, `-CONT`) to the node on `port`.
-fn signal(cluster: &RedisCluster, port: u16, sig: &str) {
-    let pid = cluster
-        .nodes
-        .iter()
-        .find(|n| n.port == port)
-        .and_then(RedisServer::pid)
-        .unwrap();
-    Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-}
-
 /// `locks` takes `key` within 5 s (far below the 30 s ttl of what held it), and gives it
 /// back.
 async fn gets_in_soon(locks: &Locks, key: &str) {
@@ -826,22 +812,22 @@ async fn a_paused_primary_runs_late_what_timed_out() {
     cycles(&locks, free, 1).await;
     let ttl = Duration::from_secs(30);
 
-    signal(&cluster, paused, "-STOP");
+    cluster.signal(paused, "STOP");
     let started = Instant::now();
     let got = locks.lock(key).ttl(ttl).acquire().await;
     assert!(matches!(got, Err(Error::Backend { .. })), "{got:?}");
     assert!(started.elapsed() < 3 * timeout, "{:?}", started.elapsed());
     cycles(&locks, free, 1).await;
     tokio::time::sleep(Duration::from_millis(700).saturating_sub(started.elapsed())).await;
-    signal(&cluster, paused, "-CONT");
+    cluster.signal(paused, "CONT");
     gets_in_soon(&other, key).await;
 
     let held = locks.lock(key2).ttl(ttl).acquire().await.unwrap();
-    signal(&cluster, paused, "-STOP");
+    cluster.signal(paused, "STOP");
     let paused_at = Instant::now();
     let released = held.release().await;
     tokio::time::sleep(Duration::from_millis(700).saturating_sub(paused_at.elapsed())).await;
-    signal(&cluster, paused, "-CONT");
+    cluster.signal(paused, "CONT");
     assert!(
         matches!(released, Ok(()) | Err(Error::Backend { .. })),
         "a release that timed out is never told Lost: {released:?}"

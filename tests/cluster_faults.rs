@@ -16,46 +16,11 @@
 #[macro_use]
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use distlock::Locks;
 use testkit::RedisCluster;
-
-/// A key (without the `lock:` prefix) whose slot `primary` serves, named `<tag>-<i>`.
-fn key_on(cluster: &RedisCluster, primary: u16, tag: &str) -> String {
-    (0..)
-        .map(|i| format!("{tag}-{i}"))
-        .find(|k| cluster.primary_of(cluster.slot(&format!("lock:{k}"))) == primary)
-        .unwrap()
-}
-
-/// Sends `sig` (`-STOP`, `-CONT`) to the node on `port`.
-fn signal(cluster: &RedisCluster, port: u16, sig: &str) {
-    let pid = cluster
-        .nodes
-        .iter()
-        .find(|n| n.port == port)
-        .and_then(RedisServer::pid)
-        .unwrap();
-    Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap();
-}
-
-/// The primaries, in slot order.
-fn primaries(cluster: &RedisCluster) -> Vec<u16> {
-    let mut found = Vec::new();
-    for slot in (0..16384u16).step_by(1000) {
-        let p = cluster.primary_of(slot);
-        if !found.contains(&p) {
-            found.push(p);
-        }
-    }
-    found
-}
 
 /// Two renewed locks with `replicas = 1` on two primaries; the second primary's replica
 /// is paused. The second lock's renewals are never acknowledged: it must be lost at its
@@ -69,11 +34,11 @@ async fn each_primary_acknowledges_its_own_renewals() {
         .connect()
         .await
         .unwrap();
-    let ps = primaries(&cluster);
+    let ps = cluster.primaries();
     let (healthy, lagging) = (ps[0], ps[1]);
     let (a, b) = (
-        key_on(&cluster, healthy, "a"),
-        key_on(&cluster, lagging, "b"),
+        cluster.key_on(healthy, "lock:", "a"),
+        cluster.key_on(lagging, "lock:", "b"),
     );
     let take = |key: String| {
         let locks = locks.clone();
@@ -94,10 +59,10 @@ async fn each_primary_acknowledges_its_own_renewals() {
     // before any node hangs.
     tokio::time::sleep(Duration::from_millis(800)).await;
     let replica = cluster.replicas_of(lagging)[0];
-    signal(&cluster, replica, "-STOP");
+    cluster.signal(replica, "STOP");
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let (held_a, held_b) = (ga.info().is_held(), gb.info().is_held());
-    signal(&cluster, replica, "-CONT");
+    cluster.signal(replica, "CONT");
     assert!(held_a, "control: the lock whose replica answers stays held");
     assert!(
         !held_b,
@@ -122,10 +87,10 @@ async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
         .connect()
         .await
         .unwrap();
-    let primary = primaries(&cluster)[0];
+    let primary = cluster.primaries()[0];
     let (acked, plain) = (
-        key_on(&cluster, primary, "acked"),
-        key_on(&cluster, primary, "plain"),
+        cluster.key_on(primary, "lock:", "acked"),
+        cluster.key_on(primary, "lock:", "plain"),
     );
     cycles(&locks, &plain, 2).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -139,7 +104,7 @@ async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
         }
     }
     let replica = cluster.replicas_of(primary)[0];
-    signal(&cluster, replica, "-STOP");
+    cluster.signal(replica, "STOP");
     let (stop, refused) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU32::new(0)),
@@ -147,7 +112,7 @@ async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
     // Four keys of that primary, each taken over and over with `replicas = 1`.
     let waiting: Vec<_> = (0..4)
         .map(|i| {
-            let key = key_on(&cluster, primary, &format!("acked{i}"));
+            let key = cluster.key_on(primary, "lock:", &format!("acked{i}"));
             let (locks, stop, refused) = (locks.clone(), stop.clone(), refused.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
@@ -199,7 +164,7 @@ async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
     for w in waiting {
         w.await.unwrap();
     }
-    signal(&cluster, replica, "-CONT");
+    cluster.signal(replica, "CONT");
     assert!(
         refused.load(Ordering::Relaxed) >= 2,
         "control: the calls that wait for the replica waited and failed"
@@ -217,8 +182,8 @@ async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_work_while_their_slot_is_stuck_migrating() {
     let cluster = RedisCluster::start(3, 0);
-    let ps = primaries(&cluster);
-    let key = key_on(&cluster, ps[0], "moving");
+    let ps = cluster.primaries();
+    let key = cluster.key_on(ps[0], "lock:", "moving");
     let full = format!("lock:{key}");
     let slot = cluster.slot(&full).to_string();
     let (from, to) = (ps[0], ps[1]);
@@ -296,9 +261,9 @@ async fn a_hung_node_stops_no_runtime_from_using_the_cluster() {
         .connect()
         .await
         .unwrap();
-    let ps = primaries(&cluster);
+    let ps = cluster.primaries();
     let (healthy, other) = (ps[0], ps[1]);
-    let key = key_on(&cluster, healthy, "renewed");
+    let key = cluster.key_on(healthy, "lock:", "renewed");
     // Waiting for its replica: the renewal's barrier runs on the cluster connection where
     // no direct connection to the slot's owner can be had.
     let g = locks
@@ -310,11 +275,11 @@ async fn a_hung_node_stops_no_runtime_from_using_the_cluster() {
         .await
         .unwrap();
     let hung = cluster.replicas_of(other)[0];
-    signal(&cluster, hung, "-STOP");
+    cluster.signal(hung, "STOP");
     assert!(!testkit::ping(hung), "control: the node hangs");
     // Another runtime, on a thread of its own, that has not used the client yet.
     let fresh = {
-        let (locks, key) = (locks.clone(), key_on(&cluster, healthy, "fresh"));
+        let (locks, key) = (locks.clone(), cluster.key_on(healthy, "lock:", "fresh"));
         std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -345,19 +310,10 @@ async fn a_hung_node_stops_no_runtime_from_using_the_cluster() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let held = g.info().is_held();
     let fresh = fresh.join().unwrap();
-    signal(&cluster, hung, "-CONT");
+    cluster.signal(hung, "CONT");
     assert!(fresh.is_ok(), "a new runtime: {fresh:?}");
     assert!(held, "renewed past its ttl on a healthy primary");
     g.release().await.unwrap();
-}
-
-/// Connections the server on `port` has accepted so far (`INFO stats`).
-fn connections_received(port: u16) -> u64 {
-    RedisCluster::cli(port, &["INFO", "stats"])
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("total_connections_received:"))
-        .and_then(|n| n.parse().ok())
-        .expect("total_connections_received")
 }
 
 /// A node joins after the client read the map (redis-rs has no connection to it), and a
@@ -405,12 +361,12 @@ async fn redirects_to_a_new_node_reuse_one_connection() {
     migrate.extend([port.as_str(), "", "0", "5000", "KEYS"]);
     migrate.extend(keys.iter().map(String::as_str));
     assert_eq!(RedisCluster::cli(from, &migrate), "OK");
-    let before = connections_received(to);
+    let before = testkit::connections_received(to);
     let mut fences = Vec::new();
     for g in &guards {
         fences.push(g.fence().await.unwrap());
     }
-    let made = connections_received(to) - before;
+    let made = testkit::connections_received(to) - before;
     // A key with a hash tag keeps it for its companions: `<key>:fence`. Asked with
     // `ASKING` (the slot is still the old owner's).
     let (counters,): (u32,) = redis::pipe()

@@ -204,19 +204,6 @@ async fn a_fence_after_the_lease_ended_is_lost() {
     assert!(matches!(g.release().await, Err(Error::Lost { .. })));
 }
 
-/// Connections the server has accepted so far (`INFO stats`, as the default user).
-async fn connections_received(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(&mut server.raw().await)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_connections_received:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("total_connections_received")
-}
-
 /// `rounds` rounds of: every runtime runs 4 tasks of `cycles` lock cycles each (their own
 /// keys), all runtimes at once.
 fn cycles_from_runtimes(locks: &Locks, runtimes: &[tokio::runtime::Runtime], cycles: usize) {
@@ -269,11 +256,11 @@ fn a_client_shared_by_more_runtimes_than_cores_makes_no_connection_storm() {
                 .await
                 .unwrap()
         });
-        let before = runtimes[0].block_on(connections_received(&server));
+        let before = testkit::connections_received(server.port);
         cycles_from_runtimes(&locks, &runtimes, 50);
-        let warm = runtimes[0].block_on(connections_received(&server));
+        let warm = testkit::connections_received(server.port);
         cycles_from_runtimes(&locks, &runtimes, 100);
-        let after = runtimes[0].block_on(connections_received(&server));
+        let after = testkit::connections_received(server.port);
         let (first, second) = (warm - before, after - warm);
         eprintln!("{count} runtimes: {first} connections, then {second}");
         assert!(

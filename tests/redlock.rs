@@ -32,13 +32,6 @@ async fn client(masters: &[RedisServer]) -> Locks {
         .unwrap()
 }
 
-fn signal(server: &RedisServer, sig: &str) {
-    std::process::Command::new("kill")
-        .args([sig, &server.pid().unwrap().to_string()])
-        .status()
-        .unwrap();
-}
-
 /// `GET key` on one master.
 async fn get(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(raw).await.unwrap()
@@ -184,7 +177,7 @@ async fn a_paused_master_costs_a_call_the_node_timeout_at_most() {
     let masters = masters();
     let locks = client(&masters).await;
     locks.ping().await.unwrap();
-    signal(&masters[1], "-STOP");
+    masters[1].signal("STOP");
     for _ in 0..5 {
         let started = Instant::now();
         let g = locks.lock("paused").acquire().await.unwrap();
@@ -196,7 +189,7 @@ async fn a_paused_master_costs_a_call_the_node_timeout_at_most() {
             started.elapsed()
         );
     }
-    signal(&masters[1], "-CONT");
+    masters[1].signal("CONT");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,11 +206,11 @@ async fn a_holder_whose_renewals_lose_the_quorum_is_told_lost() {
         .unwrap();
     // Three masters paused past the ttl: renewals reach two, not a quorum.
     for m in &masters[..3] {
-        signal(m, "-STOP");
+        m.signal("STOP");
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     for m in &masters[..3] {
-        signal(m, "-CONT");
+        m.signal("CONT");
     }
     assert!(
         !g.info().is_held(),
@@ -344,11 +337,11 @@ async fn an_idempotency_claim_that_loses_its_quorum_lets_a_retry_in() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     for m in &masters[..3] {
-        signal(m, "-STOP");
+        m.signal("STOP");
     }
     tokio::time::sleep(Duration::from_millis(1200)).await;
     for m in &masters[..3] {
-        signal(m, "-CONT");
+        m.signal("CONT");
     }
     let lost = first.await.unwrap();
     assert!(

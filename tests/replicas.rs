@@ -49,13 +49,6 @@ fn info(server: &RedisServer, section: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn signal(server: &RedisServer, sig: &str) {
-    std::process::Command::new("kill")
-        .args([sig, &server.pid().unwrap().to_string()])
-        .status()
-        .unwrap();
-}
-
 /// The replica becomes a primary (what a failover does).
 async fn promote(replica: &RedisServer) {
     let mut conn = replica.raw().await;
@@ -124,9 +117,9 @@ async fn a_lock_and_its_fence_wait_for_replicas() {
         .await
         .unwrap();
     let g = strict.lock("acked").acquire().await.unwrap();
-    signal(&replica, "-STOP");
+    replica.signal("STOP");
     let e = g.fence().await.unwrap_err();
-    signal(&replica, "-CONT");
+    replica.signal("CONT");
     assert!(matches!(e, Error::NotReplicated { acked: 0, .. }), "{e:?}");
     assert_eq!(g.info().cached_fence(), None, "no fence given");
     g.release().await.unwrap();
@@ -237,7 +230,7 @@ async fn pay_one(locks: &Locks, id: u32, runs: &Runs, replica: &RedisServer) -> 
     runs.bump();
     if id == 2 {
         // The replica stops after the claim was acknowledged: the result is not.
-        signal(replica, "-STOP");
+        replica.signal("STOP");
     }
     Ok(id)
 }
@@ -271,7 +264,7 @@ async fn idempotent_claims_and_results_wait_for_replicas() {
     assert_eq!(runs.get(), 1);
 
     let e = pay_one(&locks, 2, &runs, &replica).await.unwrap_err();
-    signal(&replica, "-CONT");
+    replica.signal("CONT");
     assert!(
         matches!(
             e,
@@ -319,7 +312,7 @@ async fn a_handler_dropped_while_replicas_acknowledge_its_claim_gives_it_back() 
     assert_eq!(warm.status, 200, "{}", warm.text());
     let mut raw = primary.raw().await;
     let waits = commandstat_calls(&mut raw, "wait").await;
-    signal(&replica, "-STOP");
+    replica.signal("STOP");
     let started = Instant::now();
     let dropped = http::post(addr, "/pay", Some("k"), "{}").await;
     assert_eq!(dropped.status, 504, "{}", dropped.text());
@@ -340,7 +333,7 @@ async fn a_handler_dropped_while_replicas_acknowledge_its_claim_gives_it_back() 
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    signal(&replica, "-CONT");
+    replica.signal("CONT");
     assert!(
         gone < Duration::from_millis(1500),
         "given back after {gone:?}"
@@ -390,7 +383,7 @@ async fn renewals_wait_for_replicas() {
 async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
     let (primary, replica) = pair();
     let locks = client(&primary).await;
-    signal(&replica, "-STOP");
+    replica.signal("STOP");
     let waiting = tokio::spawn({
         let locks = locks.clone();
         async move {
@@ -417,7 +410,7 @@ async fn a_lagging_replica_slows_only_the_calls_that_wait_for_it() {
     }
     let others_took = started.elapsed();
     let (r, waited) = waiting.await.unwrap();
-    signal(&replica, "-CONT");
+    replica.signal("CONT");
     assert!(matches!(r, Err(Error::NotReplicated { .. })), "{r:?}");
     assert!(
         others_took < waited / 2,
@@ -453,7 +446,7 @@ async fn a_replicated_acquire_cancelled_or_cut_gives_the_lock_back() {
     .join()
     .unwrap();
 
-    signal(&replica, "-STOP");
+    replica.signal("STOP");
     // Cancelled at the WAIT.
     let cancelled = tokio::time::timeout(
         Duration::from_millis(200),
@@ -481,5 +474,5 @@ async fn a_replicated_acquire_cancelled_or_cut_gives_the_lock_back() {
     );
     let took = free_soon("k").await;
     assert!(took < Duration::from_secs(5), "given back after {took:?}");
-    signal(&replica, "-CONT");
+    replica.signal("CONT");
 }

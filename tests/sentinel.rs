@@ -326,15 +326,6 @@ async fn over_tls_a_killed_primary_is_replaced() {
     assert!(matches!(untrusted, Err(Error::Backend { .. })));
 }
 
-/// Connections the server on `port` has accepted so far (`INFO stats`).
-fn connections_received(port: u16) -> u64 {
-    RedisCluster::cli(port, &["INFO", "stats"])
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("total_connections_received:"))
-        .and_then(|n| n.parse().ok())
-        .expect("total_connections_received")
-}
-
 /// Lock cycles with `replicas = 1` behind Sentinel: each write that waits for the replica
 /// goes on a connection no other call shares, kept for the next one; 50 cycles used to
 /// open and close a connection each (about 100). After `SENTINEL FAILOVER` the waits
@@ -364,11 +355,11 @@ async fn waits_for_replicas_reuse_their_connections() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let before = connections_received(setup.primary.port);
+    let before = testkit::connections_received(setup.primary.port);
     for _ in 0..50 {
         cycle("acked").await.unwrap();
     }
-    let made = connections_received(setup.primary.port) - before;
+    let made = testkit::connections_received(setup.primary.port) - before;
     assert!(made <= 6, "{made} connections for 50 cycles");
     setup.demote().await;
     let deadline = Instant::now() + Duration::from_secs(20);

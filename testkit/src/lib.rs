@@ -123,6 +123,13 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Sends `sig` (`STOP`, `CONT`, ...) to the server (nothing when it is not running).
+    pub fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            signal(pid, sig);
+        }
+    }
+
     /// The server's working directory, removed on drop.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -391,6 +398,24 @@ pub fn server_comm() -> String {
         .map_or("redis-server".into(), |n| n.to_string_lossy().into_owned());
     // The kernel keeps 15 bytes of a program's name.
     name.chars().take(15).collect()
+}
+
+/// Sends `sig` by name (`STOP`, `CONT`, `KILL`, ...) to `pid` with the `kill` utility.
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([format!("-{sig}"), pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Connections the server on `port` has accepted so far (`INFO stats`, as the default
+/// user).
+pub fn connections_received(port: u16) -> u64 {
+    RedisCluster::cli(port, &["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("total_connections_received:"))
+        .and_then(|n| n.parse().ok())
+        .expect("total_connections_received")
 }
 
 /// Whether a server on `port` answers `PING`.
@@ -683,6 +708,38 @@ impl RedisCluster {
         for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
             let _ = Self::cli(node.port, &["CLUSTER", "SETSLOT", &s, "NODE", &to_id]);
         }
+    }
+
+    /// The primaries' ports now, in slot order.
+    pub fn primaries(&self) -> Vec<u16> {
+        let mut found = Vec::new();
+        for slot in (0..16384u16).step_by(1000) {
+            let p = self.primary_of(slot);
+            if !found.contains(&p) {
+                found.push(p);
+            }
+        }
+        found
+    }
+
+    /// A key named `<tag>-<i>` whose slot, once prefixed with `prefix`, the primary on
+    /// `primary` serves (returned without the prefix).
+    pub fn key_on(&self, primary: u16, prefix: &str, tag: &str) -> String {
+        (0..)
+            .map(|i| format!("{tag}-{i}"))
+            .find(|k| self.primary_of(self.slot(&format!("{prefix}{k}"))) == primary)
+            .expect("a key on every primary")
+    }
+
+    /// Sends `sig` (`STOP`, `CONT`, ...) to the node on `port`.
+    pub fn signal(&self, port: u16, sig: &str) {
+        let pid = self
+            .nodes
+            .iter()
+            .find(|n| n.port == port)
+            .and_then(RedisServer::pid)
+            .unwrap_or_else(|| panic!("no live node on {port}"));
+        signal(pid, sig);
     }
 
     fn live_port(&self) -> u16 {

@@ -13,7 +13,7 @@ use crate::cfg;
 use crate::child::{derive, env};
 use crate::common::RedisServer;
 use crate::events::{self, EventLog, now_ms, now_us};
-use testkit::RedisCluster;
+use testkit::{RedisCluster, signal};
 
 /// One injected fault: `[begin, end]` in wall-clock micros; `child` for a paused child.
 #[derive(Debug, Clone)]
@@ -158,16 +158,7 @@ impl Servers {
     fn primaries(&self) -> Vec<u16> {
         match self {
             Servers::One(server) => vec![server.port],
-            Servers::Cluster(cluster, _) => {
-                let mut found = Vec::new();
-                for slot in (0..16384u16).step_by(1000) {
-                    let p = cluster.primary_of(slot);
-                    if !found.contains(&p) {
-                        found.push(p);
-                    }
-                }
-                found
-            }
+            Servers::Cluster(cluster, _) => cluster.primaries(),
         }
     }
 }
@@ -456,14 +447,6 @@ impl Drop for ChildProc {
     }
 }
 
-/// Sends a signal by name with the `kill` utility.
-fn signal(pid: u32, name: &str) {
-    let _ = Command::new("kill")
-        .args([format!("-{name}"), pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
-}
-
 /// SIGCONTs a process when dropped (so a panic never leaves it stopped).
 struct Resume(u32);
 
@@ -483,6 +466,49 @@ fn connect(port: u16, read_timeout: Duration) -> redis::RedisResult<redis::Conne
     con.set_read_timeout(Some(read_timeout))?;
     con.set_write_timeout(Some(Duration::from_millis(300)))?;
     Ok(con)
+}
+
+/// `CLIENT KILL TYPE kind` on the server on `port`.
+fn kill_clients(port: u16, kind: &str) {
+    let killed = connect(port, Duration::from_millis(500)).and_then(|mut c| {
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(kind)
+            .query::<i64>(&mut c)
+    });
+    if let Err(e) = killed {
+        eprintln!("chaos: CLIENT KILL failed: {e}");
+    }
+}
+
+/// SIGSTOPs a random child for 200 to 1000 ms.
+fn pause_child(rng: &mut fastrand::Rng, pids: &[u32]) -> (&'static str, Option<usize>) {
+    let c = rng.usize(..pids.len());
+    let pause = rng.u64(200..=1000);
+    let resume = Resume(pids[c]);
+    signal(pids[c], "STOP");
+    std::thread::sleep(Duration::from_millis(pause));
+    drop(resume);
+    ("pause_child", Some(c))
+}
+
+/// Logs a fault that began at `begin` and ends now.
+fn record(log: &EventLog, id: u32, kind: &'static str, begin: u64, child: Option<usize>) -> Fault {
+    let end = now_us();
+    log.emit(
+        "fault",
+        format_args!(
+            "id={id} kind={kind} begin={begin} end={end} child={}",
+            child.map_or_else(|| "-".to_owned(), |c| c.to_string())
+        ),
+    );
+    Fault {
+        kind,
+        begin,
+        end,
+        child,
+    }
 }
 
 /// A stall long enough to time commands out, sometimes past leases and ttls.
@@ -552,17 +578,7 @@ fn inject(
                 ("sigstop_redis", None)
             }
             35..63 => {
-                let kind = if pick < 53 { "normal" } else { "pubsub" };
-                let killed = connect(port, Duration::from_millis(500)).and_then(|mut c| {
-                    redis::cmd("CLIENT")
-                        .arg("KILL")
-                        .arg("TYPE")
-                        .arg(kind)
-                        .query::<i64>(&mut c)
-                });
-                if let Err(e) = killed {
-                    eprintln!("chaos: CLIENT KILL failed: {e}");
-                }
+                kill_clients(port, if pick < 53 { "normal" } else { "pubsub" });
                 (
                     if pick < 53 {
                         "kill_normal"
@@ -579,30 +595,9 @@ fn inject(
                 log.emit("restart_end", format_args!("id={id}"));
                 ("restart", None)
             }
-            _ => {
-                let c = rng.usize(..pids.len());
-                let pause = rng.u64(200..=1000);
-                let resume = Resume(pids[c]);
-                signal(pids[c], "STOP");
-                std::thread::sleep(Duration::from_millis(pause));
-                drop(resume);
-                ("pause_child", Some(c))
-            }
+            _ => pause_child(&mut rng, pids),
         };
-        let end = now_us();
-        log.emit(
-            "fault",
-            format_args!(
-                "id={id} kind={kind} begin={begin} end={end} child={}",
-                child.map_or_else(|| "-".to_owned(), |c| c.to_string())
-            ),
-        );
-        faults.push(Fault {
-            kind,
-            begin,
-            end,
-            child,
-        });
+        faults.push(record(log, id, kind, begin, child));
     }
     faults
 }
@@ -662,42 +657,12 @@ fn inject_cluster(
                 ("sigstop_replica", None)
             }
             55..80 => {
-                let killed = connect(owner, Duration::from_millis(500)).and_then(|mut c| {
-                    redis::cmd("CLIENT")
-                        .arg("KILL")
-                        .arg("TYPE")
-                        .arg("normal")
-                        .query::<i64>(&mut c)
-                });
-                if let Err(e) = killed {
-                    eprintln!("chaos: CLIENT KILL failed: {e}");
-                }
+                kill_clients(owner, "normal");
                 ("kill_normal", None)
             }
-            _ => {
-                let c = rng.usize(..pids.len());
-                let pause = rng.u64(200..=1000);
-                let resume = Resume(pids[c]);
-                signal(pids[c], "STOP");
-                std::thread::sleep(Duration::from_millis(pause));
-                drop(resume);
-                ("pause_child", Some(c))
-            }
+            _ => pause_child(&mut rng, pids),
         };
-        let end = now_us();
-        log.emit(
-            "fault",
-            format_args!(
-                "id={id} kind={kind} begin={begin} end={end} child={}",
-                child.map_or_else(|| "-".to_owned(), |c| c.to_string())
-            ),
-        );
-        faults.push(Fault {
-            kind,
-            begin,
-            end,
-            child,
-        });
+        faults.push(record(log, id, kind, begin, child));
     }
     faults
 }
