@@ -1,0 +1,512 @@
+//! The Redis backend: one multiplexed connection per client and tokio runtime,
+//! reconnected when it breaks, plus a few direct connections for the lock scripts (see
+//! [`super::direct`]); every call bounded by the command timeout.
+//!
+//! On a Redis Cluster the connection is a redis-rs cluster connection instead, built to
+//! retry nothing itself: a command it re-sent after an I/O error might run twice (a
+//! release that already deleted its key would then report the lock lost). Redirects
+//! (`MOVED`, `ASK`) and the replies that say a command did not run (`TRYAGAIN`,
+//! `CLUSTERDOWN`, no connection to the slot's node) are followed here, within the
+//! command timeout; an I/O error reaches the caller, which knows whether a retry is safe.
+//! Direct connections go to the primary that owns a key's slot (`direct_to_owner`), and
+//! waking uses sharded Pub/Sub (see [`sharded`](super::scripts::sharded)).
+//!
+//! This file holds the backend's state, its constructors and the lock operations; the
+//! connections they run on live by concern in `cache` (the multiplexed connection per
+//! runtime, and the connection epoch), `pool` (direct connections), `routing` (which
+//! connection a call takes, and its timeout) and `cluster` (redirects, slot owners, kept
+//! connections to nodes).
+
+mod cache;
+mod cluster;
+mod pool;
+mod routing;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{AsyncConnectionConfig, FromRedisValue, Script, ScriptInvocation};
+use tokio::runtime::Handle;
+
+use super::direct::{Direct, DirectTls, Place};
+use super::native::Native;
+use super::sentinel::SentinelTarget;
+use super::{Attempt, ReleaseCall, Released, Try, millis};
+use crate::error::{BackendError, BackendErrorKind};
+use crate::key::Companion;
+use cache::*;
+use cluster::*;
+use pool::*;
+use routing::*;
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::ACQUIRE));
+static UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::UNLOCK));
+static RELEASE: LazyLock<[Script; 2]> =
+    LazyLock::new(|| super::scripts::both(super::scripts::RELEASE));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
+static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
+
+/// Where the backend connects.
+// One per client, behind its `Arc` (see `Backend`).
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server.
+    Single(redis::Client),
+    /// A Redis Cluster (built with no retries, see the module docs), and the settings
+    /// of its first node (for a node redis-rs has no connection to, see `run_on`).
+    Cluster(ClusterClient, redis::ConnectionInfo),
+    /// The primary the sentinels name (see `sentinel.rs`).
+    Sentinel(Arc<SentinelTarget>),
+}
+
+pub(crate) struct RedisBackend {
+    target: Target,
+    /// How direct connections speak TLS.
+    tls: DirectTls,
+    timeout: Duration,
+    /// How long making a connection may take (see [`Self::connect`]).
+    connect_timeout: Duration,
+    /// Live connections and the runtimes they were born on: a connection's driver task
+    /// dies with its runtime, so a call from another runtime opens its own. Kept short
+    /// (the newest [`MAX_RUNTIMES`]), since a runtime that shut down leaves a dead entry.
+    slots: Mutex<Vec<Slot>>,
+    /// Connections being made, one per runtime at most (see [`Self::connect`]).
+    pending: Mutex<Vec<Pending>>,
+    generation: AtomicU64,
+    /// Idle direct connections, newest last.
+    idle: Arc<Mutex<Vec<Direct>>>,
+    /// On a cluster, the primary of each slot range as last read (`CLUSTER SLOTS`), for
+    /// direct connections; `None` until read, and again when a redirect showed it stale.
+    owners: Arc<Mutex<Option<Vec<SlotOwner>>>>,
+    /// On a cluster, the connections kept to nodes redis-rs has none to (see
+    /// [`Self::plain_kept`]), by `host:port`.
+    plain: Mutex<std::collections::HashMap<String, MultiplexedConnection>>,
+    /// Whether a read of the slot owners is under way (one at a time, in a task).
+    reading_owners: Arc<AtomicBool>,
+    /// On a cluster, the `run_id` each node answered with when a direct connection to it
+    /// was opened: another one means it restarted (see `epoch`).
+    node_run_ids: Mutex<std::collections::HashMap<String, String>>,
+    /// Direct connections open now, idle or in use.
+    live: Arc<AtomicUsize>,
+    /// Script calls in flight now.
+    in_flight: AtomicUsize,
+    /// Whether the address can be served by direct connections (one server).
+    direct: bool,
+    /// A cluster: scripts wake waiters with sharded Pub/Sub (see [`Self::script`]).
+    sharded: bool,
+    /// Whether the server's eviction policy was read (once per client, see
+    /// [`warn_if_evicting`]).
+    policy_checked: AtomicBool,
+    /// Bumped on every sign that the server may have lost keys since: a connection broken
+    /// by an I/O error, a failed connect, or a new connection to a server with another
+    /// `run_id` (a restart, a failover). A release retry trusts its lease only within one
+    /// epoch (see `lock.rs`, `release_raw`).
+    epoch: Arc<AtomicU64>,
+    /// The `run_id` of the server last connected to.
+    run_id: Mutex<Option<String>>,
+    /// Whether a server refused to tell its `run_id` (warned about once).
+    run_id_refused: AtomicBool,
+    /// What the server last connected to has natively (read on every new multiplexed
+    /// connection; cleared when the server refuses a native command).
+    native: Mutex<Native>,
+    /// Whether the server takes `SET ... NX GET` (Redis 7.0+); cleared on its first
+    /// syntax error, after which lock tries and claims go through their scripts only.
+    pub(super) set_nx_get: AtomicBool,
+}
+
+impl Drop for RedisBackend {
+    /// Connections still being made are of no use once the client is gone.
+    fn drop(&mut self) {
+        for attempt in crate::util::lock(&self.pending).drain(..) {
+            attempt.abort.abort();
+        }
+    }
+}
+
+impl RedisBackend {
+    /// One server.
+    pub(crate) fn new(client: redis::Client, timeout: Duration, tls: DirectTls) -> Self {
+        let direct = Direct::serves(client.get_connection_info(), &tls);
+        Self::with(Target::Single(client), timeout, tls, direct)
+    }
+
+    /// Redis behind Sentinel. Direct connections stay off: a primary that was demoted
+    /// keeps its connections.
+    pub(crate) fn sentinel(target: Arc<SentinelTarget>, timeout: Duration) -> Self {
+        Self::with(
+            Target::Sentinel(target),
+            timeout,
+            DirectTls::default(),
+            false,
+        )
+    }
+
+    /// A Redis Cluster; `client` retries nothing itself (see the module docs).
+    pub(crate) fn cluster(
+        client: ClusterClient,
+        base: redis::ConnectionInfo,
+        timeout: Duration,
+        tls: DirectTls,
+    ) -> Self {
+        let direct = Direct::serves(&base, &tls);
+        Self::with(Target::Cluster(client, base), timeout, tls, direct)
+    }
+
+    /// Connections may take `timeout` to make (at least the command timeout).
+    pub(crate) fn connect_within(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout.max(self.timeout);
+        self
+    }
+
+    fn with(target: Target, timeout: Duration, tls: DirectTls, direct: bool) -> Self {
+        let sharded = matches!(target, Target::Cluster(..));
+        RedisBackend {
+            tls,
+            target,
+            timeout,
+            connect_timeout: timeout,
+            slots: Mutex::new(Vec::new()),
+            pending: Mutex::new(Vec::new()),
+            generation: AtomicU64::new(0),
+            idle: Arc::new(Mutex::new(Vec::new())),
+            owners: Arc::new(Mutex::new(None)),
+            reading_owners: Arc::new(AtomicBool::new(false)),
+            node_run_ids: Mutex::new(std::collections::HashMap::new()),
+            plain: Mutex::new(std::collections::HashMap::new()),
+            live: Arc::new(AtomicUsize::new(0)),
+            in_flight: AtomicUsize::new(0),
+            direct,
+            sharded,
+            policy_checked: AtomicBool::new(false),
+            epoch: Arc::new(AtomicU64::new(0)),
+            run_id: Mutex::new(None),
+            run_id_refused: AtomicBool::new(false),
+            native: Mutex::new(Native::default()),
+            set_nx_get: AtomicBool::new(true),
+        }
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        self.sharded
+    }
+
+    /// Which of a script's two forms this server runs: sharded Pub/Sub on a cluster.
+    pub(super) fn script<'s>(&self, pair: &'s [Script; 2]) -> &'s Script {
+        &pair[usize::from(self.sharded)]
+    }
+
+    pub(crate) async fn try_acquire(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        client: &str,
+        attempt: Attempt,
+    ) -> Result<Try, BackendError> {
+        let mark = match attempt {
+            Attempt::First if self.set_nx_get.load(Ordering::Relaxed) => {
+                let mut set = redis::Cmd::with_capacity(7, key.len() + token.len() + 32);
+                set.arg("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(millis(ttl))
+                    .arg("GET");
+                match self.query::<Option<String>>(&set).await {
+                    Ok(None) => return Ok(Try::Taken),
+                    // Held: by someone else, or by something this caller may take over
+                    // (its own token, a yield marker not naming it), which the script does.
+                    Ok(Some(held)) if !may_take_over(&held, token, client) => {
+                        return Ok(Try::Busy(None));
+                    }
+                    Ok(Some(_)) => false,
+                    Err(e) if self.refuses_nx_get(&e) => false,
+                    Err(e) => return Err(e),
+                }
+            }
+            Attempt::First => false,
+            Attempt::Again(mark) => mark,
+        };
+        let mut cmd = evalsha(&ACQUIRE, 1, 4, key.len() + token.len() + client.len());
+        cmd.arg(key)
+            .arg(token)
+            .arg(millis(ttl))
+            .arg(client)
+            .arg(u8::from(mark));
+        let reply: i64 = self.evalsha_call(&ACQUIRE, &cmd).await?;
+        Ok(match reply {
+            0 => Try::Taken,
+            left @ 1.. => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
+            _ => Try::Busy(None),
+        })
+    }
+
+    /// Whether `e` is this server refusing `SET ... NX GET` (Redis before 7.0); if so,
+    /// remembered: later calls go through the scripts.
+    pub(super) fn refuses_nx_get(&self, e: &BackendError) -> bool {
+        let refused = e.kind() == BackendErrorKind::Response
+            && e.to_string().to_ascii_lowercase().contains("syntax");
+        if refused {
+            self.set_nx_get.store(false, Ordering::Relaxed);
+            tracing::debug!(target: "distlock", error = %e, "this Redis refuses SET NX GET: lock tries and claims run in scripts");
+        }
+        refused
+    }
+
+    /// `INCR` of the counter, then `GET` of the key, pipelined (one round trip, two
+    /// plain commands). The `GET` finding the token (marked or not) makes the value a
+    /// fence: the key held the token from before the `INCR` (tokens are unique and never
+    /// written back once gone), so every later holder's fence is larger. Otherwise the
+    /// lock is lost and the value is skipped.
+    pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+        if self.sharded {
+            let mut cmd = evalsha(&FENCE, 2, 1, 2 * key.len() + token.len());
+            cmd.arg(key).arg(Companion(key, ":fence")).arg(token);
+            return match self.evalsha_call(&FENCE, &cmd).await {
+                Err(e) if e.is_split() => Box::pin(self.fence_split(key, token)).await,
+                asked => asked,
+            };
+        }
+        let (fence, held): (u64, Option<String>) = self.query_pipe(&fence_pipe(key)).await?;
+        Ok(fence_if_held(fence, held, token))
+    }
+
+    /// A fence while the key and its counter are split between the two nodes of a
+    /// migrating slot: the `INCR`, then the `GET` once it answered, each a call on one
+    /// key that goes wherever its key is (a counter that does not exist yet is made on the
+    /// slot's new node). The same reasoning as the pipelined form on one server: a key
+    /// that still holds the token after the increment held it from before.
+    async fn fence_split(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+        tracing::debug!(target: "distlock", key, "lock fence while its slot migrates: the counter and the key asked one after the other");
+        let mut incr = redis::cmd("INCR");
+        incr.arg(Companion(key, ":fence"));
+        let fence: u64 = self.query(&incr).await?;
+        let mut get = redis::cmd("GET");
+        get.arg(key);
+        let held: Option<String> = self.query(&get).await?;
+        Ok(fence_if_held(fence, held, token))
+    }
+
+    /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
+    /// release runs only when that finds waiters registered. On a cluster whose slot
+    /// migrates with the lock key and its recent turns (`{key}:turns`) split between the
+    /// two nodes, the release runs on the lock key alone, without yielding (the turns
+    /// only decide who goes next between clients).
+    pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
+        if call.successor.is_none() && !call.contended {
+            let mut cmd = evalsha(&UNLOCK, 1, 1, call.key.len() + call.token.len());
+            cmd.arg(call.key).arg(call.token);
+            match self.evalsha_call::<i64>(&UNLOCK, &cmd).await? {
+                1 => return Ok(Released::Now),
+                0 => return Ok(Released::NotOurs),
+                _ => {}
+            }
+        }
+        match self.release_script(call, true).await {
+            Err(e) if e.is_split() => self.release_script(call, false).await,
+            released => released,
+        }
+    }
+
+    /// `release.lua`; `with_turns`: with the recent turns' key declared, so it may yield.
+    async fn release_script(
+        &self,
+        call: &ReleaseCall<'_>,
+        with_turns: bool,
+    ) -> Result<Released, BackendError> {
+        let mut inv = self.script(&RELEASE).prepare_invoke();
+        let yield_to = call.yield_to.filter(|_| with_turns);
+        let (client, window) = yield_to.map_or(("", 0), |(c, w)| (c, millis(w)));
+        let (next, next_ttl, turn_over) = call
+            .successor
+            .map_or(("", 0, false), |s| (s.token, millis(s.ttl), s.turn_over));
+        let channel = crate::notify::channel_of(call.key);
+        inv.key(call.key);
+        if with_turns {
+            inv.key(Companion(call.key, ":turns"));
+        }
+        inv.arg(call.token)
+            .arg(&channel)
+            .arg(client)
+            .arg(window)
+            .arg(next)
+            .arg(next_ttl)
+            .arg(if turn_over { "1" } else { "" })
+            .arg(u8::from(
+                yield_to.is_some() && (call.self_subscribed)(&channel),
+            ));
+        let reply: i64 = self.eval(&inv).await?;
+        Ok(match reply {
+            1 => Released::Now,
+            4 => Released::Handed,
+            5 => Released::Yielded,
+            _ => Released::NotOurs,
+        })
+    }
+
+    /// One pipeline of compare-and-extend calls: `SET ... IFEQ` where the server has it,
+    /// else EVALSHA (on NOSCRIPT the script is loaded and the pipeline sent once more).
+    pub(crate) async fn extend_many(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
+        if self.sharded {
+            // The keys live in many slots: one call each, sent together.
+            let calls = leases.iter().map(|(key, token, ttl)| async move {
+                let mut cmd = evalsha(&EXTEND, 1, 2, key.len() + token.len());
+                cmd.arg(*key).arg(*token).arg(millis(*ttl));
+                self.evalsha_call::<i64>(&EXTEND, &cmd)
+                    .await
+                    .map(|r| r == 1)
+            });
+            return futures_util::future::try_join_all(calls).await;
+        }
+        let scripted = || {
+            let mut pipe = redis::pipe();
+            for (key, token, ttl) in leases {
+                pipe.cmd("EVALSHA")
+                    .arg(EXTEND.get_hash())
+                    .arg(1)
+                    .arg(*key)
+                    .arg(*token)
+                    .arg(millis(*ttl));
+            }
+            pipe
+        };
+        let used = AtomicU64::new(0);
+        let call = async {
+            let (mut conn, generation) = self.connection().await?;
+            used.store(generation, Ordering::Relaxed);
+            let native = self.native();
+            if native.set_ifeq {
+                let mut pipe = redis::pipe();
+                for (key, token, ttl) in leases {
+                    if let Some(cmd) = native.extend(key, token, *ttl) {
+                        pipe.add_command(cmd);
+                    }
+                }
+                match pipe.query_async::<Vec<Option<String>>>(&mut conn).await {
+                    Ok(replies) if replies.iter().all(Option::is_some) => {
+                        return Ok(vec![true; replies.len()]);
+                    }
+                    // A value a waiter marked does not match: the script decides.
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                        self.refuse_native(&e);
+                    }
+                    Err(e) => return Err(self.failed(generation, e)),
+                }
+            }
+            let pipe = scripted();
+            let mut reply = pipe.query_async::<Vec<i64>>(&mut conn).await;
+            if let Err(e) = &reply
+                && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+            {
+                EXTEND.prepare_invoke().load_async(&mut conn).await?;
+                reply = pipe.query_async::<Vec<i64>>(&mut conn).await;
+            }
+            reply
+                .map(|r| r.into_iter().map(|r| r == 1).collect())
+                .map_err(|e| self.failed(generation, e))
+        };
+        tokio::pin!(call);
+        self.within_timeout(&used, call).await
+    }
+
+    /// Deletes `key` if it holds `token` with the server's native compare-and-delete,
+    /// waking nobody: the clean-up of a try whose reply was lost. `false` when the server
+    /// has none or it deleted nothing (the caller releases through the scripts, which
+    /// also handle a value a waiter marked).
+    pub(crate) async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
+        let Some(cmd) = self.native().delete(key, token) else {
+            return Ok(false);
+        };
+        // 0: gone, another holder's, or marked by a waiter: the release decides.
+        Ok(self.query_native::<i64>(&cmd).await? == Some(1))
+    }
+
+    /// [`query`](Self::query) of a native command; `None` when the server refuses it
+    /// (it has no such command after all): scripts from then on.
+    pub(super) async fn query_native<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<Option<T>, BackendError> {
+        match self.query::<T>(cmd).await {
+            Ok(reply) => Ok(Some(reply)),
+            Err(e) if e.kind() == BackendErrorKind::Response => {
+                self.refuse_native(&e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+        let used = AtomicU64::new(0);
+        let call = async {
+            self.check_policy_once().await;
+            let (conn, generation) = self.connection().await?;
+            used.store(generation, Ordering::Relaxed);
+            let ping = redis::cmd("PING");
+            let reply = match conn {
+                // redis-rs sends a plain PING to every node: one is enough.
+                Conn::Cluster(mut conn) => conn
+                    .route_command(ping, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+                    .await
+                    .map(drop),
+                conn => self.run_on::<()>(conn, Call::Cmd(&ping)).await,
+            };
+            reply.map_err(|e| self.failed(generation, e))
+        };
+        tokio::pin!(call);
+        self.within_timeout(&used, call).await
+    }
+}
+
+/// Whether a key holding `held` can be taken by `token` of client `client` (see
+/// `acquire.lua`): it is that token (a handoff whose reply was lost), or a yield marker
+/// that does not name the client.
+fn may_take_over(held: &str, token: &str, client: &str) -> bool {
+    holds_token(held, token)
+        || held.strip_prefix("yield: ").is_some_and(|names| {
+            !names
+                .split(' ')
+                .any(|name| !name.is_empty() && name == client)
+        })
+}
+
+/// Whether a lock key's value `held` is `token`, as written, or with a waiter's mark
+/// (`<token> waiting`, see `acquire.lua`).
+/// `INCR` of `key`'s fence counter, then `GET` of the key: see [`RedisBackend::fence`].
+pub(super) fn fence_pipe(key: &str) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("INCR")
+        .arg(Companion(key, ":fence"))
+        .cmd("GET")
+        .arg(key);
+    pipe
+}
+
+/// The counter's value is a fence when the key still held the token.
+pub(super) fn fence_if_held(fence: u64, held: Option<String>, token: &str) -> Option<u64> {
+    held.is_some_and(|v| holds_token(&v, token))
+        .then_some(fence)
+}
+
+fn holds_token(held: &str, token: &str) -> bool {
+    held.strip_prefix(token)
+        .is_some_and(|rest| rest.is_empty() || rest == " waiting")
+}
