@@ -123,11 +123,13 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
-    /// Sends `sig` (`STOP`, `CONT`, ...) to the server (nothing when it is not running).
+    /// Sends `sig` (`STOP`, `CONT`, ...) to the server; panics when it is not running (a
+    /// test that means to pause it must not pass without pausing it).
     pub fn signal(&self, sig: &str) {
-        if let Some(pid) = self.pid() {
-            signal(pid, sig);
-        }
+        let pid = self
+            .pid()
+            .unwrap_or_else(|| panic!("no server running on {}", self.port));
+        signal(pid, sig);
     }
 
     /// The server's working directory, removed on drop.
