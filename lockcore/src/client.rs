@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{
-    Backend, memory::MemoryBackend, redis::RedisBackend, redlock::RedlockBackend,
+    Backend, Locking, memory::MemoryBackend, redis::RedisBackend, redlock::RedlockBackend,
 };
 use crate::error::{BackendError, BackendErrorKind, Error, Result};
 use crate::local::LocalQueues;
-use crate::notify::{Notifier, Source as NotifySource, Subscription, channel_of};
+use crate::notify::{Notifier, Source as NotifySource, Subscription, Wakeups, channel_of};
 use crate::watchdog::Watchdog;
 
 mod builder;
@@ -62,8 +62,8 @@ pub(crate) struct Inner {
     pub(crate) holder: String,
     /// Where the locks live, without credentials (for errors and `Debug`).
     pub(crate) target: String,
-    /// Pub/Sub wake-ups (Redis only).
-    pub(crate) notifier: Option<Notifier>,
+    /// How waiters hear of releases.
+    pub(crate) wakeups: Wakeups,
     pub(crate) queues: Arc<LocalQueues>,
     pub(crate) watchdog: Watchdog,
     /// `<holder>:<random>`, unique to this client: what a yield marker names (see
@@ -84,11 +84,7 @@ impl Inner {
 
     /// Wake-ups on `channel`; `None` when they cannot be had.
     pub(crate) async fn subscribe_channel(&self, channel: String) -> Option<Subscription> {
-        match (&*self.backend, &self.notifier) {
-            (Backend::Memory(m), _) => Some(Subscription::local(&m.waiters, channel)),
-            (Backend::Redis(_), Some(n)) => n.subscribe(channel).await,
-            (Backend::Redis(_), None) | (Backend::Redlock(_), _) => None,
-        }
+        self.wakeups.subscribe(channel).await
     }
 }
 
@@ -212,9 +208,10 @@ impl Locks {
     /// # }
     /// ```
     pub fn in_memory() -> Locks {
+        let memory = MemoryBackend::default();
         Locks::new(
-            Backend::Memory(MemoryBackend::default()),
-            None,
+            memory.wakeups(),
+            memory.into(),
             DEFAULT_PREFIX.to_owned(),
             None,
             "in-memory".to_owned(),
@@ -224,8 +221,8 @@ impl Locks {
     }
 
     fn new(
+        wakeups: Wakeups,
         backend: Backend,
-        notifier: Option<Notifier>,
         prefix: String,
         holder: Option<String>,
         target: String,
@@ -235,15 +232,14 @@ impl Locks {
         let holder = sanitize_holder(&holder.unwrap_or_else(default_holder));
         let id = uuid::Uuid::new_v4().simple().to_string();
         let client_id = format!("{holder}:{}", &id[..12]);
-        let notifier = notifier.map(|n| n.for_client(&client_id));
         Locks {
             inner: Arc::new(Inner {
                 backend: Arc::new(backend),
                 prefix,
+                wakeups: wakeups.for_client(&client_id),
                 client_id,
                 holder,
                 target,
-                notifier,
                 queues: Arc::default(),
                 watchdog: Watchdog::default(),
                 yield_window,
@@ -264,7 +260,7 @@ impl Locks {
 
     /// Whether this is the [`in_memory`](Locks::in_memory) backend.
     pub fn is_in_memory(&self) -> bool {
-        self.inner.backend.is_memory()
+        self.inner.backend.in_process()
     }
 
     /// Number of release channels this client is subscribed to on the current tokio
@@ -277,11 +273,7 @@ impl Locks {
     /// # }
     /// ```
     pub fn waiting_channels(&self) -> usize {
-        match (&*self.inner.backend, &self.inner.notifier) {
-            (Backend::Memory(m), _) => m.waiters.len(),
-            (_, Some(n)) => n.active_channels(),
-            _ => 0,
-        }
+        self.inner.wakeups.active_channels()
     }
 
     /// Checks that the backend answers, within the command timeout.

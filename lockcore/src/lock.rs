@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, ReleaseCall, Released, Successor, Try};
+use crate::backend::replicas::Acknowledging;
+use crate::backend::{Attempt, Locking, ReleaseCall, Released, Successor, Try};
 use crate::client::{Inner, Locks};
 use crate::error::{Error, Result};
 use crate::key;
@@ -458,7 +459,7 @@ impl<'a> LockRequest<'a> {
         let mut subscribed = false;
         // Wake-ups are wanted: when the subscription cannot be had, poll with short
         // backoff instead.
-        let polling = inner.notifier.is_some() || inner.backend.is_memory();
+        let polling = inner.wakeups.by_message();
         let mut attempt = 0u32;
         if let Some(until) = turn.left_to_others_until() {
             // This client just left the lock to the others: a try now would only find
@@ -504,7 +505,7 @@ impl<'a> LockRequest<'a> {
                     return Ok(self.taken(key, token, started, attempt, turn, sent, taking));
                 }
                 Ok(Try::Busy(left)) => {
-                    if inner.backend.is_redlock() {
+                    if inner.backend.independent_writes() {
                         token = new_token();
                     }
                     left
@@ -1012,7 +1013,6 @@ async fn release_raw(
 ) -> std::result::Result<Released, Error> {
     let yield_to =
         (!inner.yield_window.is_zero()).then_some((inner.client_id.as_str(), inner.yield_window));
-    let notifier = inner.notifier.as_ref();
     let call = ReleaseCall {
         key,
         token,
@@ -1020,7 +1020,7 @@ async fn release_raw(
         contended: lease.is_none_or(HeldState::was_contended),
         yield_to,
         // Only a yielding release that wakes waiters counts the channel's subscribers.
-        self_subscribed: &|channel| notifier.is_some_and(|n| n.may_count_self(channel)),
+        self_subscribed: &|channel| inner.wakeups.may_count_self(channel),
     };
     let mut retried = false;
     loop {

@@ -394,6 +394,59 @@ impl Notifier {
     }
 }
 
+/// How one client's waiters hear of releases: by message from Redis (Pub/Sub), from
+/// the in-memory backend's registry, or not at all (Pub/Sub off, or independent
+/// masters): then they poll on their capped fallback timer.
+// One per client: a box would cost a dereference on every subscription.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Wakeups {
+    Messages(Notifier),
+    Local(Arc<Registry>),
+    Polling,
+}
+
+impl Wakeups {
+    /// Tied to the client `id` (see [`Notifier::for_client`]).
+    pub(crate) fn for_client(self, id: &str) -> Wakeups {
+        match self {
+            Wakeups::Messages(n) => Wakeups::Messages(n.for_client(id)),
+            other => other,
+        }
+    }
+
+    /// Wake-ups on `channel`; `None` when they cannot be had (the waiter polls).
+    pub(crate) async fn subscribe(&self, channel: String) -> Option<Subscription> {
+        match self {
+            Wakeups::Messages(n) => n.subscribe(channel).await,
+            Wakeups::Local(registry) => Some(Subscription::local(registry, channel)),
+            Wakeups::Polling => None,
+        }
+    }
+
+    /// Whether waiters are meant to be woken by message: a subscription that cannot be
+    /// had is then made up for by polling with short backoff.
+    pub(crate) fn by_message(&self) -> bool {
+        !matches!(self, Wakeups::Polling)
+    }
+
+    /// See [`Notifier::may_count_self`]: never in memory, where nothing is counted.
+    pub(crate) fn may_count_self(&self, channel: &str) -> bool {
+        match self {
+            Wakeups::Messages(n) => n.may_count_self(channel),
+            _ => false,
+        }
+    }
+
+    /// Channels with waiters right now, on this runtime (for tests).
+    pub(crate) fn active_channels(&self) -> usize {
+        match self {
+            Wakeups::Messages(n) => n.active_channels(),
+            Wakeups::Local(registry) => registry.len(),
+            Wakeups::Polling => 0,
+        }
+    }
+}
+
 /// Where (un)subscriptions are sent.
 enum Sink {
     Single(PubSubSink),

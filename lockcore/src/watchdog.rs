@@ -19,7 +19,8 @@ use std::time::Duration;
 use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio::time::Instant;
 
-use crate::backend::Backend;
+use crate::backend::replicas::Acknowledging;
+use crate::backend::{Backend, Locking};
 use crate::error::BackendError;
 
 /// Shared between a held lock, its `LockInfo`s and the watchdog.

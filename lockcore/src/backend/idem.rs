@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::memory::MemoryBackend;
 use super::redis::RedisBackend;
-use super::{Backend, millis};
+use super::{Backend, each, millis};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::util::now_ms;
 
@@ -100,21 +100,48 @@ pub(crate) struct ClaimArgs<'a> {
     pub(crate) will_wait: bool,
 }
 
-impl Backend {
-    pub(crate) async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
-        match self {
-            Backend::Redis(r) => r.idem_claim_on(a).await,
-            Backend::Redlock(r) => crate::util::erased(r.idem_claim(a)).await,
-            Backend::Memory(m) => m.idem_claim(a),
-        }
-    }
+/// The idempotency operations of a topology (see the module docs and `idem_*.lua`).
+pub(crate) trait Records: Send + Sync {
+    async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError>;
 
     /// `true` when `record` is the stored result (appended now or by an earlier try of
     /// the same store); `false` when another call's result was stored first, or the key
     /// is gone. `written`: the exact in-progress record this owner wrote, if it still
     /// knows it (no renewal since): when the `APPEND` finds just that, the store is done;
     /// otherwise `idem_settle.lua` tells whose result is first and wakes waiters.
-    pub(crate) async fn idem_complete(
+    async fn idem_complete(
+        &self,
+        key: &str,
+        record: &str,
+        retention: Duration,
+        channel: &str,
+        written: Option<&str>,
+    ) -> Result<bool, BackendError>;
+
+    /// `retention`: how long a record kept by the release (one that took over) stays.
+    async fn idem_release(
+        &self,
+        key: &str,
+        owner: &str,
+        channel: &str,
+        retention: Duration,
+    ) -> Result<bool, BackendError>;
+
+    async fn idem_renew(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        lifetime: Duration,
+    ) -> Result<bool, BackendError>;
+}
+
+impl Records for Backend {
+    async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+        each!(self, b => b.idem_claim(a))
+    }
+
+    async fn idem_complete(
         &self,
         key: &str,
         record: &str,
@@ -122,49 +149,27 @@ impl Backend {
         channel: &str,
         written: Option<&str>,
     ) -> Result<bool, BackendError> {
-        match self {
-            Backend::Redis(r) => {
-                r.idem_complete_on(key, record, retention, channel, written)
-                    .await
-            }
-            Backend::Redlock(r) => {
-                crate::util::erased(r.idem_complete(key, record, retention, channel)).await
-            }
-            Backend::Memory(m) => Ok(m.idem_complete(key, record, retention, channel)),
-        }
+        each!(self, b => b.idem_complete(key, record, retention, channel, written))
     }
 
-    /// `retention`: how long a record kept by the release (one that took over) stays.
-    pub(crate) async fn idem_release(
+    async fn idem_release(
         &self,
         key: &str,
         owner: &str,
         channel: &str,
         retention: Duration,
     ) -> Result<bool, BackendError> {
-        match self {
-            Backend::Redis(r) => r.idem_release_on(key, owner, channel, retention).await,
-            Backend::Redlock(r) => {
-                crate::util::erased(r.idem_release(key, owner, channel, retention)).await
-            }
-            Backend::Memory(m) => Ok(m.idem_release(key, owner, channel)),
-        }
+        each!(self, b => b.idem_release(key, owner, channel, retention))
     }
 
-    pub(crate) async fn idem_renew(
+    async fn idem_renew(
         &self,
         key: &str,
         owner: &str,
         lease: Duration,
         lifetime: Duration,
     ) -> Result<bool, BackendError> {
-        match self {
-            Backend::Redis(r) => r.idem_renew_on(key, owner, lease, lifetime).await,
-            Backend::Redlock(r) => {
-                crate::util::erased(r.idem_renew(key, owner, lease, lifetime)).await
-            }
-            Backend::Memory(m) => Ok(m.idem_renew(key, owner, lease, lifetime)),
-        }
+        each!(self, b => b.idem_renew(key, owner, lease, lifetime))
     }
 }
 
@@ -172,11 +177,13 @@ fn bad_reply(detail: String) -> BackendError {
     BackendError::new(BackendErrorKind::Response, detail)
 }
 
-impl RedisBackend {
+impl RedisBackend {}
+
+impl Records for RedisBackend {
     /// One plain `SET key record NX GET PX lifetime`: claimed when the key was free, and
     /// a completed record decided here (a replay is this one command); the contended
     /// cases (a claim in progress, live or not) go on in `idem_claim.lua`.
-    pub(super) async fn idem_claim_on(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+    async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         let retention = a.lifetime.saturating_sub(a.lease);
         let record = in_progress(a.owner, a.fp, now_ms(), a.lease, retention, false);
         let mut set = redis::cmd("SET");
@@ -239,7 +246,7 @@ impl RedisBackend {
     /// Where the server has `SET ... IFEQ`, one `SET key <written><record> IFEQ <written>
     /// KEEPTTL` comes first: the same store as one command when the claim's record is
     /// there as written; the steps above run only when it is not.
-    pub(super) async fn idem_complete_on(
+    async fn idem_complete(
         &self,
         key: &str,
         record: &str,
@@ -285,7 +292,7 @@ impl RedisBackend {
         Ok(Box::pin(self.eval::<i64>(&inv)).await? == 1)
     }
 
-    pub(super) async fn idem_release_on(
+    async fn idem_release(
         &self,
         key: &str,
         owner: &str,
@@ -297,7 +304,7 @@ impl RedisBackend {
         Ok(self.eval::<i64>(&inv).await? == 1)
     }
 
-    pub(super) async fn idem_renew_on(
+    async fn idem_renew(
         &self,
         key: &str,
         owner: &str,
@@ -377,7 +384,7 @@ impl MemoryBackend {
         map
     }
 
-    fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+    fn claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         let now = now_ms();
         let mut map = self.records();
         let fresh = |took_over| {
@@ -428,7 +435,7 @@ impl MemoryBackend {
 
     /// As the Redis store: the record appended (alone when the key had gone), `true`
     /// when it is the first completed one.
-    fn idem_complete(&self, key: &str, record: &str, retention: Duration, channel: &str) -> bool {
+    fn store(&self, key: &str, record: &str, retention: Duration, channel: &str) -> bool {
         let mut map = self.records();
         let until = Instant::now() + retention;
         let (raw, _) = map
@@ -456,7 +463,7 @@ impl MemoryBackend {
     }
 
     /// As `idem_release.lua`: a claim that took over is kept, ownerless, its lease ended.
-    fn idem_release(&self, key: &str, owner: &str, channel: &str) -> bool {
+    fn give_back(&self, key: &str, owner: &str, channel: &str) -> bool {
         let mut map = self.records();
         let Some((raw, _)) = map.get_mut(key) else {
             return false;
@@ -479,7 +486,7 @@ impl MemoryBackend {
         }
     }
 
-    fn idem_renew(&self, key: &str, owner: &str, lease: Duration, lifetime: Duration) -> bool {
+    fn renew(&self, key: &str, owner: &str, lease: Duration, lifetime: Duration) -> bool {
         let mut map = self.records();
         match map.get_mut(key) {
             Some((raw, until)) if Self::owned_in_progress(raw, owner) => {
@@ -492,6 +499,43 @@ impl MemoryBackend {
             }
             _ => false,
         }
+    }
+}
+
+impl Records for MemoryBackend {
+    async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+        self.claim(a)
+    }
+
+    async fn idem_complete(
+        &self,
+        key: &str,
+        record: &str,
+        retention: Duration,
+        channel: &str,
+        _written: Option<&str>,
+    ) -> Result<bool, BackendError> {
+        Ok(self.store(key, record, retention, channel))
+    }
+
+    async fn idem_release(
+        &self,
+        key: &str,
+        owner: &str,
+        channel: &str,
+        _retention: Duration,
+    ) -> Result<bool, BackendError> {
+        Ok(self.give_back(key, owner, channel))
+    }
+
+    async fn idem_renew(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        lifetime: Duration,
+    ) -> Result<bool, BackendError> {
+        Ok(self.renew(key, owner, lease, lifetime))
     }
 }
 

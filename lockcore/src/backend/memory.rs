@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{ReleaseCall, Released, Try};
-use crate::notify::Registry;
+use super::{Attempt, Locking, ReleaseCall, Released, Try};
+use crate::error::BackendError;
+use crate::notify::{Registry, Wakeups};
 
 #[derive(Default)]
 pub(crate) struct MemoryBackend {
     state: Mutex<State>,
     /// Waiters, woken on release as Pub/Sub would.
-    pub(crate) waiters: Arc<Registry>,
+    pub(super) waiters: Arc<Registry>,
     /// Idempotency records: JSON text and when the key expires (see `super::idem`).
     pub(crate) records: Mutex<HashMap<String, (String, Instant)>>,
 }
@@ -25,7 +26,12 @@ struct State {
 }
 
 impl MemoryBackend {
-    pub(crate) fn try_acquire(&self, key: &str, token: &str, ttl: Duration) -> Try {
+    /// How this backend's waiters are woken: by its own registry, as Pub/Sub would.
+    pub(crate) fn wakeups(&self) -> Wakeups {
+        Wakeups::Local(self.waiters.clone())
+    }
+
+    fn take(&self, key: &str, token: &str, ttl: Duration) -> Try {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
         if let Some((held, until)) = st.held.get_mut(key)
@@ -44,7 +50,7 @@ impl MemoryBackend {
     }
 
     /// The next fence of `key` while it holds `token` (see `RedisBackend::fence`).
-    pub(crate) fn fence(&self, key: &str, token: &str) -> Option<u64> {
+    fn next_fence(&self, key: &str, token: &str) -> Option<u64> {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
         match st.held.get(key) {
@@ -59,7 +65,7 @@ impl MemoryBackend {
 
     /// In process there are no other clients to leave the lock to: a successor always
     /// gets it.
-    pub(crate) fn release(&self, call: &ReleaseCall<'_>) -> Released {
+    fn free(&self, call: &ReleaseCall<'_>) -> Released {
         let (key, now) = (call.key, Instant::now());
         let mut st = crate::util::lock(&self.state);
         match st.held.get(key) {
@@ -93,5 +99,49 @@ impl MemoryBackend {
             }
             _ => false,
         }
+    }
+}
+
+/// Every call answers at once: nothing here waits or fails.
+impl Locking for MemoryBackend {
+    async fn try_acquire(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        _client: &str,
+        _attempt: Attempt,
+    ) -> Result<Try, BackendError> {
+        Ok(self.take(key, token, ttl))
+    }
+
+    async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+        Ok(self.next_fence(key, token))
+    }
+
+    async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
+        Ok(self.free(call))
+    }
+
+    async fn extend_many(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
+        Ok(leases
+            .iter()
+            .map(|(key, token, ttl)| self.extend(key, token, *ttl))
+            .collect())
+    }
+
+    async fn ping(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn command_timeout(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn in_process(&self) -> bool {
+        true
     }
 }

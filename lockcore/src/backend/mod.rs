@@ -8,9 +8,10 @@
 //!
 //! # What a topology provides
 //!
-//! A new topology (a Redis Cluster, Sentinel, independent masters) is one more variant of
-//! [`Backend`], and must give each operation the meaning the scripts in `src/scripts/`
-//! define, atomically:
+//! A new topology (a Redis Cluster, Sentinel, independent masters) implements
+//! [`Locking`], [`idem::Records`] and [`replicas::Acknowledging`], and is one more arm of
+//! [`each!`] and one more `From` for [`Backend`]. It must give each operation the
+//! meaning the scripts in `src/scripts/` define, atomically:
 //!
 //! - `try_acquire`: set the key to the token if free (or a yield marker that does not
 //!   name this client, or the caller's own token: a lost handoff reply), with the ttl;
@@ -117,21 +118,127 @@ pub(crate) struct Successor<'a> {
     pub(crate) turn_over: bool,
 }
 
-// Redlock's calls are boxed: each nests a call per master, and every caller's future
-// (up to the users' functions) would carry that type.
+/// The lock operations of a topology, with the meanings the module docs give. Every
+/// topology implements this, [`idem::Records`] and [`replicas::Acknowledging`]; so does
+/// [`Backend`], which dispatches to the one it was built with (see [`each!`]).
+///
+/// What differs between topologies is said by the operations themselves: a fence or a
+/// replica count that a topology cannot give is an error from that call, a native
+/// compare-and-delete that it lacks is `false` from [`delete_if`](Self::delete_if).
+/// Nothing above this layer asks which topology it talks to.
+pub(crate) trait Locking: Send + Sync {
+    /// One atomic try. `client` is this client's id (see `release.lua`).
+    async fn try_acquire(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        client: &str,
+        attempt: Attempt,
+    ) -> Result<Try, BackendError>;
+
+    /// The next fencing token of the lock `key` while it holds `token`; `None`: lost.
+    async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError>;
+
+    /// One compare-and-delete that also wakes the key's waiters, or hands the lock to
+    /// the next local waiter.
+    async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError>;
+
+    /// A compare-and-delete that wakes nobody, where the server has one natively:
+    /// `false` when it has none (release instead).
+    async fn delete_if(&self, _key: &str, _token: &str) -> Result<bool, BackendError> {
+        Ok(false)
+    }
+
+    /// Compare-and-extend of many locks in one round trip: `true` where extended.
+    async fn extend_many(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError>;
+
+    /// Whether the backend answers, within the command timeout.
+    async fn ping(&self) -> Result<(), BackendError>;
+
+    /// How long one command may take (zero in memory).
+    fn command_timeout(&self) -> Duration;
+
+    /// Changes whenever the server may have lost keys (see `RedisBackend::epoch`); a
+    /// backend that never loses any keeps zero.
+    fn epoch(&self) -> u64 {
+        0
+    }
+
+    /// Whether a write lands on several nodes independently (Redlock's masters): a try
+    /// refused for want of a quorum was given back everywhere, and a give-back may still
+    /// reach a node late, so the next try takes a fresh token (a late give-back must not
+    /// remove it), and a release that found its write on some nodes may not have found
+    /// a copy still in flight to another.
+    fn independent_writes(&self) -> bool {
+        false
+    }
+
+    /// Whether the locks live in this process (for [`crate::Locks::is_in_memory`]).
+    fn in_process(&self) -> bool {
+        false
+    }
+}
+
+/// One client's backend: which topology is private to this layer (see [`Locking`]).
+pub(crate) struct Backend(Flavor);
+
 // One per client, behind its `Arc`: its size costs nothing, a box would cost a
 // dereference on every call (the redis-rs client grows with the `tls` feature).
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Backend {
+enum Flavor {
     Redis(redis::RedisBackend),
     /// Independent masters (see `redlock.rs`).
     Redlock(redlock::RedlockBackend),
     Memory(memory::MemoryBackend),
 }
 
-impl Backend {
-    /// One atomic try. `client` is this client's id (see `release.lua`).
-    pub(crate) async fn try_acquire(
+impl From<redis::RedisBackend> for Backend {
+    fn from(backend: redis::RedisBackend) -> Backend {
+        Backend(Flavor::Redis(backend))
+    }
+}
+
+impl From<redlock::RedlockBackend> for Backend {
+    fn from(backend: redlock::RedlockBackend) -> Backend {
+        Backend(Flavor::Redlock(backend))
+    }
+}
+
+impl From<memory::MemoryBackend> for Backend {
+    fn from(backend: memory::MemoryBackend) -> Backend {
+        Backend(Flavor::Memory(backend))
+    }
+}
+
+/// The one dispatch of a [`Backend`] call to its topology, as tokio's `match_flavor!`:
+/// `each!(self, b => b.call(args))` awaits `call` on whichever topology `self` holds;
+/// `each!(sync self, b => b.call(args))` for a call that does not wait. Redlock's calls
+/// are boxed: each nests a call per master, and every caller's future (up to the
+/// users' functions) would otherwise carry that type.
+macro_rules! each {
+    ($backend:expr, $b:ident => $call:expr) => {
+        match &$backend.0 {
+            $crate::backend::Flavor::Redis($b) => $call.await,
+            $crate::backend::Flavor::Redlock($b) => $crate::util::erased($call).await,
+            $crate::backend::Flavor::Memory($b) => $call.await,
+        }
+    };
+    (sync $backend:expr, $b:ident => $call:expr) => {
+        match &$backend.0 {
+            $crate::backend::Flavor::Redis($b) => $call,
+            $crate::backend::Flavor::Redlock($b) => $call,
+            $crate::backend::Flavor::Memory($b) => $call,
+        }
+    };
+}
+pub(crate) use each;
+
+impl Locking for Backend {
+    async fn try_acquire(
         &self,
         key: &str,
         token: &str,
@@ -139,93 +246,46 @@ impl Backend {
         client: &str,
         attempt: Attempt,
     ) -> Result<Try, BackendError> {
-        match self {
-            Backend::Redis(r) => r.try_acquire(key, token, ttl, client, attempt).await,
-            Backend::Redlock(r) => {
-                crate::util::erased(r.try_acquire(key, token, ttl, attempt)).await
-            }
-            Backend::Memory(m) => Ok(m.try_acquire(key, token, ttl)),
-        }
+        each!(self, b => b.try_acquire(key, token, ttl, client, attempt))
     }
 
-    /// The next fencing token of the lock `key` while it holds `token`; `None`: lost.
-    pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
-        match self {
-            Backend::Redis(r) => r.fence(key, token).await,
-            Backend::Redlock(_) => Err(redlock::unsupported("fencing tokens")),
-            Backend::Memory(m) => Ok(m.fence(key, token)),
-        }
+    async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+        each!(self, b => b.fence(key, token))
     }
 
-    /// One compare-and-delete that also wakes the key's waiters, or hands the lock to
-    /// the next local waiter.
-    pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
-        match self {
-            Backend::Redis(r) => r.release(call).await,
-            Backend::Redlock(r) => crate::util::erased(r.release(call)).await,
-            Backend::Memory(m) => Ok(m.release(call)),
-        }
+    async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
+        each!(self, b => b.release(call))
     }
 
-    /// A compare-and-delete that wakes nobody, where the server has one natively:
-    /// `false` when it has none (release instead).
-    pub(crate) async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
-        match self {
-            Backend::Redis(r) => r.delete_if(key, token).await,
-            Backend::Redlock(_) | Backend::Memory(_) => Ok(false),
-        }
+    async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
+        each!(self, b => b.delete_if(key, token))
     }
 
-    /// Compare-and-extend of many locks in one round trip: `true` where extended.
-    pub(crate) async fn extend_many(
+    async fn extend_many(
         &self,
         leases: &[(&str, &str, Duration)],
     ) -> Result<Vec<bool>, BackendError> {
-        match self {
-            Backend::Redis(r) => r.extend_many(leases).await,
-            Backend::Redlock(r) => crate::util::erased(r.extend_many(leases)).await,
-            Backend::Memory(m) => Ok(leases
-                .iter()
-                .map(|(key, token, ttl)| m.extend(key, token, *ttl))
-                .collect()),
-        }
+        each!(self, b => b.extend_many(leases))
     }
 
-    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
-        match self {
-            Backend::Redis(r) => r.ping().await,
-            Backend::Redlock(r) => crate::util::erased(r.ping()).await,
-            Backend::Memory(_) => Ok(()),
-        }
+    async fn ping(&self) -> Result<(), BackendError> {
+        each!(self, b => b.ping())
     }
 
-    /// How long one command may take (zero in memory).
-    pub(crate) fn command_timeout(&self) -> Duration {
-        match self {
-            Backend::Redis(r) => r.timeout(),
-            Backend::Redlock(r) => r.timeout(),
-            Backend::Memory(_) => Duration::ZERO,
-        }
+    fn command_timeout(&self) -> Duration {
+        each!(sync self, b => b.command_timeout())
     }
 
-    /// Changes whenever the server may have lost keys (see `RedisBackend::epoch`); the
-    /// in-memory backend never loses any.
-    pub(crate) fn epoch(&self) -> u64 {
-        match self {
-            Backend::Redis(r) => r.epoch(),
-            Backend::Redlock(r) => r.epoch(),
-            Backend::Memory(_) => 0,
-        }
+    fn epoch(&self) -> u64 {
+        each!(sync self, b => b.epoch())
     }
 
-    pub(crate) fn is_memory(&self) -> bool {
-        matches!(self, Backend::Memory(_))
+    fn independent_writes(&self) -> bool {
+        each!(sync self, b => b.independent_writes())
     }
 
-    /// Redlock: a try that a quorum did not give was given back on every master, so the
-    /// next try takes a new token (a late give-back must not remove it).
-    pub(crate) fn is_redlock(&self) -> bool {
-        matches!(self, Backend::Redlock(_))
+    fn in_process(&self) -> bool {
+        each!(sync self, b => b.in_process())
     }
 }
 

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::idem::{ClaimArgs, Claimed};
+use super::idem::{ClaimArgs, Claimed, Records};
 use super::redis::RedisBackend;
-use super::{Attempt, ReleaseCall, Released, Try, millis};
+use super::{Attempt, Locking, ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
 
 pub(crate) struct RedlockBackend {
@@ -108,44 +108,6 @@ impl RedlockBackend {
         BackendError::new(kind, detail)
     }
 
-    pub(crate) async fn try_acquire(
-        &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-        _attempt: Attempt,
-    ) -> Result<Try, BackendError> {
-        let started = Instant::now();
-        let replies = join_all(self.nodes.iter().map(|node| async move {
-            let mut set = redis::cmd("SET");
-            set.arg(key).arg(token).arg("NX").arg("PX").arg(millis(ttl));
-            node.query::<Option<String>>(&set)
-                .await
-                .map(|r| r.is_some())
-        }))
-        .await;
-        let votes = Votes::count(replies);
-        let drift = ttl / 100 + Duration::from_millis(2);
-        let valid = ttl
-            .checked_sub(started.elapsed() + drift)
-            .is_some_and(|left| !left.is_zero());
-        if votes.yes >= self.quorum() && valid {
-            return Ok(Try::Taken);
-        }
-        // Not taken: the token goes, wherever it may have landed.
-        if votes.yes > 0 || votes.error.is_some() {
-            self.delete_everywhere(key, token).await;
-        }
-        if votes.no + votes.yes < self.quorum() {
-            return Err(self.no_quorum(&votes));
-        }
-        // Held elsewhere: try again after a random delay, so that competing clients
-        // do not split the masters again and again.
-        Ok(Try::Busy(Some(Duration::from_millis(fastrand::u64(
-            5..=50,
-        )))))
-    }
-
     /// Compare-and-delete on every master: whether each held the token. A master that
     /// did not answer in time may have run it, or may run the `SET` that put the token
     /// there only now (its reply was late): the compare-and-delete is sent to it again in
@@ -166,44 +128,20 @@ impl RedlockBackend {
         replies
     }
 
-    pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
-        let votes = Votes::count(self.delete_everywhere(call.key, call.token).await);
+    /// Yes with a quorum of yes; no with a quorum of no, or every master answered;
+    /// otherwise the error of a call a quorum could not answer.
+    fn decide(&self, votes: &Votes) -> Result<bool, BackendError> {
         if votes.yes >= self.quorum() {
-            Ok(Released::Now)
+            Ok(true)
         } else if votes.no >= self.quorum() || votes.error.is_none() {
-            Ok(Released::NotOurs)
+            Ok(false)
         } else {
-            Err(self.no_quorum(&votes))
+            Err(self.no_quorum(votes))
         }
     }
+}
 
-    pub(crate) async fn extend_many(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError> {
-        let per_node = join_all(self.nodes.iter().map(|node| node.extend_many(leases))).await;
-        let mut out = Vec::with_capacity(leases.len());
-        for i in 0..leases.len() {
-            let votes = Votes::count(
-                per_node
-                    .iter()
-                    .map(|r| match r {
-                        Ok(extended) => Ok(extended.get(i).copied().unwrap_or(false)),
-                        Err(e) => Err(e.clone()),
-                    })
-                    .collect(),
-            );
-            if votes.yes >= self.quorum() {
-                out.push(true);
-            } else if votes.no >= self.quorum() || votes.error.is_none() {
-                out.push(false);
-            } else {
-                return Err(self.no_quorum(&votes));
-            }
-        }
-        Ok(out)
-    }
-
+impl Records for RedlockBackend {
     /// The claim on every master at once. What a master says counts this way:
     /// - a completed record of the same payload on any master is replayed: it was
     ///   written only after a body ran under a quorum of claims. Where masters hold
@@ -221,9 +159,9 @@ impl RedlockBackend {
     ///
     /// The caller tries again with another owner (see `idempotency::begin`): a give-back
     /// that reaches a master late then never removes the caller's next claim.
-    pub(crate) async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
+    async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         let started = Instant::now();
-        let replies = join_all(self.nodes.iter().map(|node| node.idem_claim_on(a))).await;
+        let replies = join_all(self.nodes.iter().map(|node| node.idem_claim(a))).await;
         let (mut claimed, mut answered, mut busy, mut other_claims) = (0, 0, 0, 0);
         let (mut took_over, mut other_result) = (None, false);
         let mut completed: Vec<&String> = Vec::new();
@@ -272,7 +210,7 @@ impl RedlockBackend {
             let gone = join_all(
                 self.nodes
                     .iter()
-                    .map(|node| node.idem_release_on(a.key, a.owner, "", retention)),
+                    .map(|node| node.idem_release(a.key, a.owner, "", retention)),
             )
             .await;
             for (node, reply) in self.nodes.iter().zip(&gone) {
@@ -308,21 +246,22 @@ impl RedlockBackend {
     /// here: each master's settle script decides). Stored when a quorum stored it; not
     /// the stored result when a quorum said so, or every master answered without a
     /// quorum storing it; otherwise a `Backend` error (the store is tried again).
-    pub(crate) async fn idem_complete(
+    async fn idem_complete(
         &self,
         key: &str,
         record: &str,
         retention: Duration,
         channel: &str,
+        _written: Option<&str>,
     ) -> Result<bool, BackendError> {
         let votes = self
-            .votes(|node| node.idem_complete_on(key, record, retention, channel, None))
+            .votes(|node| node.idem_complete(key, record, retention, channel, None))
             .await;
         self.decide(&votes)
     }
 
     /// Gives the claim back on every master: whether any held it.
-    pub(crate) async fn idem_release(
+    async fn idem_release(
         &self,
         key: &str,
         owner: &str,
@@ -330,7 +269,7 @@ impl RedlockBackend {
         retention: Duration,
     ) -> Result<bool, BackendError> {
         let votes = self
-            .votes(|node| node.idem_release_on(key, owner, channel, retention))
+            .votes(|node| node.idem_release(key, owner, channel, retention))
             .await;
         if votes.yes == 0 && votes.no == 0 {
             return Err(self.no_quorum(&votes));
@@ -340,7 +279,7 @@ impl RedlockBackend {
 
     /// Renews the claim's lease on every master: renewed when a quorum renewed it, lost
     /// when a quorum refused (or every master answered without a quorum renewing).
-    pub(crate) async fn idem_renew(
+    async fn idem_renew(
         &self,
         key: &str,
         owner: &str,
@@ -348,24 +287,99 @@ impl RedlockBackend {
         lifetime: Duration,
     ) -> Result<bool, BackendError> {
         let votes = self
-            .votes(|node| node.idem_renew_on(key, owner, lease, lifetime))
+            .votes(|node| node.idem_renew(key, owner, lease, lifetime))
             .await;
         self.decide(&votes)
     }
+}
 
-    /// Yes with a quorum of yes; no with a quorum of no, or every master answered;
-    /// otherwise the error of a call a quorum could not answer.
-    fn decide(&self, votes: &Votes) -> Result<bool, BackendError> {
+impl Locking for RedlockBackend {
+    async fn fence(&self, _key: &str, _token: &str) -> Result<Option<u64>, BackendError> {
+        Err(unsupported("fencing tokens"))
+    }
+
+    fn independent_writes(&self) -> bool {
+        true
+    }
+
+    async fn try_acquire(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        _client: &str,
+        _attempt: Attempt,
+    ) -> Result<Try, BackendError> {
+        let started = Instant::now();
+        let replies = join_all(self.nodes.iter().map(|node| async move {
+            let mut set = redis::cmd("SET");
+            set.arg(key).arg(token).arg("NX").arg("PX").arg(millis(ttl));
+            node.query::<Option<String>>(&set)
+                .await
+                .map(|r| r.is_some())
+        }))
+        .await;
+        let votes = Votes::count(replies);
+        let drift = ttl / 100 + Duration::from_millis(2);
+        let valid = ttl
+            .checked_sub(started.elapsed() + drift)
+            .is_some_and(|left| !left.is_zero());
+        if votes.yes >= self.quorum() && valid {
+            return Ok(Try::Taken);
+        }
+        // Not taken: the token goes, wherever it may have landed.
+        if votes.yes > 0 || votes.error.is_some() {
+            self.delete_everywhere(key, token).await;
+        }
+        if votes.no + votes.yes < self.quorum() {
+            return Err(self.no_quorum(&votes));
+        }
+        // Held elsewhere: try again after a random delay, so that competing clients
+        // do not split the masters again and again.
+        Ok(Try::Busy(Some(Duration::from_millis(fastrand::u64(
+            5..=50,
+        )))))
+    }
+
+    async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
+        let votes = Votes::count(self.delete_everywhere(call.key, call.token).await);
         if votes.yes >= self.quorum() {
-            Ok(true)
+            Ok(Released::Now)
         } else if votes.no >= self.quorum() || votes.error.is_none() {
-            Ok(false)
+            Ok(Released::NotOurs)
         } else {
-            Err(self.no_quorum(votes))
+            Err(self.no_quorum(&votes))
         }
     }
 
-    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+    async fn extend_many(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
+        let per_node = join_all(self.nodes.iter().map(|node| node.extend_many(leases))).await;
+        let mut out = Vec::with_capacity(leases.len());
+        for i in 0..leases.len() {
+            let votes = Votes::count(
+                per_node
+                    .iter()
+                    .map(|r| match r {
+                        Ok(extended) => Ok(extended.get(i).copied().unwrap_or(false)),
+                        Err(e) => Err(e.clone()),
+                    })
+                    .collect(),
+            );
+            if votes.yes >= self.quorum() {
+                out.push(true);
+            } else if votes.no >= self.quorum() || votes.error.is_none() {
+                out.push(false);
+            } else {
+                return Err(self.no_quorum(&votes));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn ping(&self) -> Result<(), BackendError> {
         let votes = self
             .votes(|node| async move { node.ping().await.map(|()| true) })
             .await;
@@ -376,13 +390,13 @@ impl RedlockBackend {
         }
     }
 
-    pub(crate) fn timeout(&self) -> Duration {
+    fn command_timeout(&self) -> Duration {
         self.nodes
             .first()
             .map_or(Duration::ZERO, |node| node.timeout())
     }
 
-    pub(crate) fn epoch(&self) -> u64 {
+    fn epoch(&self) -> u64 {
         self.nodes.iter().map(|node| node.epoch()).sum()
     }
 }
@@ -432,7 +446,7 @@ fn release_claim_later(node: Arc<RedisBackend>, key: &str, owner: &str, retentio
     let (key, owner) = (key.to_owned(), owner.to_owned());
     retry_later(node, move |node| {
         let (key, owner) = (key.clone(), owner.clone());
-        async move { node.idem_release_on(&key, &owner, "", retention).await }
+        async move { node.idem_release(&key, &owner, "", retention).await }
     });
 }
 

@@ -9,12 +9,14 @@
 //! `RedisBackend::query_pipe_alone`): a lagging replica slows only the calls that wait
 //! for it.
 //!
-//! In memory there is nothing to replicate to: every count is acknowledged.
+//! In memory there is nothing to replicate to: every count is acknowledged; independent
+//! masters (Redlock) cannot count replicas, and say so.
 
 use std::time::Duration;
 
+use super::memory::MemoryBackend;
 use super::redis::RedisBackend;
-use super::{Backend, millis};
+use super::{Backend, Locking, each, millis};
 use crate::error::{BackendError, Error};
 use crate::key::Companion;
 
@@ -27,64 +29,110 @@ pub(crate) struct Acked<T> {
     pub(crate) replicas: u32,
 }
 
-impl Backend {
+/// Replica acknowledgement by a topology. One that cannot count replicas (independent
+/// masters) keeps the defaults: every call is an error saying so.
+pub(crate) trait Acknowledging: Send + Sync {
     /// A compare-and-extend of a lock just taken (lease `ttl` again), then `WAIT`:
     /// `value` is whether the key still held the token.
-    pub(crate) async fn confirm_lock(
+    async fn confirm_lock(
         &self,
-        key: &str,
-        token: &str,
-        ttl: Duration,
-        replicas: u32,
+        _key: &str,
+        _token: &str,
+        _ttl: Duration,
+        _replicas: u32,
     ) -> Result<Acked<bool>, BackendError> {
-        match self {
-            Backend::Redis(r) => r.confirm_lock(key, token, ttl, replicas).await,
-            Backend::Redlock(_) => Err(super::redlock::unsupported("replica acknowledgement")),
-            Backend::Memory(m) => Ok(Acked {
-                value: m.extend(key, token, ttl),
-                replicas,
-            }),
-        }
+        Err(super::redlock::unsupported("replica acknowledgement"))
     }
 
-    /// [`Backend::fence`], then `WAIT`.
-    pub(crate) async fn fence_acked(
+    /// [`Locking::fence`], then `WAIT`.
+    async fn fence_acked(
         &self,
-        key: &str,
-        token: &str,
-        replicas: u32,
+        _key: &str,
+        _token: &str,
+        _replicas: u32,
     ) -> Result<Acked<Option<u64>>, BackendError> {
-        match self {
-            Backend::Redis(r) => r.fence_acked(key, token, replicas).await,
-            Backend::Redlock(_) => Err(super::redlock::unsupported("replica acknowledgement")),
-            Backend::Memory(_) => Ok(Acked {
-                value: self.fence(key, token).await?,
-                replicas,
-            }),
-        }
+        Err(super::redlock::unsupported("replica acknowledgement"))
     }
 
     /// A write of `{record}:acked` (gone after a second), then `WAIT`: every write made
     /// before it, the record's included, reached this many replicas.
-    pub(crate) async fn barrier(&self, record: &str, replicas: u32) -> Result<u32, BackendError> {
-        match self {
-            Backend::Redis(r) => r.barrier(record, replicas).await,
-            Backend::Redlock(_) => Err(super::redlock::unsupported("replica acknowledgement")),
-            Backend::Memory(_) => Ok(replicas),
-        }
+    async fn barrier(&self, _record: &str, _replicas: u32) -> Result<u32, BackendError> {
+        Err(super::redlock::unsupported("replica acknowledgement"))
     }
 
     /// Which barrier covers a write to `key`: writes whose keys are in one group are
     /// made on one primary, so one [`barrier`](Self::barrier) after them covers them
     /// all. One group for a single server (Sentinel's primary included); on a cluster,
     /// one per slot (a slot is served by one primary, whatever a reshard is doing).
-    pub(crate) fn barrier_group(&self, key: &str) -> u64 {
-        match self {
-            Backend::Redis(r) if r.is_cluster() => u64::from(crate::key::slot(key.as_bytes())),
-            _ => 0,
-        }
+    fn barrier_group(&self, _key: &str) -> u64 {
+        0
+    }
+}
+
+impl Acknowledging for super::redlock::RedlockBackend {}
+
+/// In memory there is nothing to replicate to: every count is acknowledged.
+impl Acknowledging for MemoryBackend {
+    async fn confirm_lock(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        Ok(Acked {
+            value: self.extend(key, token, ttl),
+            replicas,
+        })
     }
 
+    async fn fence_acked(
+        &self,
+        key: &str,
+        token: &str,
+        replicas: u32,
+    ) -> Result<Acked<Option<u64>>, BackendError> {
+        Ok(Acked {
+            value: self.fence(key, token).await?,
+            replicas,
+        })
+    }
+
+    async fn barrier(&self, _record: &str, replicas: u32) -> Result<u32, BackendError> {
+        Ok(replicas)
+    }
+}
+
+impl Acknowledging for Backend {
+    async fn confirm_lock(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        each!(self, b => b.confirm_lock(key, token, ttl, replicas))
+    }
+
+    async fn fence_acked(
+        &self,
+        key: &str,
+        token: &str,
+        replicas: u32,
+    ) -> Result<Acked<Option<u64>>, BackendError> {
+        each!(self, b => b.fence_acked(key, token, replicas))
+    }
+
+    async fn barrier(&self, record: &str, replicas: u32) -> Result<u32, BackendError> {
+        each!(self, b => b.barrier(record, replicas))
+    }
+
+    fn barrier_group(&self, key: &str) -> u64 {
+        each!(sync self, b => b.barrier_group(key))
+    }
+}
+
+impl Backend {
     /// [`barrier`](Self::barrier) as the caller's answer: `Ok` when `replicas`
     /// acknowledged, else [`Error::NotReplicated`] (or `Backend`) about `key`.
     pub(crate) async fn require_acked(&self, key: &str, replicas: u32) -> Result<(), Error> {
@@ -107,6 +155,16 @@ impl RedisBackend {
     /// How long `WAIT` waits: half the command timeout, so its answer comes back within it.
     fn replica_wait(&self) -> u64 {
         millis(self.timeout() / 2).max(1)
+    }
+}
+
+impl Acknowledging for RedisBackend {
+    fn barrier_group(&self, key: &str) -> u64 {
+        if self.is_cluster() {
+            u64::from(crate::key::slot(key.as_bytes()))
+        } else {
+            0
+        }
     }
 
     async fn confirm_lock(

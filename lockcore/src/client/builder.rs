@@ -297,17 +297,18 @@ impl LocksBuilder {
                 node,
             } => self.sentinel(master, &sentinels, &node),
             Topology::Cluster(nodes) => self.cluster(&nodes),
-            Topology::Single => self.single(&self.url).map(|(backend, client)| {
-                (Backend::Redis(backend), Some(NotifySource::Single(client)))
-            }),
+            Topology::Single => self
+                .single(&self.url)
+                .map(|(backend, client)| (backend.into(), Some(NotifySource::Single(client)))),
         }
         .map_err(config_err)?;
-        let notifier = source
-            .filter(|_| self.notify)
-            .map(|source| Notifier::new(source, self.timeout));
+        let wakeups = match source.filter(|_| self.notify) {
+            Some(source) => Wakeups::Messages(Notifier::new(source, self.timeout)),
+            None => Wakeups::Polling,
+        };
         Ok(Locks::new(
+            wakeups,
             backend,
-            notifier,
             self.prefix,
             self.holder,
             target,
@@ -372,7 +373,7 @@ impl LocksBuilder {
             .iter()
             .map(|m| self.single(m).map(|(backend, _)| backend))
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok((Backend::Redlock(RedlockBackend::new(nodes)), None))
+        Ok((RedlockBackend::new(nodes).into(), None))
     }
 
     /// The primary that the sentinels name.
@@ -397,10 +398,7 @@ impl LocksBuilder {
         );
         let backend = RedisBackend::sentinel(primary.clone(), self.timeout)
             .connect_within(self.connect_bound());
-        Ok((
-            Backend::Redis(backend),
-            Some(NotifySource::Sentinel(primary)),
-        ))
+        Ok((backend.into(), Some(NotifySource::Sentinel(primary))))
     }
 
     /// A Redis Cluster.
@@ -417,10 +415,7 @@ impl LocksBuilder {
         let tls = self.direct_tls(&base);
         let backend = RedisBackend::cluster(client, base, self.timeout, tls)
             .connect_within(self.connect_bound());
-        Ok((
-            Backend::Redis(backend),
-            Some(NotifySource::Cluster(builder)),
-        ))
+        Ok((backend.into(), Some(NotifySource::Cluster(builder))))
     }
 
     /// [`build`](Self::build), then checks that Redis answers `PING`: the first

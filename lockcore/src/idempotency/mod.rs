@@ -47,7 +47,8 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 use tracing::instrument::WithSubscriber as _;
 
-use crate::backend::idem::{ClaimArgs, Claimed};
+use crate::backend::Locking;
+use crate::backend::idem::{ClaimArgs, Claimed, Records};
 use crate::client::Locks;
 use crate::error::Error;
 use crate::key;
@@ -402,7 +403,7 @@ pub(crate) async fn begin(
                 return Err(Error::PayloadMismatch { key });
             }
             Claimed::InProgress(left) => {
-                if inner.backend.is_redlock() {
+                if inner.backend.independent_writes() {
                     // Its claims given back (see `RedlockBackend::idem_claim`): the next
                     // try is another claim, which a late give-back cannot remove.
                     owner = new_owner();
@@ -722,7 +723,7 @@ impl Claim {
                 let found = release(&locks, &key, &owner, &channel, retention).await;
                 let again = match found {
                     Some(false) => in_flight,
-                    Some(true) => in_flight && locks.inner.backend.is_redlock(),
+                    Some(true) => in_flight && locks.inner.backend.independent_writes(),
                     None => false,
                 };
                 if again {

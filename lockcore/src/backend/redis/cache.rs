@@ -295,11 +295,6 @@ impl redis::aio::ConnectionLike for Conn {
 }
 
 impl RedisBackend {
-    /// The current epoch (see the field).
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
-    }
-
     /// A connection broke or could not be made: the server may have restarted.
     pub(super) fn broke(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);

@@ -37,7 +37,7 @@ use tokio::runtime::Handle;
 use super::direct::{Direct, DirectTls, Place};
 use super::native::Native;
 use super::sentinel::SentinelTarget;
-use super::{Attempt, ReleaseCall, Released, Try, millis};
+use super::{Attempt, Locking, ReleaseCall, Released, Try, millis};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::key::Companion;
 use cache::*;
@@ -207,7 +207,98 @@ impl RedisBackend {
         &pair[usize::from(self.sharded)]
     }
 
-    pub(crate) async fn try_acquire(
+    /// Whether `e` is this server refusing `SET ... NX GET` (Redis before 7.0); if so,
+    /// remembered: later calls go through the scripts.
+    pub(super) fn refuses_nx_get(&self, e: &BackendError) -> bool {
+        let refused = e.kind() == BackendErrorKind::Response
+            && e.to_string().to_ascii_lowercase().contains("syntax");
+        if refused {
+            self.set_nx_get.store(false, Ordering::Relaxed);
+            tracing::debug!(target: "distlock", error = %e, "this Redis refuses SET NX GET: lock tries and claims run in scripts");
+        }
+        refused
+    }
+
+    /// A fence while the key and its counter are split between the two nodes of a
+    /// migrating slot: the `INCR`, then the `GET` once it answered, each a call on one
+    /// key that goes wherever its key is (a counter that does not exist yet is made on the
+    /// slot's new node). The same reasoning as the pipelined form on one server: a key
+    /// that still holds the token after the increment held it from before.
+    async fn fence_split(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+        tracing::debug!(target: "distlock", key, "lock fence while its slot migrates: the counter and the key asked one after the other");
+        let mut incr = redis::cmd("INCR");
+        incr.arg(Companion(key, ":fence"));
+        let fence: u64 = self.query(&incr).await?;
+        let mut get = redis::cmd("GET");
+        get.arg(key);
+        let held: Option<String> = self.query(&get).await?;
+        Ok(fence_if_held(fence, held, token))
+    }
+
+    /// `release.lua`; `with_turns`: with the recent turns' key declared, so it may yield.
+    async fn release_script(
+        &self,
+        call: &ReleaseCall<'_>,
+        with_turns: bool,
+    ) -> Result<Released, BackendError> {
+        let mut inv = self.script(&RELEASE).prepare_invoke();
+        let yield_to = call.yield_to.filter(|_| with_turns);
+        let (client, window) = yield_to.map_or(("", 0), |(c, w)| (c, millis(w)));
+        let (next, next_ttl, turn_over) = call
+            .successor
+            .map_or(("", 0, false), |s| (s.token, millis(s.ttl), s.turn_over));
+        let channel = crate::notify::channel_of(call.key);
+        inv.key(call.key);
+        if with_turns {
+            inv.key(Companion(call.key, ":turns"));
+        }
+        inv.arg(call.token)
+            .arg(&channel)
+            .arg(client)
+            .arg(window)
+            .arg(next)
+            .arg(next_ttl)
+            .arg(if turn_over { "1" } else { "" })
+            .arg(u8::from(
+                yield_to.is_some() && (call.self_subscribed)(&channel),
+            ));
+        let reply: i64 = self.eval(&inv).await?;
+        Ok(match reply {
+            1 => Released::Now,
+            4 => Released::Handed,
+            5 => Released::Yielded,
+            _ => Released::NotOurs,
+        })
+    }
+
+    /// [`query`](Self::query) of a native command; `None` when the server refuses it
+    /// (it has no such command after all): scripts from then on.
+    pub(super) async fn query_native<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> Result<Option<T>, BackendError> {
+        match self.query::<T>(cmd).await {
+            Ok(reply) => Ok(Some(reply)),
+            Err(e) if e.kind() == BackendErrorKind::Response => {
+                self.refuse_native(&e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Locking for RedisBackend {
+    fn command_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The current epoch (see the field).
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    async fn try_acquire(
         &self,
         key: &str,
         token: &str,
@@ -254,24 +345,12 @@ impl RedisBackend {
         })
     }
 
-    /// Whether `e` is this server refusing `SET ... NX GET` (Redis before 7.0); if so,
-    /// remembered: later calls go through the scripts.
-    pub(super) fn refuses_nx_get(&self, e: &BackendError) -> bool {
-        let refused = e.kind() == BackendErrorKind::Response
-            && e.to_string().to_ascii_lowercase().contains("syntax");
-        if refused {
-            self.set_nx_get.store(false, Ordering::Relaxed);
-            tracing::debug!(target: "distlock", error = %e, "this Redis refuses SET NX GET: lock tries and claims run in scripts");
-        }
-        refused
-    }
-
     /// `INCR` of the counter, then `GET` of the key, pipelined (one round trip, two
     /// plain commands). The `GET` finding the token (marked or not) makes the value a
     /// fence: the key held the token from before the `INCR` (tokens are unique and never
     /// written back once gone), so every later holder's fence is larger. Otherwise the
     /// lock is lost and the value is skipped.
-    pub(crate) async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+    async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
         if self.sharded {
             let mut cmd = evalsha(&FENCE, 2, 1, 2 * key.len() + token.len());
             cmd.arg(key).arg(Companion(key, ":fence")).arg(token);
@@ -284,28 +363,12 @@ impl RedisBackend {
         Ok(fence_if_held(fence, held, token))
     }
 
-    /// A fence while the key and its counter are split between the two nodes of a
-    /// migrating slot: the `INCR`, then the `GET` once it answered, each a call on one
-    /// key that goes wherever its key is (a counter that does not exist yet is made on the
-    /// slot's new node). The same reasoning as the pipelined form on one server: a key
-    /// that still holds the token after the increment held it from before.
-    async fn fence_split(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
-        tracing::debug!(target: "distlock", key, "lock fence while its slot migrates: the counter and the key asked one after the other");
-        let mut incr = redis::cmd("INCR");
-        incr.arg(Companion(key, ":fence"));
-        let fence: u64 = self.query(&incr).await?;
-        let mut get = redis::cmd("GET");
-        get.arg(key);
-        let held: Option<String> = self.query(&get).await?;
-        Ok(fence_if_held(fence, held, token))
-    }
-
     /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
     /// release runs only when that finds waiters registered. On a cluster whose slot
     /// migrates with the lock key and its recent turns (`{key}:turns`) split between the
     /// two nodes, the release runs on the lock key alone, without yielding (the turns
     /// only decide who goes next between clients).
-    pub(crate) async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
+    async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         if call.successor.is_none() && !call.contended {
             let mut cmd = evalsha(&UNLOCK, 1, 1, call.key.len() + call.token.len());
             cmd.arg(call.key).arg(call.token);
@@ -321,45 +384,9 @@ impl RedisBackend {
         }
     }
 
-    /// `release.lua`; `with_turns`: with the recent turns' key declared, so it may yield.
-    async fn release_script(
-        &self,
-        call: &ReleaseCall<'_>,
-        with_turns: bool,
-    ) -> Result<Released, BackendError> {
-        let mut inv = self.script(&RELEASE).prepare_invoke();
-        let yield_to = call.yield_to.filter(|_| with_turns);
-        let (client, window) = yield_to.map_or(("", 0), |(c, w)| (c, millis(w)));
-        let (next, next_ttl, turn_over) = call
-            .successor
-            .map_or(("", 0, false), |s| (s.token, millis(s.ttl), s.turn_over));
-        let channel = crate::notify::channel_of(call.key);
-        inv.key(call.key);
-        if with_turns {
-            inv.key(Companion(call.key, ":turns"));
-        }
-        inv.arg(call.token)
-            .arg(&channel)
-            .arg(client)
-            .arg(window)
-            .arg(next)
-            .arg(next_ttl)
-            .arg(if turn_over { "1" } else { "" })
-            .arg(u8::from(
-                yield_to.is_some() && (call.self_subscribed)(&channel),
-            ));
-        let reply: i64 = self.eval(&inv).await?;
-        Ok(match reply {
-            1 => Released::Now,
-            4 => Released::Handed,
-            5 => Released::Yielded,
-            _ => Released::NotOurs,
-        })
-    }
-
     /// One pipeline of compare-and-extend calls: `SET ... IFEQ` where the server has it,
     /// else EVALSHA (on NOSCRIPT the script is loaded and the pipeline sent once more).
-    pub(crate) async fn extend_many(
+    async fn extend_many(
         &self,
         leases: &[(&str, &str, Duration)],
     ) -> Result<Vec<bool>, BackendError> {
@@ -430,7 +457,7 @@ impl RedisBackend {
     /// waking nobody: the clean-up of a try whose reply was lost. `false` when the server
     /// has none or it deleted nothing (the caller releases through the scripts, which
     /// also handle a value a waiter marked).
-    pub(crate) async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
+    async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
         let Some(cmd) = self.native().delete(key, token) else {
             return Ok(false);
         };
@@ -438,23 +465,7 @@ impl RedisBackend {
         Ok(self.query_native::<i64>(&cmd).await? == Some(1))
     }
 
-    /// [`query`](Self::query) of a native command; `None` when the server refuses it
-    /// (it has no such command after all): scripts from then on.
-    pub(super) async fn query_native<T: FromRedisValue>(
-        &self,
-        cmd: &redis::Cmd,
-    ) -> Result<Option<T>, BackendError> {
-        match self.query::<T>(cmd).await {
-            Ok(reply) => Ok(Some(reply)),
-            Err(e) if e.kind() == BackendErrorKind::Response => {
-                self.refuse_native(&e);
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
+    async fn ping(&self) -> Result<(), BackendError> {
         let used = AtomicU64::new(0);
         let call = async {
             self.check_policy_once().await;
