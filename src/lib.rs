@@ -201,8 +201,8 @@
 
 pub use lockcore::{
     BackendError, BackendErrorKind, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_PREFIX, DEFAULT_TTL, Error, LockGuard, LockInfo, LockRequest, Locks, LocksBuilder,
-    Result, current_lock, install, key,
+    DEFAULT_PREFIX, DEFAULT_TTL, Error, Event, LockGuard, LockInfo, LockRequest, Locks,
+    LocksBuilder, Result, current_lock, install, key,
 };
 pub use lockcore::{
     Captured, IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS, REPLAYED_HEADER,

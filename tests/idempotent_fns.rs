@@ -760,3 +760,120 @@ async fn non_finite_floats_are_three_payloads(locks: Locks) {
     }
     assert_eq!(runs.get(), 1);
 }
+
+/// What an observer saw: each event's name and key, in order.
+type Seen = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+fn recorder() -> (Seen, impl Fn(&distlock::Event<'_>) + Send + Sync + 'static) {
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let observe = move |e: &distlock::Event<'_>| {
+        log.lock()
+            .unwrap()
+            .push((e.name().to_owned(), e.key().to_owned()))
+    };
+    (seen, observe)
+}
+
+fn names_for(seen: &Seen, key_part: &str) -> Vec<String> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, k)| k.contains(key_part))
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// Every lock and idempotency step reaches the observer through the events seam, with
+/// the key it is about: taken, fenced, busy, released, renewed, lost, claimed, stored,
+/// replayed, mismatched.
+async fn observed_steps(locks: Locks, seen: Seen) {
+    let g = locks.lock("ev-a").acquire().await.unwrap();
+    g.fence().await.unwrap();
+    assert!(matches!(
+        locks.lock("ev-a").acquire().await,
+        Err(Error::Busy { .. })
+    ));
+    g.release().await.unwrap();
+    assert_eq!(
+        names_for(&seen, "ev-a"),
+        ["acquired", "fenced", "busy", "released"]
+    );
+
+    let g = locks
+        .lock("ev-renew")
+        .ttl(Duration::from_millis(300))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    g.release().await.unwrap();
+    let renewed = names_for(&seen, "ev-renew");
+    assert!(
+        renewed.iter().any(|n| n == "renewed") && renewed.last().unwrap() == "released",
+        "{renewed:?}"
+    );
+
+    let g = locks
+        .lock("ev-lost")
+        .ttl(Duration::from_millis(100))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+    assert_eq!(names_for(&seen, "ev-lost"), ["acquired", "lost"]);
+
+    let runs = Runs::default();
+    pay(&locks, "ev-n1", 5, 0, &runs).await.unwrap();
+    pay(&locks, "ev-n1", 5, 0, &runs).await.unwrap();
+    assert!(matches!(
+        idem_err(pay(&locks, "ev-n1", 6, 0, &runs).await),
+        Error::PayloadMismatch { .. }
+    ));
+    assert_eq!(
+        names_for(&seen, "ev-n1"),
+        ["claimed", "stored", "replayed", "mismatch"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_reach_the_observer_on_redis() {
+    let server = RedisServer::start();
+    let (seen, observe) = recorder();
+    let locks = Locks::builder(server.url())
+        .observer(observe)
+        .build()
+        .unwrap();
+    observed_steps(locks, seen).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_reach_the_observer_in_memory() {
+    let (seen, observe) = recorder();
+    observed_steps(Locks::in_memory_observed(observe), seen).await;
+}
+
+/// An observer that panics changes nothing for the caller: the lock is still taken and
+/// released, and the next caller gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_observer_changes_nothing() {
+    let locks = Locks::in_memory_observed(|_| panic!("observer bug"));
+    locks
+        .lock("p")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    locks
+        .lock("p")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}

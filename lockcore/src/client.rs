@@ -8,6 +8,7 @@ use crate::backend::{
     Backend, Locking, memory::MemoryBackend, redis::RedisBackend, redlock::RedlockBackend,
 };
 use crate::error::{BackendError, BackendErrorKind, Error, Result};
+use crate::events::{Event, Events};
 use crate::local::LocalQueues;
 use crate::notify::{Notifier, Source as NotifySource, Subscription, Wakeups, channel_of};
 use crate::watchdog::Watchdog;
@@ -64,6 +65,8 @@ pub(crate) struct Inner {
     pub(crate) target: String,
     /// How waiters hear of releases.
     pub(crate) wakeups: Wakeups,
+    /// Where lock and idempotency steps are reported.
+    pub(crate) events: Events,
     pub(crate) queues: Arc<LocalQueues>,
     pub(crate) watchdog: Watchdog,
     /// `<holder>:<random>`, unique to this client: what a yield marker names (see
@@ -74,6 +77,15 @@ pub(crate) struct Inner {
     /// Replicas that must acknowledge a lock, fence or record unless a call says
     /// otherwise (see [`LocksBuilder::replicas`]).
     pub(crate) replicas: u32,
+}
+
+/// A client's settings besides its backend, as the builder collects them.
+struct Settings {
+    prefix: String,
+    holder: Option<String>,
+    yield_window: Duration,
+    replicas: u32,
+    events: Events,
 }
 
 impl Inner {
@@ -208,27 +220,46 @@ impl Locks {
     /// # }
     /// ```
     pub fn in_memory() -> Locks {
+        Locks::in_memory_events(Events::default())
+    }
+
+    /// [`in_memory`](Locks::in_memory), every lock and idempotency step also given to
+    /// `observer` (see [`Event`] and [`LocksBuilder::observer`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory_observed(|event| println!("{}", event.name()));
+    /// locks.lock("a").acquire().await.unwrap().release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn in_memory_observed(observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Locks {
+        Locks::in_memory_events(Events::new(Some(Arc::new(observer))))
+    }
+
+    fn in_memory_events(events: Events) -> Locks {
         let memory = MemoryBackend::default();
         Locks::new(
             memory.wakeups(),
             memory.into(),
-            DEFAULT_PREFIX.to_owned(),
-            None,
             "in-memory".to_owned(),
-            Duration::ZERO,
-            0,
+            Settings {
+                prefix: DEFAULT_PREFIX.to_owned(),
+                holder: None,
+                yield_window: Duration::ZERO,
+                replicas: 0,
+                events,
+            },
         )
     }
 
-    fn new(
-        wakeups: Wakeups,
-        backend: Backend,
-        prefix: String,
-        holder: Option<String>,
-        target: String,
-        yield_window: Duration,
-        replicas: u32,
-    ) -> Locks {
+    fn new(wakeups: Wakeups, backend: Backend, target: String, settings: Settings) -> Locks {
+        let Settings {
+            prefix,
+            holder,
+            yield_window,
+            replicas,
+            events,
+        } = settings;
         let holder = sanitize_holder(&holder.unwrap_or_else(default_holder));
         let id = uuid::Uuid::new_v4().simple().to_string();
         let client_id = format!("{holder}:{}", &id[..12]);
@@ -237,6 +268,7 @@ impl Locks {
                 backend: Arc::new(backend),
                 prefix,
                 wakeups: wakeups.for_client(&client_id),
+                events,
                 client_id,
                 holder,
                 target,

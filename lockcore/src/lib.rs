@@ -36,6 +36,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod error;
+mod events;
 pub mod key;
 mod util;
 
@@ -62,6 +63,7 @@ pub use client::{
     LocksBuilder,
 };
 pub use error::{BackendError, BackendErrorKind, Error, Result};
+pub use events::Event;
 pub use idempotency::http::{IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS};
 pub use idempotency::record::{Captured, REPLAYED_HEADER};
 pub use lock::{DEFAULT_TTL, LockGuard, LockInfo, LockRequest, current_lock};

@@ -11,6 +11,7 @@ use crate::backend::replicas::Acknowledging;
 use crate::backend::{Attempt, Locking, ReleaseCall, Released, Successor, Try};
 use crate::client::{Inner, Locks};
 use crate::error::{Error, Result};
+use crate::events::Event;
 use crate::key;
 use crate::local::{Entered, Next, Turn};
 use crate::notify::Subscription;
@@ -156,12 +157,18 @@ impl LockInfo {
                 };
                 match asked {
                     Ok(Some(fence)) => {
-                        tracing::trace!(target: "distlock", key = &*self.key, fence, "lock fence assigned");
+                        self.locks.inner.events.emit(Event::Fenced {
+                            key: &self.key,
+                            fence,
+                        });
                         Ok(fence)
                     }
                     Ok(None) => {
                         self.state.mark_lost();
-                        tracing::warn!(target: "distlock", key = &*self.key, token = self.token_prefix(), "lock lost while held: found when asking for its fence");
+                        self.locks.inner.events.emit(Event::Lost {
+                            key: &self.key,
+                            found_at: "fence",
+                        });
                         Err(lost())
                     }
                     Err(e) => Err(Error::backend(&self.key, e)),
@@ -191,10 +198,6 @@ impl LockInfo {
     /// end of the ttl.
     pub async fn lost(&self) {
         self.state.lost().await
-    }
-
-    fn token_prefix(&self) -> &str {
-        self.token.get(..8).unwrap_or(&self.token)
     }
 }
 
@@ -448,7 +451,11 @@ impl<'a> LockRequest<'a> {
             }
             Entered::Busy => {
                 let waited = started.elapsed();
-                tracing::debug!(target: "distlock", key = &*key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy (held in this process)");
+                inner.events.emit(Event::Busy {
+                    key: &key,
+                    waited,
+                    local: true,
+                });
                 return Err(Error::Busy {
                     key: key.to_string(),
                     waited,
@@ -515,14 +522,22 @@ impl<'a> LockRequest<'a> {
                         // The SET may have landed with its reply lost: take it back.
                         spawn_cleanup(self.locks.clone(), key.clone(), token);
                     }
-                    tracing::warn!(target: "distlock", key = &*key, error = %source, "lock acquire failed");
-                    return Err(Error::backend(&key, source));
+                    let error = Error::backend(&key, source);
+                    inner.events.emit(Event::AcquireFailed {
+                        key: &key,
+                        error: &error,
+                    });
+                    return Err(error);
                 }
             };
             let now = Instant::now();
             if now >= deadline {
                 let waited = now - started;
-                tracing::debug!(target: "distlock", key = &*key, waited_ms = waited.as_secs_f64() * 1e3, "lock busy");
+                inner.events.emit(Event::Busy {
+                    key: &key,
+                    waited,
+                    local: false,
+                });
                 return Err(Error::Busy {
                     key: key.to_string(),
                     waited,
@@ -568,16 +583,12 @@ impl<'a> LockRequest<'a> {
         let handed = taking == Taking::Handed;
         let info = LockInfo::new(self.locks, key, token, acquired_at, self.ttl, taking);
         let waited = started.elapsed();
-        tracing::debug!(
-            target: "distlock",
-            key = info.key(),
-            token = info.token_prefix(),
-            waited_ms = waited.as_secs_f64() * 1e3,
-            tries = attempt + 1,
-            renew = self.renew,
+        inner.events.emit(Event::Acquired {
+            key: info.key(),
+            waited,
+            tries: attempt + 1,
             handed,
-            "lock acquired"
-        );
+        });
         let lease = if self.renew {
             crate::local::HolderLease::Renewed(info.state.clone())
         } else {
@@ -598,6 +609,7 @@ impl<'a> LockRequest<'a> {
                     acquired_at,
                     max_hold: self.max_hold,
                     state: info.state.clone(),
+                    events: inner.events.clone(),
                 },
             );
         }
@@ -1045,54 +1057,40 @@ async fn release_raw(
     }
 }
 
-/// The caller's view of one release's outcome, logged.
+/// The caller's view of one release's outcome, reported.
 fn report(
     info: &LockInfo,
     held: Duration,
     outcome: std::result::Result<Released, Error>,
 ) -> Result<()> {
-    let held_ms = held.as_secs_f64() * 1e3;
+    let (events, key) = (&info.locks.inner.events, info.key());
+    let failed = |error: Error| {
+        events.emit(Event::ReleaseFailed { key, error: &error });
+        Err(error)
+    };
     match outcome {
         Ok(Released::Now | Released::Yielded | Released::Earlier | Released::Handed) => {
-            tracing::debug!(
-                target: "distlock",
-                key = info.key(),
-                token = info.token_prefix(),
-                fence = info.cached_fence(),
-                held_ms,
-                handed = matches!(outcome, Ok(Released::Handed)),
-                "lock released"
-            );
+            let handed = matches!(outcome, Ok(Released::Handed));
+            events.emit(Event::Released { key, held, handed });
             Ok(())
         }
         Ok(Released::NotOurs) => {
-            tracing::warn!(
-                target: "distlock",
-                key = info.key(),
-                token = info.token_prefix(),
-                fence = info.cached_fence(),
-                held_ms,
-                "lock lost while held: it expired or another holder took it"
-            );
+            events.emit(Event::Lost {
+                key,
+                found_at: "release",
+            });
             Err(Error::Lost {
-                key: info.key().to_owned(),
+                key: key.to_owned(),
             })
         }
-        Ok(Released::Unknown) => {
-            let e = Error::backend(
-                info.key(),
-                crate::error::BackendError::new(
-                    crate::error::BackendErrorKind::Timeout,
-                    "the release reply was lost and the retry came after the lease could \
-                     have ended: whether this release came before the expiry cannot be told",
-                ),
-            );
-            tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release outcome unknown");
-            Err(e)
-        }
-        Err(e) => {
-            tracing::warn!(target: "distlock", key = info.key(), error = %e, "lock release failed");
-            Err(e)
-        }
+        Ok(Released::Unknown) => failed(Error::backend(
+            key,
+            crate::error::BackendError::new(
+                crate::error::BackendErrorKind::Timeout,
+                "the release reply was lost and the retry came after the lease could \
+                 have ended: whether this release came before the expiry cannot be told",
+            ),
+        )),
+        Err(e) => failed(e),
     }
 }

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use crate::backend::replicas::Acknowledging;
 use crate::backend::{Backend, Locking};
 use crate::error::BackendError;
+use crate::events::{Event, Events};
 
 /// Shared between a held lock, its `LockInfo`s and the watchdog.
 #[derive(Debug)]
@@ -163,6 +164,8 @@ pub(crate) struct RenewedLease {
     pub(crate) acquired_at: Instant,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) state: Arc<HeldState>,
+    /// Where its renewals and loss are reported.
+    pub(crate) events: Events,
 }
 
 struct Tracked {
@@ -306,12 +309,10 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
         if now >= t.lease_end {
             // The lease ran out (max_hold reached, or renewals kept failing).
             t.lease.state.mark_lost();
-            tracing::warn!(
-                target: "distlock",
-                key = &*t.lease.key,
-                max_hold_reached = capped,
-                "lock lease ended without renewal"
-            );
+            t.lease.events.emit(Event::Lost {
+                key: &t.lease.key,
+                found_at: if capped { "max_hold" } else { "lease end" },
+            });
             return false;
         }
         true
@@ -416,15 +417,14 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
                     t.lease_end = sent + t.lease.ttl;
                     t.lease.state.renewed(sent, t.lease.ttl);
                     t.due = sent + t.lease.ttl / 3;
-                    tracing::trace!(target: "distlock", key = &*t.lease.key, "lock lease renewed");
+                    t.lease.events.emit(Event::Renewed { key: &t.lease.key });
                 } else {
                     if !t.lease.state.is_released() {
                         t.lease.state.mark_lost();
-                        tracing::warn!(
-                            target: "distlock",
-                            key = &*t.lease.key,
-                            "lock lost: renewal found the key gone or held by another token"
-                        );
+                        t.lease.events.emit(Event::Lost {
+                            key: &t.lease.key,
+                            found_at: "renewal",
+                        });
                     }
                     lost.push(i);
                 }
@@ -434,9 +434,12 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
             }
         }
         Err(e) => {
-            tracing::warn!(target: "distlock", error = %e, locks = due.len(), "lock renewal failed; retrying");
             for &i in &due {
                 let t = &mut tracked[i];
+                t.lease.events.emit(Event::RenewalFailed {
+                    key: &t.lease.key,
+                    error: &e,
+                });
                 t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
             }
         }

@@ -43,6 +43,7 @@ pub struct LocksBuilder {
     pub(super) connect_timeout: Option<Duration>,
     pub(super) holder: Option<String>,
     pub(super) notify: bool,
+    pub(super) events: Events,
     pub(super) yield_window: Duration,
     pub(super) replicas: u32,
     #[cfg(feature = "tls")]
@@ -62,6 +63,7 @@ impl LocksBuilder {
             connect_timeout: None,
             holder: None,
             notify: true,
+            events: Events::default(),
             yield_window: DEFAULT_YIELD_WINDOW,
             replicas: 0,
             #[cfg(feature = "tls")]
@@ -102,6 +104,32 @@ impl LocksBuilder {
     /// allowed.
     pub fn notify_waiters(mut self, notify: bool) -> Self {
         self.notify = notify;
+        self
+    }
+
+    /// Gives every lock and idempotency step of this client to `observer` as an
+    /// [`Event`], after its `tracing` line: the seam for metrics or an audit trail. It
+    /// runs on the caller's task (or the renewal thread), so it must be quick; a panic
+    /// in it is caught and logged.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use lockcore::Event;
+    ///
+    /// let busy = Arc::new(AtomicU64::new(0));
+    /// let count = busy.clone();
+    /// let locks = lockcore::Locks::builder("redis://127.0.0.1:6379/")
+    ///     .observer(move |event| {
+    ///         if let Event::Busy { .. } = event {
+    ///             count.fetch_add(1, Ordering::Relaxed);
+    ///         }
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn observer(mut self, observer: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Self {
+        self.events = Events::new(Some(Arc::new(observer)));
         self
     }
 
@@ -309,11 +337,14 @@ impl LocksBuilder {
         Ok(Locks::new(
             wakeups,
             backend,
-            self.prefix,
-            self.holder,
             target,
-            self.yield_window,
-            self.replicas,
+            Settings {
+                prefix: self.prefix,
+                holder: self.holder,
+                yield_window: self.yield_window,
+                replicas: self.replicas,
+                events: self.events,
+            },
         ))
     }
 

@@ -51,6 +51,7 @@ use crate::backend::Locking;
 use crate::backend::idem::{ClaimArgs, Claimed, Records};
 use crate::client::Locks;
 use crate::error::Error;
+use crate::events::Event;
 use crate::key;
 use crate::notify::Subscription;
 
@@ -369,37 +370,39 @@ pub(crate) async fn begin(
                     // The claim may have landed with its reply lost: give it back.
                     claim(sent, None, &owner).spawn_give_back(true);
                 }
-                tracing::warn!(target: "distlock", key, error = %source, "idempotency claim failed");
-                return Err(Error::backend(&key, source));
+                let error = Error::backend(&key, source);
+                inner.events.emit(Event::ClaimFailed {
+                    key: &key,
+                    error: &error,
+                });
+                return Err(error);
             }
         };
         let left = match found {
             Claimed::New(written) => {
-                tracing::debug!(
-                    target: "distlock",
-                    key,
-                    fingerprint = &digest[..12],
-                    skipped = ?fp.skipped(),
-                    waited_ms = started.elapsed().as_secs_f64() * 1e3,
-                    "idempotency key claimed"
-                );
+                tracing::trace!(target: "distlock", key, fingerprint = &digest[..12], skipped = ?fp.skipped(), "idempotency claim's fingerprint");
+                inner.events.emit(Event::Claimed {
+                    key: &key,
+                    waited: started.elapsed(),
+                    took_over: false,
+                });
                 return claimed(claim(sent, written, &owner)).await;
             }
             Claimed::TookOver { previous } => {
-                tracing::warn!(
-                    target: "distlock",
-                    key,
-                    previous_owner = previous,
-                    "idempotency key claimed by taking over an expired claim (its claimer stopped renewing the lease); the body runs again"
-                );
+                tracing::debug!(target: "distlock", key, previous_owner = previous, "idempotency claim taken over");
+                inner.events.emit(Event::Claimed {
+                    key: &key,
+                    waited: started.elapsed(),
+                    took_over: true,
+                });
                 return claimed(claim(sent, None, &owner)).await;
             }
             Claimed::Completed(raw) => {
-                tracing::debug!(target: "distlock", key, "idempotent replay of the stored result");
+                inner.events.emit(Event::Replayed { key: &key });
                 return Ok(Begin::Replay(raw));
             }
             Claimed::Mismatch { .. } => {
-                tracing::warn!(target: "distlock", key, fingerprint = &digest[..12], "idempotency key reused with a different payload");
+                inner.events.emit(Event::Mismatch { key: &key });
                 return Err(Error::PayloadMismatch { key });
             }
             Claimed::InProgress(left) => {
@@ -413,13 +416,10 @@ pub(crate) async fn begin(
         };
         let now = Instant::now();
         if now >= deadline {
-            tracing::debug!(
-                target: "distlock",
-                key,
-                retry_after_ms = left.as_millis() as u64,
-                waited_ms = (now - started).as_secs_f64() * 1e3,
-                "idempotency key in use by a call in progress"
-            );
+            inner.events.emit(Event::InProgress {
+                key: &key,
+                waited: now - started,
+            });
             return Err(Error::InProgress {
                 key,
                 retry_after: retry_after(function, left),
@@ -640,7 +640,10 @@ impl Claim {
                 .await
             {
                 Ok(true) => {
-                    tracing::debug!(target: "distlock", key = self.key, bytes = record.len(), "idempotent result stored");
+                    inner.events.emit(Event::Stored {
+                        key: &self.key,
+                        bytes: record.len(),
+                    });
                     observe(self.function, self.claimed.elapsed());
                     // Stored: a caller dropped from here on must not make it stored again.
                     self.pending = None;
@@ -649,7 +652,10 @@ impl Claim {
                     return self.acked().await;
                 }
                 Ok(false) => {
-                    tracing::warn!(target: "distlock", key = self.key, "idempotent result not the stored one: the claim was lost (its lease ended, another call took it over and stored its result first)");
+                    inner.events.emit(Event::NotStored {
+                        key: &self.key,
+                        reason: "the claim was lost (its lease ended, another call took it over and stored its result first)",
+                    });
                     return Err(Error::Lost {
                         key: self.key.clone(),
                     });
@@ -664,7 +670,10 @@ impl Claim {
                     retried = true;
                 }
                 Err(e) => {
-                    tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotent result not stored; the claim ends with its lease");
+                    inner.events.emit(Event::NotStored {
+                        key: &self.key,
+                        reason: &e.to_string(),
+                    });
                     return Ok(());
                 }
             }
