@@ -20,12 +20,14 @@
 //!
 //! Each module imports only from the modules listed before it:
 //!
-//! 1. `error`, `key`, `util`: errors, key escaping, the clock and mutex helpers.
+//! 1. `error`, `events`, `key`, `util`: errors, the [`Event`] type and its one emit
+//!    point, key escaping, the clock and mutex helpers.
 //! 2. `notify`: Pub/Sub wake-ups (a hub per tokio runtime; in-process channels for the
 //!    in-memory backend).
 //! 3. `backend`: where locks and records live (the scripts, standalone Redis over
 //!    multiplexed and direct connections, process memory). The seam a new topology
-//!    implements: see its module docs.
+//!    implements (`Locking`, `Records`, `Acknowledging`, one dispatch macro): see its
+//!    module docs. Nothing above it names a topology.
 //! 4. `watchdog`, `local`: lease renewal, and the per-client queues of local waiters.
 //! 5. `client`: the [`Locks`] handle and its builder.
 //! 6. `lock`: requests, guards and releases.

@@ -1,4 +1,4 @@
-//! RenewedLease keeping: renewing held locks before their ttl runs out.
+//! Keeping leases: renewing held locks before their ttl runs out.
 //!
 //! Every renewable lock held through one client is registered with that client's single
 //! watchdog task, which runs on a thread of its own (not on a caller's runtime). Each
@@ -258,6 +258,13 @@ impl Drop for Tracking {
 }
 
 impl Tracked {
+    /// Whether the lock has been held for its `max_hold`: no longer renewed.
+    fn capped(&self, now: Instant) -> bool {
+        self.lease
+            .max_hold
+            .is_some_and(|max| now >= self.lease.acquired_at + max)
+    }
+
     fn new(lease: RenewedLease) -> Tracked {
         let (ttl, at) = (lease.ttl, lease.acquired_at);
         Tracked {
@@ -298,54 +305,11 @@ async fn run(client: std::sync::Weak<Backend>, tracking: &mut Tracking) {
 
 async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
     let now = Instant::now();
-    tracked.retain(|t| {
-        if t.lease.state.is_released() {
-            return false;
-        }
-        let capped = t
-            .lease
-            .max_hold
-            .is_some_and(|max| now >= t.lease.acquired_at + max);
-        if now >= t.lease_end {
-            // The lease ran out (max_hold reached, or renewals kept failing).
-            t.lease.state.mark_lost();
-            t.lease.events.emit(Event::Lost {
-                key: &t.lease.key,
-                found_at: if capped { "max_hold" } else { "lease end" },
-            });
-            return false;
-        }
-        true
-    });
-    let due: Vec<usize> = (0..tracked.len())
-        .filter(|&i| {
-            let t = &tracked[i];
-            let within_cap = t
-                .lease
-                .max_hold
-                .is_none_or(|max| now < t.lease.acquired_at + max);
-            within_cap && t.due <= now + t.lease.ttl / 6
-        })
-        .collect();
-    // Locks past max_hold are left to run out: move their due time past their lease end.
-    for t in tracked.iter_mut() {
-        if t.lease
-            .max_hold
-            .is_some_and(|max| now >= t.lease.acquired_at + max)
-        {
-            t.due = t.lease_end;
-        }
-    }
+    drop_ended(tracked, now);
+    let due = due_now(tracked, now);
     if due.is_empty() {
         return;
     }
-    let batch: Vec<(&str, &str, Duration)> = due
-        .iter()
-        .map(|&i| {
-            let l = &tracked[i].lease;
-            (&*l.key, &*l.token, l.ttl)
-        })
-        .collect();
     let sent = Instant::now();
     // A renewal still under way when a lease ends does not keep that lock "held": the
     // key may have expired meanwhile. Not waited for past the first lease end, it counts
@@ -355,29 +319,98 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
         .map(|&i| tracked[i].lease_end)
         .min()
         .unwrap_or(sent);
-    let renewed = match tokio::time::timeout_at(first_end, backend.extend_many(&batch)).await {
+    let renewed = extend_due(backend, tracked, &due, sent, first_end).await;
+    let acked = match &renewed {
+        Ok(extended) => acknowledge(backend, tracked, &due, extended, first_end).await,
+        Err(_) => Vec::new(),
+    };
+    record(backend, tracked, &due, renewed, &acked, sent);
+}
+
+/// Phase 1: leases released, or ended without a renewal (max_hold reached, or renewals
+/// kept failing), leave; the ended ones are lost.
+fn drop_ended(tracked: &mut Vec<Tracked>, now: Instant) {
+    tracked.retain(|t| {
+        if t.lease.state.is_released() {
+            return false;
+        }
+        if now >= t.lease_end {
+            t.lease.state.mark_lost();
+            t.lease.events.emit(Event::Lost {
+                key: &t.lease.key,
+                found_at: if t.capped(now) {
+                    "max_hold"
+                } else {
+                    "lease end"
+                },
+            });
+            return false;
+        }
+        true
+    });
+}
+
+/// Phase 2: the leases to renew now (a sixth of a ttl early). Those past max_hold are
+/// left to run out: their due time moves past their lease end.
+fn due_now(tracked: &mut [Tracked], now: Instant) -> Vec<usize> {
+    let due = (0..tracked.len())
+        .filter(|&i| {
+            let t = &tracked[i];
+            !t.capped(now) && t.due <= now + t.lease.ttl / 6
+        })
+        .collect();
+    for t in tracked.iter_mut().filter(|t| t.capped(now)) {
+        t.due = t.lease_end;
+    }
+    due
+}
+
+/// Phase 3: one compare-and-extend round trip for every due lease, bounded by the first
+/// lease end.
+async fn extend_due(
+    backend: &Backend,
+    tracked: &[Tracked],
+    due: &[usize],
+    sent: Instant,
+    first_end: Instant,
+) -> Result<Vec<bool>, BackendError> {
+    let batch: Vec<(&str, &str, Duration)> = due
+        .iter()
+        .map(|&i| {
+            let l = &tracked[i].lease;
+            (&*l.key, &*l.token, l.ttl)
+        })
+        .collect();
+    match tokio::time::timeout_at(first_end, backend.extend_many(&batch)).await {
         Ok(renewed) => renewed,
         Err(_) => Err(BackendError::timeout(first_end - sent)),
-    };
-    // Locks taken with `replicas = n` count a renewal only once n replicas acknowledged
-    // it: a barrier after the batch covers every renewal made on the primary it runs on
-    // (the replication stream is ordered), so one goes to each primary involved (one per
-    // slot on a cluster: its keys' slot is served by one primary), all at once.
-    // Unacknowledged, the renewal is retried, and a lease that ends without one is lost,
-    // as if it had failed.
+    }
+}
+
+/// Phase 4: replicas' acknowledgements, per barrier group. Locks taken with
+/// `replicas = n` count a renewal only once n replicas acknowledged it: a barrier after
+/// the batch covers every renewal made on the primary it runs on (the replication stream
+/// is ordered), so one goes to each primary involved (one per slot on a cluster: its
+/// keys' slot is served by one primary), all at once. Unacknowledged, the renewal is
+/// retried, and a lease that ends without one is lost, as if it had failed.
+async fn acknowledge(
+    backend: &Backend,
+    tracked: &[Tracked],
+    due: &[usize],
+    extended: &[bool],
+    first_end: Instant,
+) -> Vec<(u64, u32)> {
     let mut barriers: Vec<(u64, &str, u32)> = Vec::new();
-    if let Ok(results) = &renewed {
-        for (&i, _) in due.iter().zip(results).filter(|(_, extended)| **extended) {
-            let lease = &tracked[i].lease;
-            let wanted = lease.state.replicas.load(Ordering::Relaxed);
-            if wanted == 0 {
-                continue;
-            }
-            let group = backend.barrier_group(&lease.key);
-            match barriers.iter_mut().find(|(g, _, _)| *g == group) {
-                Some(barrier) => barrier.2 = barrier.2.max(wanted),
-                None => barriers.push((group, &lease.key, wanted)),
-            }
+    for (&i, _) in due.iter().zip(extended).filter(|(_, extended)| **extended) {
+        let lease = &tracked[i].lease;
+        let wanted = lease.state.replicas.load(Ordering::Relaxed);
+        if wanted == 0 {
+            continue;
+        }
+        let group = backend.barrier_group(&lease.key);
+        match barriers.iter_mut().find(|(g, _, _)| *g == group) {
+            Some(barrier) => barrier.2 = barrier.2.max(wanted),
+            None => barriers.push((group, &lease.key, wanted)),
         }
     }
     let waits = barriers.iter().map(|&(group, key, wanted)| async move {
@@ -391,58 +424,71 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
         };
         (group, acked)
     });
-    let acked: Vec<(u64, u32)> = futures_util::future::join_all(waits).await;
-    let acked_for = |key: &str| {
-        let group = backend.barrier_group(key);
-        acked
-            .iter()
-            .find(|(g, _)| *g == group)
-            .map_or(0, |(_, n)| *n)
+    futures_util::future::join_all(waits).await
+}
+
+/// Phase 5: each due lease's outcome: renewed (its lease now runs from `sent`), retried
+/// soon (a failed call, or too few acknowledgements), or lost (the key gone or another
+/// token's), which leaves the watchdog.
+fn record(
+    backend: &Backend,
+    tracked: &mut Vec<Tracked>,
+    due: &[usize],
+    renewed: Result<Vec<bool>, BackendError>,
+    acked: &[(u64, u32)],
+    sent: Instant,
+) {
+    let retry_soon = |t: &mut Tracked| {
+        t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
     };
-    match renewed {
-        Ok(results) => {
-            let mut lost = Vec::new();
-            for (&i, extended) in due.iter().zip(results) {
-                let t = &mut tracked[i];
-                let wanted = t.lease.state.replicas.load(Ordering::Relaxed);
-                let acked = if wanted == 0 {
-                    0
-                } else {
-                    acked_for(&t.lease.key)
-                };
-                if extended && wanted > acked {
-                    tracing::warn!(target: "distlock", key = &*t.lease.key, acked, "lock renewal not acknowledged by enough replicas; retrying");
-                    t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
-                } else if extended {
-                    t.lease_end = sent + t.lease.ttl;
-                    t.lease.state.renewed(sent, t.lease.ttl);
-                    t.due = sent + t.lease.ttl / 3;
-                    t.lease.events.emit(Event::Renewed { key: &t.lease.key });
-                } else {
-                    if !t.lease.state.is_released() {
-                        t.lease.state.mark_lost();
-                        t.lease.events.emit(Event::Lost {
-                            key: &t.lease.key,
-                            found_at: "renewal",
-                        });
-                    }
-                    lost.push(i);
-                }
-            }
-            for i in lost.into_iter().rev() {
-                tracked.swap_remove(i);
-            }
-        }
+    let results = match renewed {
+        Ok(results) => results,
         Err(e) => {
-            for &i in &due {
+            for &i in due {
                 let t = &mut tracked[i];
                 t.lease.events.emit(Event::RenewalFailed {
                     key: &t.lease.key,
                     error: &e,
                 });
-                t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
+                retry_soon(t);
             }
+            return;
         }
+    };
+    let mut lost = Vec::new();
+    for (&i, extended) in due.iter().zip(results) {
+        let t = &mut tracked[i];
+        let wanted = t.lease.state.replicas.load(Ordering::Relaxed);
+        let acked = if wanted == 0 {
+            0
+        } else {
+            let group = backend.barrier_group(&t.lease.key);
+            acked
+                .iter()
+                .find(|(g, _)| *g == group)
+                .map_or(0, |(_, n)| *n)
+        };
+        if extended && wanted > acked {
+            tracing::warn!(target: "distlock", key = &*t.lease.key, acked, "lock renewal not acknowledged by enough replicas; retrying");
+            retry_soon(t);
+        } else if extended {
+            t.lease_end = sent + t.lease.ttl;
+            t.lease.state.renewed(sent, t.lease.ttl);
+            t.due = sent + t.lease.ttl / 3;
+            t.lease.events.emit(Event::Renewed { key: &t.lease.key });
+        } else {
+            if !t.lease.state.is_released() {
+                t.lease.state.mark_lost();
+                t.lease.events.emit(Event::Lost {
+                    key: &t.lease.key,
+                    found_at: "renewal",
+                });
+            }
+            lost.push(i);
+        }
+    }
+    for i in lost.into_iter().rev() {
+        tracked.swap_remove(i);
     }
 }
 

@@ -1,0 +1,441 @@
+//! A held lock's guard, and every way it is released: by `release`, by a drop, and by
+//! a release that is itself cancelled.
+
+use super::*;
+
+/// A held lock. Release it with [`release`](LockGuard::release) to learn whether it was
+/// held to the end; dropping it instead schedules the release at once on the current
+/// tokio runtime (a loss found then is only logged).
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    pub(super) locks: Locks,
+    pub(super) info: LockInfo,
+    pub(super) acquired_at: Instant,
+    pub(super) done: bool,
+    /// A nested acquisition of a lock this task already holds: releases nothing.
+    pub(super) reentrant: bool,
+    /// This task's place at the head of the key's local queue, given up after release.
+    pub(super) turn: Option<Turn>,
+}
+
+impl LockGuard {
+    /// The guard of a lock handed to a waiter that gave up just then: dropped at once,
+    /// it releases the lock (or hands it on).
+    pub(super) fn orphan(
+        locks: Locks,
+        key: Arc<str>,
+        token: Arc<str>,
+        at: Instant,
+        ttl: Duration,
+        turn: Turn,
+    ) -> Self {
+        let info = LockInfo::new(&locks, key, token, at, ttl, Taking::Handed);
+        LockGuard {
+            info,
+            locks,
+            acquired_at: at,
+            done: false,
+            reentrant: false,
+            turn: Some(turn),
+        }
+    }
+
+    /// The full Redis key.
+    pub fn key(&self) -> &str {
+        self.info.key()
+    }
+
+    /// The token stored at the key.
+    pub fn token(&self) -> &str {
+        self.info.token()
+    }
+
+    /// The fencing token of this acquisition, assigned on the first call; see
+    /// [`LockInfo::fence`].
+    pub async fn fence(&self) -> Result<u64> {
+        self.info.fence().await
+    }
+
+    /// Key, token and fence together.
+    pub fn info(&self) -> &LockInfo {
+        &self.info
+    }
+
+    /// How long the lock has been held.
+    pub fn held_for(&self) -> Duration {
+        self.acquired_at.elapsed()
+    }
+
+    /// Whether this guard re-entered a lock its task already held.
+    pub fn is_reentrant(&self) -> bool {
+        self.reentrant
+    }
+
+    /// Resolves when lease keeping finds the lock lost; see [`LockInfo::lost`].
+    pub async fn lost(&self) {
+        self.info.lost().await
+    }
+
+    /// Runs `fut` with this lock visible through [`current_lock`] (and re-entrant for
+    /// acquisitions of the same key in this task).
+    pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
+        let mut held: Vec<LockInfo> = CURRENT.try_with(|held| held.to_vec()).unwrap_or_default();
+        held.push(self.info.clone());
+        CURRENT.scope(held.into(), fut).await
+    }
+
+    /// Waits for `replicas` to acknowledge this lock (just taken with lease `ttl`): the
+    /// guard, or the lock given back and [`Error::NotReplicated`] (or `Lost` when it was
+    /// no longer held, `Backend` when Redis failed).
+    pub(super) async fn confirm_replicated(
+        self,
+        ttl: Duration,
+        replicas: u32,
+    ) -> Result<LockGuard> {
+        self.info
+            .state
+            .replicas
+            .store(replicas, std::sync::atomic::Ordering::Relaxed);
+        let key = self.info.key.to_string();
+        let confirmed = self
+            .locks
+            .inner
+            .backend
+            .confirm_lock(&self.info.key, &self.info.token, ttl, replicas)
+            .await;
+        let err = match confirmed {
+            Ok(a) if a.value && a.replicas >= replicas => return Ok(self),
+            Ok(a) if a.value => {
+                tracing::warn!(target: "distlock", key, acked = a.replicas, wanted = replicas, "lock given back: too few replicas acknowledged it");
+                Error::NotReplicated {
+                    key,
+                    acked: a.replicas,
+                    wanted: replicas,
+                }
+            }
+            // Gone before replicas could acknowledge it (its lease ended): not taken.
+            Ok(_) => {
+                self.info.state.mark_lost();
+                Error::Busy {
+                    key,
+                    waited: self.acquired_at.elapsed(),
+                }
+            }
+            Err(e) => Error::backend(&key, e),
+        };
+        // Given back; what the release finds changes nothing for the caller.
+        let _ = self.release().await;
+        Err(err)
+    }
+
+    /// A nested acquisition asking for more replicas than the outer one was confirmed
+    /// with: a barrier (the outer lease stays as it is), and the count raised for the
+    /// fence and renewals. The nested guard releases nothing when dropped.
+    pub(super) async fn confirm_reentrant(self, replicas: u32) -> Result<LockGuard> {
+        use std::sync::atomic::Ordering;
+        if replicas <= self.info.state.replicas.load(Ordering::Relaxed) {
+            return Ok(self);
+        }
+        self.locks
+            .inner
+            .backend
+            .require_acked(&self.info.key, replicas)
+            .await?;
+        self.info
+            .state
+            .replicas
+            .fetch_max(replicas, Ordering::Relaxed);
+        Ok(self)
+    }
+
+    /// Releases the lock with a compare-and-delete.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let guard = locks.lock("order:42").acquire().await.unwrap();
+    /// // ... the critical section, passing guard.fence().await? to storage ...
+    /// guard.release().await.unwrap();
+    /// # }
+    /// ```
+    ///
+    /// Returns [`Error::Lost`] when the key was gone or held another token: the lease
+    /// ran out (or was taken) while the lock was held, so the critical section may have
+    /// overlapped with another holder's. A release whose reply is lost is retried once,
+    /// and the retry never reports a release that happened as `Lost`: a retry that finds
+    /// the key no longer holding the token before the lease could have ended (by this
+    /// client's clock, counted from the try that took the lock or the last renewal, less
+    /// a margin), with no sign since that Redis could have lost the key (a broken
+    /// connection, a restart or failover seen as a new `run_id`), knows the lost try
+    /// released it, which is success; otherwise the outcome cannot be told and the error
+    /// is [`Error::Backend`]. A lock handed over by another task of the client has no
+    /// such knowledge: its retry is never counted as success.
+    ///
+    /// When another task of the same client waits for the key, the release hands the
+    /// lock to it in the same round trip (see [`LocksBuilder::yield_window`] for how turns
+    /// pass between clients).
+    ///
+    /// A reentrant guard releases nothing; it reports `Lost` only if the lock is already
+    /// known lost.
+    ///
+    /// [`LocksBuilder::yield_window`]: crate::LocksBuilder::yield_window
+    pub async fn release(mut self) -> Result<()> {
+        self.done = true;
+        if self.reentrant {
+            return if self.info.is_held() {
+                Ok(())
+            } else {
+                Err(Error::Lost {
+                    key: self.info.key().to_owned(),
+                })
+            };
+        }
+        // From here on the release finishes whatever happens to this future: cancelled
+        // at any await, it goes on in a task of its own (see `Releasing`).
+        self.releasing().finish().await
+    }
+
+    /// The release of this guard's lock, ready to run.
+    fn releasing(&mut self) -> Releasing {
+        self.info.state.mark_released();
+        Releasing {
+            locks: self.locks.clone(),
+            token: self.info.token.clone(),
+            state: self.info.state.clone(),
+            info: self.info.clone(),
+            held: self.acquired_at.elapsed(),
+            turn: self.turn.take(),
+            next: None,
+            sent: None,
+            recovering: false,
+            finished: false,
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.done || self.reentrant {
+            return;
+        }
+        // Not started: dropping it starts it in a task of its own.
+        drop(self.releasing());
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+/// A release under way, owning all it needs to finish: the lock's token and lease, this
+/// task's turn in the local queue and the waiter the release may hand the lock to.
+///
+/// Dropped before it finished (the caller's `release()` was cancelled at an await, or a
+/// guard was dropped), it finishes in a task of its own on the current runtime. Once a
+/// try may have been sent, that task's first try is a retry: it finds the lock still
+/// held (and releases it, or hands it to the same waiter), handed to that waiter
+/// already (and wakes it holding it), or released already.
+struct Releasing {
+    locks: Locks,
+    info: LockInfo,
+    held: Duration,
+    turn: Option<Turn>,
+    /// The local waiter the try under way hands the lock to.
+    next: Option<Next>,
+    /// Whose lock the next try releases: the caller's, then a waiter's that gave up as
+    /// the lock reached it; and that lock's lease.
+    token: Arc<str>,
+    state: Arc<HeldState>,
+    /// When the first try that may have reached Redis was sent: a handoff a retry
+    /// reports may date from then, and the waiter's lease is counted from it.
+    sent: Option<Instant>,
+    /// This is the task that finishes a dropped release: dropped too, it gives up (the
+    /// lock then expires after its ttl).
+    recovering: bool,
+    finished: bool,
+}
+
+impl Releasing {
+    /// Releases the lock, handing it to the next task of the local queue when one waits.
+    /// A waiter that gives up just as the lock reaches it leaves it to this call, which
+    /// releases it in turn; only the first release's outcome is returned.
+    async fn finish(mut self) -> Result<()> {
+        let mut result = None;
+        loop {
+            if self.next.is_none() {
+                self.next = self.turn.as_ref().and_then(Turn::next);
+            }
+            let inner = &self.locks.inner;
+            let retry = self.sent.is_some();
+            let at = *self.sent.get_or_insert_with(Instant::now);
+            let outcome = release_raw(
+                inner,
+                self.info.key(),
+                &self.token,
+                Some(&self.state),
+                retry,
+                self.next.as_ref().map(Next::successor),
+            )
+            .await;
+            // No await from here to the next try: nothing below can be cancelled halfway.
+            if let (Ok(Released::Yielded), Some(turn)) = (&outcome, &self.turn) {
+                turn.left_to_others(at + inner.yield_window);
+            }
+            let handed = match (&outcome, self.next.take()) {
+                (Ok(Released::Handed), Some(next)) => Some(next),
+                (_, Some(next)) => {
+                    let left = self.turn.as_ref().and_then(|turn| turn.give_back(next));
+                    if let (Err(_), Some(token)) = (&outcome, left) {
+                        // The failed try may have handed the lock to a waiter that has
+                        // given up since: nobody would take it before its ttl.
+                        spawn_cleanup(self.locks.clone(), self.info.key.clone(), token);
+                    }
+                    None
+                }
+                (_, None) => None,
+            };
+            if result.is_none() {
+                result = Some(report(&self.info, self.held, outcome));
+            }
+            let Some(next) = handed else {
+                break;
+            };
+            let (next_token, next_ttl) = (next.token().clone(), next.successor().ttl);
+            if self.turn.as_mut().is_some_and(|turn| turn.grant(next, at)) {
+                break;
+            }
+            tracing::trace!(target: "distlock", key = self.info.key(), "local waiter left as the lock reached it; releasing it");
+            self.token = next_token;
+            self.state = HeldState::new(at, next_ttl, Taking::Handed);
+            self.sent = None;
+        }
+        self.finished = true;
+        result.unwrap_or(Ok(()))
+    }
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let key = self.info.key();
+        let handle = match tokio::runtime::Handle::try_current() {
+            Ok(handle) if !self.recovering => handle,
+            _ => {
+                tracing::warn!(target: "distlock", key, "lock release dropped before it finished, outside a task that can finish it; the lock expires after its ttl");
+                return;
+            }
+        };
+        let rest = Releasing {
+            locks: self.locks.clone(),
+            info: self.info.clone(),
+            held: self.held,
+            turn: self.turn.take(),
+            next: self.next.take(),
+            token: self.token.clone(),
+            state: self.state.clone(),
+            sent: self.sent,
+            recovering: true,
+            finished: false,
+        };
+        tracing::trace!(target: "distlock", key, sent = self.sent.is_some(), "lock release cancelled; finishing it in a task of its own");
+        self.finished = true;
+        handle.spawn(async move {
+            let _ = rest.finish().await;
+        });
+    }
+}
+
+/// One release (compare-and-delete, or a handoff to `next`), retried once on a
+/// transport failure. `retry` is set when an earlier try may have run.
+///
+/// A retry that finds the key no longer holding `token` is told apart from a lost lock
+/// by time, with no marker key written: before the lease in `lease` could have ended,
+/// and with no sign that Redis lost keys since it began (`HeldState::surely_held_at`),
+/// the key cannot have expired, and only this client's handoff writes `next`'s token,
+/// so the earlier try released it (`Earlier`); otherwise it cannot be told (`Unknown`).
+/// Without `lease` (a clean-up of a try whose reply was lost) it is never `Earlier`.
+pub(super) async fn release_raw(
+    inner: &Inner,
+    key: &str,
+    token: &str,
+    lease: Option<&HeldState>,
+    mut retry: bool,
+    next: Option<Successor<'_>>,
+) -> std::result::Result<Released, Error> {
+    let yield_to =
+        (!inner.yield_window.is_zero()).then_some((inner.client_id.as_str(), inner.yield_window));
+    let call = ReleaseCall {
+        key,
+        token,
+        successor: next,
+        contended: lease.is_none_or(HeldState::was_contended),
+        yield_to,
+        // Only a yielding release that wakes waiters counts the channel's subscribers.
+        self_subscribed: &|channel| inner.wakeups.may_count_self(channel),
+    };
+    let mut retried = false;
+    loop {
+        match inner.backend.release(&call).await {
+            Ok(Released::NotOurs) if retry => {
+                // The reply arrived now, so Redis ran the call before now.
+                let (now, epoch) = (Instant::now(), inner.backend.epoch());
+                let within = lease.is_some_and(|l| l.surely_held_at(now, epoch));
+                return Ok(if within {
+                    Released::Earlier
+                } else {
+                    Released::Unknown
+                });
+            }
+            Ok(found) => return Ok(found),
+            Err(e) if !retried && e.is_transient() => {
+                retried = true;
+                retry = true;
+            }
+            Err(e) => return Err(Error::backend(key, e)),
+        }
+    }
+}
+
+/// The caller's view of one release's outcome, reported.
+fn report(
+    info: &LockInfo,
+    held: Duration,
+    outcome: std::result::Result<Released, Error>,
+) -> Result<()> {
+    let (events, key) = (&info.locks.inner.events, info.key());
+    let failed = |error: Error| {
+        events.emit(Event::ReleaseFailed { key, error: &error });
+        Err(error)
+    };
+    match outcome {
+        Ok(Released::Now | Released::Yielded | Released::Earlier | Released::Handed) => {
+            let handed = matches!(outcome, Ok(Released::Handed));
+            events.emit(Event::Released { key, held, handed });
+            Ok(())
+        }
+        Ok(Released::NotOurs) => {
+            events.emit(Event::Lost {
+                key,
+                found_at: "release",
+            });
+            Err(Error::Lost {
+                key: key.to_owned(),
+            })
+        }
+        Ok(Released::Unknown) => failed(Error::backend(
+            key,
+            crate::error::BackendError::new(
+                crate::error::BackendErrorKind::Timeout,
+                "the release reply was lost and the retry came after the lease could \
+                 have ended: whether this release came before the expiry cannot be told",
+            ),
+        )),
+        Err(e) => failed(e),
+    }
+}
