@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["error", "events", "key", "util"],
     &["notify"],
     &["backend"],
-    &["local", "watchdog"],
+    &["contention", "local", "watchdog"],
     &["client"],
     &["lock"],
     &["idempotency"],

@@ -10,7 +10,7 @@ use crate::backend::{
 use crate::error::{BackendError, BackendErrorKind, Error, Result};
 use crate::events::{Event, Events};
 use crate::local::LocalQueues;
-use crate::notify::{Notifier, Source as NotifySource, Subscription, Wakeups, channel_of};
+use crate::notify::{Notifier, Source as NotifySource, Wakeups};
 use crate::watchdog::Watchdog;
 
 mod builder;
@@ -86,18 +86,6 @@ struct Settings {
     yield_window: Duration,
     replicas: u32,
     events: Events,
-}
-
-impl Inner {
-    /// Wake-ups for `key`'s releases; `None` when they cannot be had (then waiters poll).
-    pub(crate) async fn subscribe(&self, key: &str) -> Option<Subscription> {
-        self.subscribe_channel(channel_of(key)).await
-    }
-
-    /// Wake-ups on `channel`; `None` when they cannot be had.
-    pub(crate) async fn subscribe_channel(&self, channel: String) -> Option<Subscription> {
-        self.wakeups.subscribe(channel).await
-    }
 }
 
 impl Locks {

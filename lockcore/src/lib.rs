@@ -28,7 +28,9 @@
 //!    multiplexed and direct connections, process memory). The seam a new topology
 //!    implements (`Locking`, `Records`, `Acknowledging`, one dispatch macro): see its
 //!    module docs. Nothing above it names a topology.
-//! 4. `watchdog`, `local`: lease renewal, and the per-client queues of local waiters.
+//! 4. `contention`, `watchdog`, `local`: the one contention loop (subscribe, try once
+//!    more, wait for a release or the deadline), lease renewal, and the per-client
+//!    queues of local waiters.
 //! 5. `client`: the [`Locks`] handle and its builder.
 //! 6. `lock`: requests, guards and releases.
 //! 7. `idempotency`: records, fingerprints, fns and handlers.
@@ -46,6 +48,7 @@ mod notify;
 
 mod backend;
 
+mod contention;
 mod local;
 mod watchdog;
 

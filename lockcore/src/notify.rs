@@ -609,40 +609,6 @@ fn passes_over(payload: &[u8], named: &[u8]) -> bool {
             .is_some_and(|names| names.windows(named.len()).any(|w| w == named))
 }
 
-/// How a waiter waits before its next try, never past `deadline`: until a message on
-/// `wake` (when subscribed), or the holder's remaining lease `left`, or `cap` (which
-/// covers a missed message), whichever comes first. Unsubscribed while wake-ups are
-/// wanted (`polling`: Pub/Sub could not be had), a jittered exponential backoff from
-/// 1 ms, capped at 16 ms. The one wait of lock waiters and idempotency repeats.
-pub(crate) async fn wait_for_wake(
-    wake: Option<&mut Subscription>,
-    polling: bool,
-    left: Option<Duration>,
-    attempt: u32,
-    deadline: tokio::time::Instant,
-    cap: Duration,
-) {
-    let now = tokio::time::Instant::now();
-    let fallback = left
-        .map(|l| l + Duration::from_millis(1))
-        .unwrap_or(cap)
-        .min(cap);
-    match wake {
-        Some(wake) => {
-            let until = (now + fallback).min(deadline);
-            let _ = tokio::time::timeout_at(until, wake.released()).await;
-        }
-        None if !polling => tokio::time::sleep_until((now + fallback).min(deadline)).await,
-        None => {
-            const CAP_MS: u64 = 16;
-            let ceiling = (1u64 << attempt.min(4)).min(CAP_MS);
-            let micros = fastrand::u64(ceiling * 500..=ceiling * 1000);
-            let until = (now + Duration::from_micros(micros)).min(deadline);
-            tokio::time::sleep_until(until).await;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::passes_over;

@@ -50,10 +50,10 @@ use tracing::instrument::WithSubscriber as _;
 use crate::backend::Locking;
 use crate::backend::idem::{ClaimArgs, Claimed, Records};
 use crate::client::Locks;
+use crate::contention::{Contention, Next, in_flight};
 use crate::error::Error;
 use crate::events::Event;
 use crate::key;
-use crate::notify::Subscription;
 
 pub mod fingerprint;
 pub(crate) mod fns;
@@ -327,8 +327,14 @@ pub(crate) async fn begin(
     let lifetime = lease + spec.retention();
     let started = Instant::now();
     let deadline = started + Duration::from_millis(spec.wait_ms);
-    let mut wake: Option<Subscription> = None;
-    let mut subscribed = false;
+    let mut contention = Contention::new(
+        &inner.wakeups,
+        channel.clone(),
+        started,
+        deadline,
+        CLAIM_RETRY_CAP,
+        false,
+    );
     let replicas = spec.replicas.unwrap_or(inner.replicas);
     let claim = |sent, written, owner: &str| Claim {
         replicas,
@@ -360,9 +366,11 @@ pub(crate) async fn begin(
         let sent = Instant::now();
         // Dropped while the claim is in flight (the caller cancelled), the claim may
         // still land: it is given back.
-        let in_flight = ClaimInFlight(Some(|| claim(sent, None, &owner)));
-        let found = inner.backend.idem_claim(&args).await;
-        std::mem::forget(in_flight);
+        let found = in_flight(inner.backend.idem_claim(&args), || {
+            tracing::trace!(target: "distlock", key, "idempotency claim cancelled in flight; giving it back");
+            claim(sent, None, &owner).spawn_give_back(true);
+        })
+        .await;
         let found = match found {
             Ok(found) => found,
             Err(source) => {
@@ -414,46 +422,12 @@ pub(crate) async fn begin(
                 left
             }
         };
-        let now = Instant::now();
-        if now >= deadline {
-            inner.events.emit(Event::InProgress {
-                key: &key,
-                waited: now - started,
-            });
+        if let Next::GiveUp(waited) = contention.refused(Some(left)).await {
+            inner.events.emit(Event::InProgress { key: &key, waited });
             return Err(Error::InProgress {
                 key,
                 retry_after: retry_after(function, left),
             });
-        }
-        if !subscribed {
-            // Subscribe, then try once more at once: a completion published before the
-            // subscription was confirmed is not missed.
-            subscribed = true;
-            wake = inner.subscribe_channel(channel.clone()).await;
-            if wake.is_some() {
-                continue;
-            }
-        }
-        crate::notify::wait_for_wake(
-            wake.as_mut(),
-            false,
-            Some(left),
-            0,
-            deadline,
-            CLAIM_RETRY_CAP,
-        )
-        .await;
-    }
-}
-
-/// Gives back a claim whose call was dropped while it was in flight.
-struct ClaimInFlight<F: FnOnce() -> Claim>(Option<F>);
-
-impl<F: FnOnce() -> Claim> Drop for ClaimInFlight<F> {
-    fn drop(&mut self) {
-        if let Some(make) = self.0.take() {
-            tracing::trace!(target: "distlock", "idempotency claim cancelled in flight; giving it back");
-            make().spawn_give_back(true);
         }
     }
 }

@@ -13,11 +13,11 @@ use tokio::time::Instant;
 use crate::backend::replicas::Acknowledging;
 use crate::backend::{Attempt, Locking, ReleaseCall, Released, Successor, Try};
 use crate::client::{Inner, Locks};
+use crate::contention::{Contention, Next as Contended, in_flight};
 use crate::error::{Error, Result};
 use crate::events::Event;
 use crate::key;
 use crate::local::{Entered, Next, Turn};
-use crate::notify::Subscription;
 use crate::watchdog::{HeldState, RenewedLease, Taking};
 pub use guard::LockGuard;
 use guard::release_raw;
@@ -467,54 +467,43 @@ impl<'a> LockRequest<'a> {
                 });
             }
         };
-        let mut wake: Option<Subscription> = None;
-        let mut subscribed = false;
-        // Wake-ups are wanted: when the subscription cannot be had, poll with short
-        // backoff instead.
-        let polling = inner.wakeups.by_message();
-        let mut attempt = 0u32;
+        // Wake-ups are wanted: when the subscription cannot be had, back off instead.
+        let mut contention = Contention::new(
+            &inner.wakeups,
+            crate::notify::channel_of(&key),
+            started,
+            deadline,
+            LOCK_RETRY_CAP,
+            true,
+        );
         if let Some(until) = turn.left_to_others_until() {
             // This client just left the lock to the others: a try now would only find
             // its own yield marker. Wait for the next release or the window's end.
-            subscribed = true;
-            wake = inner.subscribe(&key).await;
-            let until = until.min(deadline);
-            match wake.as_mut() {
-                Some(w) => drop(tokio::time::timeout_at(until, w.released()).await),
-                None => tokio::time::sleep_until(until).await,
-            }
+            contention.wait_before_trying(until).await;
         }
         loop {
             // The lease is counted from before the try is sent: Redis starts it later, so
             // it never outlives the key.
             let sent = Instant::now();
             let epoch = inner.backend.epoch();
-            let how = if subscribed {
-                // A waiter woken by messages registers, so the holder's release wakes it.
-                Attempt::Again(wake.is_some())
-            } else {
-                Attempt::First
-            };
-            // Dropped while the try is in flight (the caller cancelled), the try may
-            // still write the token: it is taken back.
-            let in_flight = TryInFlight {
-                locks: self.locks,
-                key: &key,
-                token: &token,
-            };
-            let tried = inner
-                .backend
-                .try_acquire(&key, &token, self.ttl, &inner.client_id, how)
-                .await;
-            std::mem::forget(in_flight);
+            // A waiter woken by messages registers, so the holder's release wakes it.
+            let how = contention.waiter().map_or(Attempt::First, Attempt::Again);
+            let tried = in_flight(
+                inner
+                    .backend
+                    .try_acquire(&key, &token, self.ttl, &inner.client_id, how),
+                || {
+                    tracing::trace!(target: "distlock", key = &*key, "lock acquire cancelled with a try in flight; taking its token back");
+                    spawn_cleanup(self.locks.clone(), key.clone(), token.clone());
+                },
+            )
+            .await;
             let left = match tried {
                 Ok(Try::Taken) => {
-                    drop(wake);
-                    let taking = Taking::Sent {
-                        epoch,
-                        waited: subscribed,
-                    };
-                    return Ok(self.taken(key, token, started, attempt, turn, sent, taking));
+                    let (tries, waited) = (contention.waits(), contention.waiter().is_some());
+                    drop(contention);
+                    let taking = Taking::Sent { epoch, waited };
+                    return Ok(self.taken(key, token, started, tries, turn, sent, taking));
                 }
                 Ok(Try::Busy(left)) => {
                     if inner.backend.independent_writes() {
@@ -535,9 +524,7 @@ impl<'a> LockRequest<'a> {
                     return Err(error);
                 }
             };
-            let now = Instant::now();
-            if now >= deadline {
-                let waited = now - started;
+            if let Contended::GiveUp(waited) = contention.refused(left).await {
                 inner.events.emit(Event::Busy {
                     key: &key,
                     waited,
@@ -548,25 +535,6 @@ impl<'a> LockRequest<'a> {
                     waited,
                 });
             }
-            if !subscribed {
-                // Subscribe, then try once more at once: a release that happened before
-                // the subscription was confirmed is not missed.
-                subscribed = true;
-                wake = inner.subscribe(&key).await;
-                if wake.is_some() {
-                    continue;
-                }
-            }
-            crate::notify::wait_for_wake(
-                wake.as_mut(),
-                polling,
-                left,
-                attempt,
-                deadline,
-                LOCK_RETRY_CAP,
-            )
-            .await;
-            attempt = attempt.saturating_add(1);
         }
     }
 
@@ -632,21 +600,6 @@ impl<'a> LockRequest<'a> {
 /// Longest sleep between lock tries while subscribed: covers a missed release message
 /// and a holder whose lease ran out without a release.
 const LOCK_RETRY_CAP: Duration = Duration::from_millis(100);
-
-/// An acquire try in flight: dropped before it answered (its caller was cancelled), it
-/// takes its token back with [`spawn_cleanup`]. Forgotten once the try answered.
-struct TryInFlight<'a> {
-    locks: &'a Locks,
-    key: &'a Arc<str>,
-    token: &'a Arc<str>,
-}
-
-impl Drop for TryInFlight<'_> {
-    fn drop(&mut self) {
-        tracing::trace!(target: "distlock", key = &**self.key, "lock acquire cancelled with a try in flight; taking its token back");
-        spawn_cleanup(self.locks.clone(), self.key.clone(), self.token.clone());
-    }
-}
 
 /// Takes back `token` from `key`, where a try whose reply was lost may have written it:
 /// at once, and once more a command timeout later, for a request that was itself late
