@@ -111,7 +111,7 @@
 //!   waiter having left, released that token: it deleted the lock the waiter then held,
 //!   and another client took it. No network fault needed, only a request slow enough.
 //!   Fixed: such a waiter contends under a fresh token (`Entered::LeaseOver`).
-//! * `lock.rs` `taken`: a lock taken in Redis counted its lease from the reply, so it
+//! * `lock/mod.rs` `taken`: a lock taken in Redis counted its lease from the reply, so it
 //!   outlived the key by the round trip. Fixed: from the send.
 //! * `watchdog.rs` `tick`: the lease end was checked between renewal round trips only: a
 //!   renewal in flight when the lease ended kept the lock held, up to a command timeout
@@ -657,7 +657,7 @@ fn found_queue_token_reuse_is_found() {
     );
 }
 
-/// `lock.rs` `taken`: the lease of a lock taken in Redis is counted from the reply.
+/// `lock/mod.rs` `taken`: the lease of a lock taken in Redis is counted from the reply.
 #[test]
 fn found_lease_from_reply_is_found() {
     found(

@@ -1,6 +1,6 @@
 //! The lock protocol: `acquire.lua`, `release.lua`, `extend.lua` and the fence pipeline on
 //! the server; the local queue of `local.rs`, `LockRequest::acquire`, `LockGuard::fence`
-//! (a fence on demand), `Releasing` and `release_raw` of `lock.rs` and the watchdog of
+//! (a fence on demand), `Releasing` and `release_raw` of `lock/guard.rs` and the watchdog of
 //! `watchdog.rs` on the clients.
 //!
 //! Three tasks: `A1` and `A2` share client `A` (one local queue, so a release can hand

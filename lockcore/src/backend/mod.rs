@@ -25,7 +25,7 @@
 //!   yield marker; publish on the key's channel when someone listens. Without a
 //!   successor and without a waiter's mark, a compare-and-delete and nothing more.
 //!   The key gone or holding another token is `NotOurs` (the caller reads it, see
-//!   `lock.rs`); the key holding the successor's token is `Handed`.
+//!   `lock/guard.rs`); the key holding the successor's token is `Handed`.
 //! - `extend_many`: compare-and-extend many leases in one round trip.
 //! - the idempotency operations (`idem.rs`): claim, complete, release, renew, each
 //!   checking the owner token, as `idem_*.lua`.

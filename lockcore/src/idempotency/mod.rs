@@ -312,14 +312,13 @@ pub(crate) async fn begin(
     spec: &IdemSpec,
 ) -> Result<Begin, Error> {
     check_namespace(f, &key)?;
-    let function = f.namespace;
-    let inner = &locks.inner;
     if let Err(reason) = key::check_key(&key) {
         return Err(Error::InvalidKey {
             key,
             reason: reason.to_owned(),
         });
     }
+    let (function, inner) = (f.namespace, &locks.inner);
     let new_owner = || format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
     let mut owner = new_owner();
     let channel = done_channel(&key);
@@ -335,25 +334,16 @@ pub(crate) async fn begin(
         CLAIM_RETRY_CAP,
         false,
     );
-    let replicas = spec.replicas.unwrap_or(inner.replicas);
-    let claim = |sent, written, owner: &str| Claim {
-        replicas,
-        locks: locks.clone(),
+    let plan = ClaimPlan {
+        locks,
         function,
-        key: key.clone(),
-        owner: owner.to_owned(),
-        channel: channel.clone(),
+        key: &key,
+        channel: &channel,
         lease,
         lifetime,
-        claimed: sent,
-        renewed: Mutex::new(sent),
-        written: Mutex::new(written),
-        pending: None,
-        started: AtomicBool::new(false),
-        releasing: false,
-        resumed: false,
-        done: false,
+        replicas: spec.replicas.unwrap_or(inner.replicas),
     };
+    let claim = |sent, written, owner: &str| plan.claim(sent, written, owner);
     loop {
         let args = ClaimArgs {
             key: &key,
@@ -428,6 +418,41 @@ pub(crate) async fn begin(
                 key,
                 retry_after: retry_after(function, left),
             });
+        }
+    }
+}
+
+/// What every claim of one call shares: the [`Claim`] a try makes is this plus its
+/// owner, when it was sent and the record it wrote.
+struct ClaimPlan<'a> {
+    locks: &'a Locks,
+    function: &'static str,
+    key: &'a str,
+    channel: &'a str,
+    lease: Duration,
+    lifetime: Duration,
+    replicas: u32,
+}
+
+impl ClaimPlan<'_> {
+    fn claim(&self, sent: Instant, written: Option<String>, owner: &str) -> Claim {
+        Claim {
+            replicas: self.replicas,
+            locks: self.locks.clone(),
+            function: self.function,
+            key: self.key.to_owned(),
+            owner: owner.to_owned(),
+            channel: self.channel.to_owned(),
+            lease: self.lease,
+            lifetime: self.lifetime,
+            claimed: sent,
+            renewed: Mutex::new(sent),
+            written: Mutex::new(written),
+            pending: None,
+            started: AtomicBool::new(false),
+            releasing: false,
+            resumed: false,
+            done: false,
         }
     }
 }

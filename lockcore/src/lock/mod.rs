@@ -410,16 +410,8 @@ impl<'a> LockRequest<'a> {
 
     /// [`acquire`](Self::acquire) without waiting for replicas.
     async fn take(self) -> Result<LockGuard> {
-        let inner = &self.locks.inner;
-        let key = crate::util::arc_str(format_args!("{}{}", inner.prefix, self.name));
-        if let Err(reason) = key::check_key(&self.name).and(key::check_key(&key)) {
-            return Err(Error::InvalidKey {
-                key: key.to_string(),
-                reason: reason.to_owned(),
-            });
-        }
-        let client = Arc::as_ptr(inner) as usize;
-        if let Some(outer) = held_in_task(&key, client) {
+        let key = self.full_key()?;
+        if let Some(outer) = held_in_task(&key, Arc::as_ptr(&self.locks.inner) as usize) {
             tracing::trace!(target: "distlock", key = &*key, "lock re-entered");
             return Ok(LockGuard {
                 locks: self.locks.clone(),
@@ -432,23 +424,11 @@ impl<'a> LockRequest<'a> {
         }
         let started = Instant::now();
         let deadline = started + self.wait;
-        let new_token = || -> Arc<str> {
-            crate::util::arc_str(format_args!("{}:{}", uuid::Uuid::new_v4(), inner.holder))
-        };
-        let mut token = new_token();
-        let orphan = {
-            let (locks, key, token) = (self.locks.clone(), key.clone(), token.clone());
-            let ttl = self.ttl;
-            move |turn, at| drop(LockGuard::orphan(locks, key, token, at, ttl, turn))
-        };
-        let turn = match inner
-            .queues
-            .enter(&key, &token, self.ttl, deadline, orphan)
-            .await
-        {
+        let mut token = self.new_token();
+        let turn = match self.enter_queue(&key, &token, deadline).await {
             Entered::Contend(turn) => turn,
             Entered::LeaseOver(turn) => {
-                token = new_token();
+                token = self.new_token();
                 turn
             }
             Entered::Granted(turn, at) => {
@@ -456,7 +436,7 @@ impl<'a> LockRequest<'a> {
             }
             Entered::Busy => {
                 let waited = started.elapsed();
-                inner.events.emit(Event::Busy {
+                self.locks.inner.events.emit(Event::Busy {
                     key: &key,
                     waited,
                     local: true,
@@ -467,6 +447,50 @@ impl<'a> LockRequest<'a> {
                 });
             }
         };
+        self.contend(key, token, turn, started, deadline).await
+    }
+
+    /// The full key (prefix and name), checked.
+    fn full_key(&self) -> Result<Arc<str>> {
+        let key = crate::util::arc_str(format_args!("{}{}", self.locks.inner.prefix, self.name));
+        match key::check_key(&self.name).and(key::check_key(&key)) {
+            Ok(()) => Ok(key),
+            Err(reason) => Err(Error::InvalidKey {
+                key: key.to_string(),
+                reason: reason.to_owned(),
+            }),
+        }
+    }
+
+    /// A token no other try has used: `<uuid>:<holder>`.
+    fn new_token(&self) -> Arc<str> {
+        let holder = &self.locks.inner.holder;
+        crate::util::arc_str(format_args!("{}:{holder}", uuid::Uuid::new_v4()))
+    }
+
+    /// This task's place in the key's local queue (see `local.rs`); a lock handed to it
+    /// just as it gave up is released by its orphan guard.
+    async fn enter_queue(&self, key: &Arc<str>, token: &Arc<str>, deadline: Instant) -> Entered {
+        let orphan = {
+            let (locks, key, token) = (self.locks.clone(), key.clone(), token.clone());
+            let ttl = self.ttl;
+            move |turn, at| drop(LockGuard::orphan(locks, key, token, at, ttl, turn))
+        };
+        let queues = &self.locks.inner.queues;
+        queues.enter(key, token, self.ttl, deadline, orphan).await
+    }
+
+    /// At the head of the local queue: tries against the backend, over the one
+    /// contention loop, until taken, the deadline or an error.
+    async fn contend(
+        self,
+        key: Arc<str>,
+        mut token: Arc<str>,
+        turn: Turn,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<LockGuard> {
+        let inner = &self.locks.inner;
         // Wake-ups are wanted: when the subscription cannot be had, back off instead.
         let mut contention = Contention::new(
             &inner.wakeups,
@@ -507,7 +531,7 @@ impl<'a> LockRequest<'a> {
                 }
                 Ok(Try::Busy(left)) => {
                     if inner.backend.independent_writes() {
-                        token = new_token();
+                        token = self.new_token();
                     }
                     left
                 }

@@ -306,7 +306,7 @@ impl RedisBackend {
     /// A new connection to a server whose `run_id` cannot be read (an ACL without `INFO`,
     /// the usual least-privilege user; `INFO` renamed) may reach a server that restarted
     /// unseen: it counts as such a sign, so a release retry never trusts its lease across
-    /// it (see `lock.rs`, `release_raw`).
+    /// it (see `lock/guard.rs`, `release_raw`).
     pub(super) fn observe(&self, run_id: Option<&str>) {
         let Some(id) = run_id else {
             self.unknown_server();

@@ -107,7 +107,7 @@ pub(crate) struct RedisBackend {
     /// Bumped on every sign that the server may have lost keys since: a connection broken
     /// by an I/O error, a failed connect, or a new connection to a server with another
     /// `run_id` (a restart, a failover). A release retry trusts its lease only within one
-    /// epoch (see `lock.rs`, `release_raw`).
+    /// epoch (see `lock/guard.rs`, `release_raw`).
     epoch: Arc<AtomicU64>,
     /// The `run_id` of the server last connected to.
     run_id: Mutex<Option<String>>,
