@@ -51,7 +51,7 @@ use crate::backend::Locking;
 use crate::backend::idem::{ClaimArgs, Claimed, Records};
 use crate::client::Locks;
 use crate::contention::{Contention, Next, in_flight};
-use crate::error::Error;
+use crate::error::{BackendError, Error};
 use crate::events::Event;
 use crate::key;
 
@@ -363,55 +363,19 @@ pub(crate) async fn begin(
         .await;
         let found = match found {
             Ok(found) => found,
-            Err(source) => {
-                if source.is_transient() {
-                    // The claim may have landed with its reply lost: give it back.
-                    claim(sent, None, &owner).spawn_give_back(true);
-                }
-                let error = Error::backend(&key, source);
-                inner.events.emit(Event::ClaimFailed {
-                    key: &key,
-                    error: &error,
-                });
-                return Err(error);
-            }
+            Err(source) => return Err(plan.failed(source, sent, &owner)),
         };
-        let left = match found {
-            Claimed::New(written) => {
-                tracing::trace!(target: "distlock", key, fingerprint = &digest[..12], skipped = ?fp.skipped(), "idempotency claim's fingerprint");
-                inner.events.emit(Event::Claimed {
-                    key: &key,
-                    waited: started.elapsed(),
-                    took_over: false,
-                });
-                return claimed(claim(sent, written, &owner)).await;
-            }
-            Claimed::TookOver { previous } => {
-                tracing::debug!(target: "distlock", key, previous_owner = previous, "idempotency claim taken over");
-                inner.events.emit(Event::Claimed {
-                    key: &key,
-                    waited: started.elapsed(),
-                    took_over: true,
-                });
-                return claimed(claim(sent, None, &owner)).await;
-            }
-            Claimed::Completed(raw) => {
-                inner.events.emit(Event::Replayed { key: &key });
-                return Ok(Begin::Replay(raw));
-            }
-            Claimed::Mismatch { .. } => {
-                inner.events.emit(Event::Mismatch { key: &key });
-                return Err(Error::PayloadMismatch { key });
-            }
-            Claimed::InProgress(left) => {
-                if inner.backend.independent_writes() {
-                    // Its claims given back (see `RedlockBackend::idem_claim`): the next
-                    // try is another claim, which a late give-back cannot remove.
-                    owner = new_owner();
-                }
-                left
-            }
+        tracing::trace!(target: "distlock", key, fingerprint = &digest[..12], skipped = ?fp.skipped(), "idempotency claim's fingerprint");
+        let left = match plan.settle(found, sent, &owner, started) {
+            Settled::Done(outcome) => return outcome,
+            Settled::Claimed(claim) => return claimed(claim).await,
+            Settled::InProgress(left) => left,
         };
+        if inner.backend.independent_writes() {
+            // Its claims given back (see `RedlockBackend::idem_claim`): the next try is
+            // another claim, which a late give-back cannot remove.
+            owner = new_owner();
+        }
         if let Next::GiveUp(waited) = contention.refused(Some(left)).await {
             inner.events.emit(Event::InProgress { key: &key, waited });
             return Err(Error::InProgress {
@@ -420,6 +384,16 @@ pub(crate) async fn begin(
             });
         }
     }
+}
+
+/// What a claim's answer means for the call (see [`ClaimPlan::settle`]).
+enum Settled {
+    /// Its outcome: a replay or an error.
+    Done(Result<Begin, Error>),
+    /// Claimed: the body runs once replicas acknowledge the claim.
+    Claimed(Claim),
+    /// In progress elsewhere, with this much of its lease left: wait and try again.
+    InProgress(Duration),
 }
 
 /// What every claim of one call shares: the [`Claim`] a try makes is this plus its
@@ -435,6 +409,48 @@ struct ClaimPlan<'a> {
 }
 
 impl ClaimPlan<'_> {
+    /// What a claim's answer means for the call.
+    fn settle(&self, found: Claimed, sent: Instant, owner: &str, started: Instant) -> Settled {
+        let (events, key) = (&self.locks.inner.events, self.key);
+        let (written, took_over) = match found {
+            Claimed::New(written) => (written, false),
+            Claimed::TookOver { previous } => {
+                tracing::debug!(target: "distlock", key, previous_owner = previous, "idempotency claim taken over");
+                (None, true)
+            }
+            Claimed::Completed(raw) => {
+                events.emit(Event::Replayed { key });
+                return Settled::Done(Ok(Begin::Replay(raw)));
+            }
+            Claimed::Mismatch { .. } => {
+                events.emit(Event::Mismatch { key });
+                return Settled::Done(Err(Error::PayloadMismatch {
+                    key: key.to_owned(),
+                }));
+            }
+            Claimed::InProgress(left) => return Settled::InProgress(left),
+        };
+        events.emit(Event::Claimed {
+            key,
+            waited: started.elapsed(),
+            took_over,
+        });
+        Settled::Claimed(self.claim(sent, written, owner))
+    }
+
+    /// A claim that failed: given back when it may have landed with its reply lost.
+    fn failed(&self, source: BackendError, sent: Instant, owner: &str) -> Error {
+        if source.is_transient() {
+            self.claim(sent, None, owner).spawn_give_back(true);
+        }
+        let error = Error::backend(self.key, source);
+        self.locks.inner.events.emit(Event::ClaimFailed {
+            key: self.key,
+            error: &error,
+        });
+        error
+    }
+
     fn claim(&self, sent: Instant, written: Option<String>, owner: &str) -> Claim {
         Claim {
             replicas: self.replicas,
