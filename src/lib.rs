@@ -190,12 +190,26 @@
 //! `Busy` and `Lost` rules: `distlock::install(Locks::in_memory())` in a unit test. It is
 //! never chosen implicitly.
 //!
-//! ## Tracing
+//! ## Tracing and events
 //!
-//! Acquire, release, busy and loss emit `tracing` events under target `distlock` with the
-//! key, a token prefix, the fence (once assigned), the time waited and the time held; arguments are never
-//! recorded. `#[idempotent]` adds events for claim, replay, conflict, payload mismatch,
-//! expired-claim recovery, results not stored and claims released.
+//! Every lock and idempotency step is an [`Event`] (acquired, busy, fenced, released,
+//! lost, renewed, renewal failed, claimed, replayed, in progress, mismatch, stored, not
+//! stored, and the failures), emitted at one point: a `tracing` line under target
+//! `distlock` with the key, the time waited or held and the outcome, then the observer
+//! given to [`LocksBuilder::observer`] (a metrics exporter, an audit trail), if any.
+//! Arguments and payloads are never recorded.
+//!
+//! # Feature flags
+//!
+//! None is on by default. On docs.rs every feature is on, and each item that needs one
+//! says which.
+//!
+//! | Feature | What it adds |
+//! |---|---|
+//! | `axum` | `#[idempotent(header = ...)]` on axum 0.8 handlers; `IntoResponse` for [`Error`] (RFC 9457 problem responses) |
+//! | `actix` | the same on actix-web 4 handlers; `ResponseError` for [`Error`] |
+//! | `tls` | `rediss://` and `rediss+cluster://` URLs through rustls (no OpenSSL), a custom CA and client certificates (`LocksBuilder::tls_root_cert`, `tls_client_cert`, `tls_from_env`) |
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 

@@ -36,6 +36,7 @@
 //! 7. `idempotency`: records, fingerprints, fns and handlers.
 //! 8. `integrations`: axum and actix-web.
 //! 9. `__private`: what the attribute macros expand to (re-exports and entry points).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
