@@ -194,8 +194,8 @@ pub(crate) fn bool_lit(arg: &crate::args::RawArg) -> syn::Result<bool> {
     }
 }
 
-/// `replicas = 1`: how many replicas must acknowledge. `Some(None)` when absent (the
-/// client's default then); `None` when invalid (the error recorded).
+/// `replicas = 1`: how many replicas must acknowledge; `Some(None)` when absent (the
+/// client's default then). `None` when invalid (the error is recorded).
 pub(crate) fn replicas_arg(
     arg: Option<crate::args::RawArg>,
     errors: &mut Errors,
@@ -228,18 +228,22 @@ pub(crate) fn replicas_tokens(replicas: Option<u32>) -> proc_macro2::TokenStream
     }
 }
 
-/// `None` when absent; `Some(None)` when present but invalid (the error is recorded).
+/// A duration in milliseconds: `default` when absent. `None` when invalid (the error is
+/// recorded), as every `*_arg` here: `None` always means "invalid, already reported".
 pub(crate) fn duration_arg(
     arg: Option<crate::args::RawArg>,
     errors: &mut Errors,
     zero_hint: &str,
-) -> Option<Option<u64>> {
-    let arg = arg?;
+    default: u64,
+) -> Option<u64> {
+    let Some(arg) = arg else {
+        return Some(default);
+    };
     let lit: LitStr = match lit_str(&arg) {
         Ok(l) => l,
         Err(e) => {
             errors.push(e);
-            return Some(None);
+            return None;
         }
     };
     let name = &arg.name;
@@ -249,12 +253,12 @@ pub(crate) fn duration_arg(
                 lit.span(),
                 format!("`{name}` must be greater than zero{zero_hint}"),
             ));
-            Some(None)
+            None
         }
-        Ok(d) => Some(Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
+        Ok(d) => Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         Err(msg) => {
             errors.push(syn::Error::new(lit.span(), format!("{msg} (in `{name}`)")));
-            Some(None)
+            None
         }
     }
 }

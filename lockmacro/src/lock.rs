@@ -79,13 +79,13 @@ fn lock_config(
             None
         }
     };
-    let ttl = duration_arg(slots.take("ttl"), errors, "").unwrap_or(Some(30_000));
+    let ttl = duration_arg(slots.take("ttl"), errors, "", 30_000);
     let wait = duration_arg(
         slots.take("wait"),
         errors,
         "; leave `wait` out for one try that fails fast with `Busy`",
-    )
-    .unwrap_or(Some(0));
+        0,
+    );
     let renew_arg = slots.take("renew");
     let renew = match &renew_arg {
         Some(arg) => match bool_lit(arg) {
@@ -109,7 +109,7 @@ fn lock_config(
     if let Some(arg) = &max_hold_arg {
         needs_renew("max_hold", arg, errors);
     }
-    let max_hold = duration_arg(max_hold_arg, errors, "").unwrap_or(Some(0));
+    let max_hold = duration_arg(max_hold_arg, errors, "", 0);
     let cancel_on_lost = match slots.take("on_lost") {
         Some(arg) => {
             needs_renew("on_lost", &arg, errors);

@@ -130,14 +130,14 @@ pub(super) fn idem_config(
             Some(None)
         }
     };
-    let ttl = duration_arg(slots.take("ttl"), errors, "").unwrap_or(Some(24 * 3_600_000));
-    let lease = duration_arg(slots.take("lease"), errors, "").unwrap_or(Some(30_000));
+    let ttl = duration_arg(slots.take("ttl"), errors, "", 24 * 3_600_000);
+    let lease = duration_arg(slots.take("lease"), errors, "", 30_000);
     let wait = duration_arg(
         slots.take("wait"),
         errors,
         "; leave `wait` out to answer a repeat that arrives while the first call runs with `InProgress` at once",
-    )
-    .unwrap_or(Some(0));
+        0,
+    );
     let required = match slots.take("required") {
         Some(arg) => {
             header_only(&arg, errors);
