@@ -87,7 +87,7 @@ impl Fingerprint {
     }
 
     /// Adds the binding `name`. One that fails to serialize is never left out: the call
-    /// is refused (see [`failure`](Self::failure)).
+    /// is refused (see `Fingerprint::failure`).
     pub fn add<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) {
         if let Ok(float) = value.serialize(FloatProbe) {
             return self.add_float(name, float);
