@@ -25,7 +25,10 @@ use crate::notify::{Subscription, Wakeups};
 /// One caller contending for one channel's key.
 pub(crate) struct Contention<'a> {
     wakeups: &'a Wakeups,
-    channel: String,
+    /// The channel, as `channel_of(of)`: named only when the caller subscribes, so an
+    /// uncontended first try allocates nothing for it.
+    of: &'a str,
+    channel_of: fn(&str) -> String,
     started: Instant,
     deadline: Instant,
     /// Longest wait between tries while subscribed.
@@ -47,11 +50,12 @@ pub(crate) enum Next {
 }
 
 impl<'a> Contention<'a> {
-    /// `backoff`: see the field; a lock waiter backs off when Pub/Sub could not be had,
-    /// an idempotency repeat waits for the holder's lease.
+    /// The channel is `channel_of(of)`. `backoff`: see the field; a lock waiter backs
+    /// off when Pub/Sub could not be had, an idempotency repeat waits for the holder's
+    /// lease.
     pub(crate) fn new(
         wakeups: &'a Wakeups,
-        channel: String,
+        (of, channel_of): (&'a str, fn(&str) -> String),
         started: Instant,
         deadline: Instant,
         cap: Duration,
@@ -59,7 +63,8 @@ impl<'a> Contention<'a> {
     ) -> Contention<'a> {
         Contention {
             wakeups,
-            channel,
+            of,
+            channel_of,
             started,
             deadline,
             cap,
@@ -122,7 +127,7 @@ impl<'a> Contention<'a> {
 
     async fn subscribe(&mut self) {
         self.subscribed = true;
-        self.wake = self.wakeups.subscribe(self.channel.clone()).await;
+        self.wake = self.wakeups.subscribe((self.channel_of)(self.of)).await;
     }
 }
 

@@ -328,7 +328,7 @@ pub(crate) async fn begin(
     let deadline = started + Duration::from_millis(spec.wait_ms);
     let mut contention = Contention::new(
         &inner.wakeups,
-        channel.clone(),
+        (&channel, str::to_owned),
         started,
         deadline,
         CLAIM_RETRY_CAP,
@@ -343,7 +343,6 @@ pub(crate) async fn begin(
         lifetime,
         replicas: spec.replicas.unwrap_or(inner.replicas),
     };
-    let claim = |sent, written, owner: &str| plan.claim(sent, written, owner);
     loop {
         let args = ClaimArgs {
             key: &key,
@@ -358,7 +357,7 @@ pub(crate) async fn begin(
         // still land: it is given back.
         let found = in_flight(inner.backend.idem_claim(&args), || {
             tracing::trace!(target: "distlock", key, "idempotency claim cancelled in flight; giving it back");
-            claim(sent, None, &owner).spawn_give_back(true);
+            plan.claim(sent, None, &owner).spawn_give_back(true);
         })
         .await;
         let found = match found {

@@ -494,7 +494,7 @@ impl<'a> LockRequest<'a> {
         // Wake-ups are wanted: when the subscription cannot be had, back off instead.
         let mut contention = Contention::new(
             &inner.wakeups,
-            crate::notify::channel_of(&key),
+            (&key, crate::notify::channel_of),
             started,
             deadline,
             LOCK_RETRY_CAP,
