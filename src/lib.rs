@@ -495,3 +495,8 @@ pub use lockmacro::idempotent;
 pub mod __private {
     pub use lockcore::__private::*;
 }
+
+/// The README's code blocks, compiled as doctests (they need the `axum` feature).
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -162,33 +162,17 @@ impl Records for RedlockBackend {
     async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         let started = Instant::now();
         let replies = join_all(self.nodes.iter().map(|node| node.idem_claim(a))).await;
-        let (mut claimed, mut answered, mut busy, mut other_claims) = (0, 0, 0, 0);
-        let (mut took_over, mut other_result) = (None, false);
-        let mut completed: Vec<&String> = Vec::new();
-        let mut left = Duration::ZERO;
-        let mut error = None;
-        for reply in &replies {
-            match reply {
-                Ok(found) => {
-                    answered += 1;
-                    match found {
-                        Claimed::New(_) => claimed += 1,
-                        Claimed::TookOver { previous } => {
-                            claimed += 1;
-                            took_over = Some(previous.clone());
-                        }
-                        Claimed::Completed(raw) => completed.push(raw),
-                        Claimed::InProgress(l) => {
-                            busy += 1;
-                            left = left.max(*l);
-                        }
-                        Claimed::Mismatch { completed: true } => other_result = true,
-                        Claimed::Mismatch { completed: false } => other_claims += 1,
-                    }
-                }
-                Err(e) => keep_error(&mut error, e.clone()),
-            }
-        }
+        let ClaimTally {
+            claimed,
+            answered,
+            busy,
+            other_claims,
+            took_over,
+            other_result,
+            completed,
+            left,
+            error,
+        } = ClaimTally::of(&replies);
         let drift = a.lease / 100 + Duration::from_millis(2);
         let valid = a
             .lease
@@ -502,6 +486,69 @@ fn plain_release<'a>(key: &'a str, token: &'a str) -> ReleaseCall<'a> {
         contended: false,
         yield_to: None,
         self_subscribed: &|_| false,
+    }
+}
+
+/// The masters' answers to one claim, counted (see `RedlockBackend::idem_claim`).
+struct ClaimTally<'r> {
+    /// Masters on which the claim is the caller's (new or taken over).
+    claimed: usize,
+    /// Masters that answered at all.
+    answered: usize,
+    /// Masters with a claim in progress of the same payload.
+    busy: usize,
+    /// Masters with another payload's claim in progress.
+    other_claims: usize,
+    /// The owner taken over from, when a master's claim was a takeover.
+    took_over: Option<String>,
+    /// Some master holds another payload's result.
+    other_result: bool,
+    /// The results stored, master by master.
+    completed: Vec<&'r String>,
+    /// The longest lease left of a claim in progress.
+    left: Duration,
+    /// The error kept of those that did not answer.
+    error: Option<BackendError>,
+}
+
+impl<'r> ClaimTally<'r> {
+    fn of(replies: &'r [Result<Claimed, BackendError>]) -> Self {
+        let mut t = ClaimTally {
+            claimed: 0,
+            answered: 0,
+            busy: 0,
+            other_claims: 0,
+            took_over: None,
+            other_result: false,
+            completed: Vec::new(),
+            left: Duration::ZERO,
+            error: None,
+        };
+        for reply in replies {
+            let found = match reply {
+                Ok(found) => found,
+                Err(e) => {
+                    keep_error(&mut t.error, e.clone());
+                    continue;
+                }
+            };
+            t.answered += 1;
+            match found {
+                Claimed::New(_) => t.claimed += 1,
+                Claimed::TookOver { previous } => {
+                    t.claimed += 1;
+                    t.took_over = Some(previous.clone());
+                }
+                Claimed::Completed(raw) => t.completed.push(raw),
+                Claimed::InProgress(l) => {
+                    t.busy += 1;
+                    t.left = t.left.max(*l);
+                }
+                Claimed::Mismatch { completed: true } => t.other_result = true,
+                Claimed::Mismatch { completed: false } => t.other_claims += 1,
+            }
+        }
+        t
     }
 }
 

@@ -431,7 +431,8 @@ impl RedisBackend {
         });
     }
 
-    /// [`run_on`](Self::run_on) on a cluster connection.
+    /// [`run_on`](Self::run_on) on a cluster connection: the call, then each redirect
+    /// or try-again followed (at most `MAX_REDIRECTS`), paced once they keep coming.
     pub(super) async fn run_on_cluster<T: FromRedisValue>(
         &self,
         mut conn: ClusterConnection,
@@ -440,30 +441,7 @@ impl RedisBackend {
         let mut at: Option<AtNode> = None;
         let mut round = 0u32;
         loop {
-            let reply = match &at {
-                None => what.run::<T, _>(&mut conn).await,
-                Some(node) => match what.run::<T, _>(&mut node.on(&mut conn)).await {
-                    // A node redis-rs has no connection to (a new one, which owned no
-                    // slot when it read the map): a plain connection of its own.
-                    Err(e) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
-                        match self.plain_kept(node).await {
-                            Ok(mut plain) => {
-                                let reply = what.run::<T, _>(&mut node.on_plain(&mut plain)).await;
-                                if matches!(&reply, Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)))
-                                {
-                                    self.forget_plain(node);
-                                }
-                                reply
-                            }
-                            // Not reachable yet (a node reconnecting after a failover):
-                            // wait and route by slot again, below.
-                            Err(_) => Err(e),
-                        }
-                    }
-                    reply => reply,
-                },
-            };
-            let e = match reply {
+            let e = match self.run_at(&mut conn, at.as_ref(), &what).await {
                 Err(e) if round < MAX_REDIRECTS => e,
                 reply => return reply,
             };
@@ -474,61 +452,92 @@ impl RedisBackend {
                 let pause = Duration::from_millis(u64::from(round.min(10)) * 2);
                 tokio::time::sleep(pause).await;
             }
-            at = match e.kind() {
-                redis::ErrorKind::Server(redis::ServerErrorKind::Moved) => {
-                    // The slot has another owner: after a failover, keys the old one had
-                    // not replicated are gone.
-                    self.broke();
-                    AtNode::of(&e, false)
-                }
-                redis::ErrorKind::Server(redis::ServerErrorKind::Ask) => AtNode::of(&e, true),
-                // A transaction whose commands were redirected while queued: nothing ran,
-                // and the redirect itself was not returned. A probe of its key finds it.
-                redis::ErrorKind::Server(redis::ServerErrorKind::ExecAbort) => {
-                    match what.first_key().map(|key| {
-                        let mut probe = redis::cmd("TYPE");
-                        probe.arg(key);
-                        probe
-                    }) {
-                        Some(probe) => match probe.query_async::<String>(&mut conn).await {
-                            Err(e)
-                                if e.kind()
-                                    == redis::ErrorKind::Server(redis::ServerErrorKind::Moved) =>
-                            {
-                                self.broke();
-                                AtNode::of(&e, false)
-                            }
-                            Err(e)
-                                if e.kind()
-                                    == redis::ErrorKind::Server(redis::ServerErrorKind::Ask) =>
-                            {
-                                AtNode::of(&e, true)
-                            }
-                            // Not the topology: the transaction's own fault.
-                            _ => return Err(e),
-                        },
-                        None => return Err(e),
-                    }
-                }
-                // Keys split between the two nodes of a slot being migrated: that lasts
-                // until the migration moves the rest, which a slow or stuck reshard may
-                // not do for long. Tried again briefly (a migration moving one of them
-                // now), then returned: the callers that can run on fewer keys do.
-                redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
-                    if round >= SPLIT_ROUNDS =>
-                {
-                    return Err(e);
-                }
-                redis::ErrorKind::Server(
-                    redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::ClusterDown,
-                )
-                | redis::ErrorKind::ClusterConnectionNotFound => {
-                    let pause = Duration::from_millis(u64::from(round.min(10)) * 2);
-                    tokio::time::sleep(pause).await;
-                    None
-                }
-                _ => return Err(e),
-            };
+            at = self.redirected(&mut conn, e, round, &what).await?;
         }
+    }
+
+    /// One try of `what`: routed by slot, or at the node a redirect named.
+    async fn run_at<T: FromRedisValue>(
+        &self,
+        conn: &mut ClusterConnection,
+        at: Option<&AtNode>,
+        what: &Call<'_, '_>,
+    ) -> redis::RedisResult<T> {
+        let Some(node) = at else {
+            return what.run::<T, _>(conn).await;
+        };
+        match what.run::<T, _>(&mut node.on(conn)).await {
+            // A node redis-rs has no connection to (a new one, which owned no slot when
+            // it read the map): a plain connection of its own.
+            Err(e) if e.kind() == redis::ErrorKind::ClusterConnectionNotFound => {
+                match self.plain_kept(node).await {
+                    Ok(mut plain) => {
+                        let reply = what.run::<T, _>(&mut node.on_plain(&mut plain)).await;
+                        if matches!(&reply, Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)))
+                        {
+                            self.forget_plain(node);
+                        }
+                        reply
+                    }
+                    // Not reachable yet (a node reconnecting after a failover): wait and
+                    // route by slot again.
+                    Err(_) => Err(e),
+                }
+            }
+            reply => reply,
+        }
+    }
+
+    /// Where the next try goes after the error `e` of try number `round`: a node (`MOVED`,
+    /// `ASK`), by slot again after a pause (`None`), or the error is the answer.
+    async fn redirected(
+        &self,
+        conn: &mut ClusterConnection,
+        e: redis::RedisError,
+        round: u32,
+        what: &Call<'_, '_>,
+    ) -> redis::RedisResult<Option<AtNode>> {
+        use redis::ServerErrorKind::{Ask, ClusterDown, ExecAbort, Moved, TryAgain};
+        Ok(match e.kind() {
+            redis::ErrorKind::Server(Moved) => {
+                // The slot has another owner: after a failover, keys the old one had not
+                // replicated are gone.
+                self.broke();
+                AtNode::of(&e, false)
+            }
+            redis::ErrorKind::Server(Ask) => AtNode::of(&e, true),
+            // A transaction whose commands were redirected while queued: nothing ran, and
+            // the redirect itself was not returned. A probe of its key finds it.
+            redis::ErrorKind::Server(ExecAbort) => {
+                let Some(key) = what.first_key() else {
+                    return Err(e);
+                };
+                match redis::cmd("TYPE")
+                    .arg(key)
+                    .query_async::<String>(conn)
+                    .await
+                {
+                    Err(e) if e.kind() == redis::ErrorKind::Server(Moved) => {
+                        self.broke();
+                        AtNode::of(&e, false)
+                    }
+                    Err(e) if e.kind() == redis::ErrorKind::Server(Ask) => AtNode::of(&e, true),
+                    // Not the topology: the transaction's own fault.
+                    _ => return Err(e),
+                }
+            }
+            // Keys split between the two nodes of a slot being migrated: that lasts until
+            // the migration moves the rest, which a slow or stuck reshard may not do for
+            // long. Tried again briefly (a migration moving one of them now), then
+            // returned: the callers that can run on fewer keys do.
+            redis::ErrorKind::Server(TryAgain) if round >= SPLIT_ROUNDS => return Err(e),
+            redis::ErrorKind::Server(TryAgain | ClusterDown)
+            | redis::ErrorKind::ClusterConnectionNotFound => {
+                let pause = Duration::from_millis(u64::from(round.min(10)) * 2);
+                tokio::time::sleep(pause).await;
+                None
+            }
+            _ => return Err(e),
+        })
     }
 }

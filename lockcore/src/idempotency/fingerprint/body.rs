@@ -127,28 +127,7 @@ fn multipart_parts(content_type: &[u8], body: &[u8]) -> Option<String> {
             // No headers: the part starts with the blank line.
             None => (&b""[..], part.strip_prefix(b"\r\n")?),
         };
-        let (mut name, mut filename, mut part_type) = (None, None, String::new());
-        for line in std::str::from_utf8(head).ok()?.split("\r\n") {
-            let Some((field, value)) = line.split_once(':') else {
-                continue;
-            };
-            let field = field.trim();
-            if field.eq_ignore_ascii_case("content-type") {
-                part_type = value.trim().to_ascii_lowercase();
-            } else if field.eq_ignore_ascii_case("content-disposition") {
-                for param in value.split(';').skip(1) {
-                    let Some((k, v)) = param.split_once('=') else {
-                        continue;
-                    };
-                    let v = v.trim().trim_matches('"').to_owned();
-                    match k.trim().to_ascii_lowercase().as_str() {
-                        "name" => name = Some(v),
-                        "filename" => filename = Some(v),
-                        _ => {}
-                    }
-                }
-            }
-        }
+        let (name, filename, part_type) = part_headers(head)?;
         if out.len() > 1 {
             out.push(',');
         }
@@ -168,6 +147,34 @@ fn multipart_parts(content_type: &[u8], body: &[u8]) -> Option<String> {
     }
     out.push(']');
     Some(out)
+}
+
+/// A multipart part's `name`, `filename` (from `Content-Disposition`) and content type
+/// (lower case, empty when absent). `None` when the headers are not UTF-8.
+fn part_headers(head: &[u8]) -> Option<(Option<String>, Option<String>, String)> {
+    let (mut name, mut filename, mut part_type) = (None, None, String::new());
+    for line in std::str::from_utf8(head).ok()?.split("\r\n") {
+        let Some((field, value)) = line.split_once(':') else {
+            continue;
+        };
+        let field = field.trim();
+        if field.eq_ignore_ascii_case("content-type") {
+            part_type = value.trim().to_ascii_lowercase();
+        } else if field.eq_ignore_ascii_case("content-disposition") {
+            for param in value.split(';').skip(1) {
+                let Some((k, v)) = param.split_once('=') else {
+                    continue;
+                };
+                let v = v.trim().trim_matches('"').to_owned();
+                match k.trim().to_ascii_lowercase().as_str() {
+                    "name" => name = Some(v),
+                    "filename" => filename = Some(v),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Some((name, filename, part_type))
 }
 
 /// The canonical JSON of a request body read from its text (see the module docs): object
@@ -207,74 +214,8 @@ impl JsonText<'_> {
         }
         self.space();
         match *self.text.get(self.at)? {
-            b'{' => {
-                self.at += 1;
-                let mut entries: Vec<(String, String)> = Vec::new();
-                self.space();
-                if self.text.get(self.at) == Some(&b'}') {
-                    self.at += 1;
-                } else {
-                    loop {
-                        self.space();
-                        let key = self.string()?;
-                        self.eat(b':')?;
-                        let mut value = String::new();
-                        self.value(&mut value, depth + 1)?;
-                        entries.push((key, value));
-                        self.space();
-                        match self.text.get(self.at)? {
-                            b',' => self.at += 1,
-                            b'}' => {
-                                self.at += 1;
-                                break;
-                            }
-                            _ => return None,
-                        }
-                    }
-                }
-                // Stable: of equal keys the last one read comes last, and is kept.
-                entries.sort_by(|a, b| a.0.cmp(&b.0));
-                out.push('{');
-                let mut first = true;
-                for (i, (key, value)) in entries.iter().enumerate() {
-                    if entries.get(i + 1).is_some_and(|next| next.0 == *key) {
-                        continue;
-                    }
-                    if !first {
-                        out.push(',');
-                    }
-                    first = false;
-                    push_json_str(key, out);
-                    out.push(':');
-                    out.push_str(value);
-                }
-                out.push('}');
-            }
-            b'[' => {
-                self.at += 1;
-                out.push('[');
-                self.space();
-                if self.text.get(self.at) == Some(&b']') {
-                    self.at += 1;
-                } else {
-                    loop {
-                        self.value(out, depth + 1)?;
-                        self.space();
-                        match self.text.get(self.at)? {
-                            b',' => {
-                                self.at += 1;
-                                out.push(',');
-                            }
-                            b']' => {
-                                self.at += 1;
-                                break;
-                            }
-                            _ => return None,
-                        }
-                    }
-                }
-                out.push(']');
-            }
+            b'{' => self.object(out, depth)?,
+            b'[' => self.array(out, depth)?,
             b'"' => {
                 let s = self.string()?;
                 push_json_str(&s, out);
@@ -289,6 +230,80 @@ impl JsonText<'_> {
                 out.push_str(&canonical_number(text)?);
             }
         }
+        Some(())
+    }
+
+    /// An object at `{`, written with its keys sorted; of a repeated key the last value.
+    fn object(&mut self, out: &mut String, depth: usize) -> Option<()> {
+        self.at += 1;
+        let mut entries: Vec<(String, String)> = Vec::new();
+        self.space();
+        if self.text.get(self.at) == Some(&b'}') {
+            self.at += 1;
+        } else {
+            loop {
+                self.space();
+                let key = self.string()?;
+                self.eat(b':')?;
+                let mut value = String::new();
+                self.value(&mut value, depth + 1)?;
+                entries.push((key, value));
+                self.space();
+                match self.text.get(self.at)? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        // Stable: of equal keys the last one read comes last, and is kept.
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        out.push('{');
+        let mut first = true;
+        for (i, (key, value)) in entries.iter().enumerate() {
+            if entries.get(i + 1).is_some_and(|next| next.0 == *key) {
+                continue;
+            }
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            push_json_str(key, out);
+            out.push(':');
+            out.push_str(value);
+        }
+        out.push('}');
+        Some(())
+    }
+
+    /// An array at `[`, its elements in order.
+    fn array(&mut self, out: &mut String, depth: usize) -> Option<()> {
+        self.at += 1;
+        out.push('[');
+        self.space();
+        if self.text.get(self.at) == Some(&b']') {
+            self.at += 1;
+        } else {
+            loop {
+                self.value(out, depth + 1)?;
+                self.space();
+                match self.text.get(self.at)? {
+                    b',' => {
+                        self.at += 1;
+                        out.push(',');
+                    }
+                    b']' => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        out.push(']');
         Some(())
     }
 

@@ -10,8 +10,7 @@
 //!
 //! and, for the harness's Valkey and least-privilege runs, that renewals use the native
 //! `SET ... IFEQ` where the server has it (found through `HELLO` when `INFO` is refused).
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! the old primary's address does not recover. The same over TLS, and from a client
 //! shared by two runtimes, the first shut down before the failover. A `+switch-master`
 //! listener that subscribes again keeps the connection to an unchanged primary.
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,7 +3,7 @@
 //! TLS; a wrong CA and a missing client certificate are `Backend` errors within the
 //! timeout, not hangs.
 #![cfg(feature = "tls")]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -200,7 +200,7 @@ fn the_default_client_reads_tls_from_the_environment() {
     let child = |with_ca: bool| {
         let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
         cmd.args([
-            "the_default_client_reads_tls_from_the_environment",
+            "tls::the_default_client_reads_tls_from_the_environment",
             "--exact",
             "--nocapture",
         ])

@@ -2,10 +2,8 @@
 //! (`--replicaof`), the replica paused (SIGSTOP) or the primary killed and the replica
 //! promoted (`REPLICAOF NO ONE`), as in a failover. Each safety test has its control
 //! without `replicas`, which shows the failure it prevents.
-#[macro_use]
-mod common;
-#[path = "common/http.rs"]
-mod http;
+use crate::common;
+use crate::http;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -321,7 +319,7 @@ async fn a_handler_dropped_while_replicas_acknowledge_its_claim_gives_it_back() 
         waits + 1,
         "the call was dropped while the claim's acknowledgement waited"
     );
-    let record = "lock:idem:replicas::pay_handler:replicas:k";
+    let record = "lock:idem:suite::replicas::pay_handler:replicas:k";
     let gone = loop {
         let now: Option<String> = redis::AsyncCommands::get(&mut raw, record).await.unwrap();
         if now.is_none() {

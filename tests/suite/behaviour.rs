@@ -1,9 +1,17 @@
 //! Lock semantics, run against a real redis-server and against the in-memory backend.
 //!
-//! Each check is an `async fn(Locks)`; `both!` makes one test per backend.
+//! Each check is an `async fn(Locks)`; `both!` makes one test per backend: busy, wait and
+//! its deadline, fencing, tokens, expiry and theft reported as `Lost`, every exit path,
+//! panic and cancellation releasing long before the ttl, escaping.
+//!
+//! Then faults on Redis alone: Redis killed and restarted (errors within the timeout, then
+//! scripts reloaded), paused (a timeout, not a hang), unreachable; a call that timed out
+//! never leaves its late reply to the next call (control: a reused raw connection does
+//! read it); a connection Redis closed for idleness is not used (control: a plain one
+//! fails); a `unix://` URL; password, ACL user and database taken from the URL (control:
+//! refused without them).
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -499,8 +507,8 @@ async fn release_scripts_answer_by_what_the_key_holds() {
     let g = locks.lock("retry").acquire().await.unwrap();
     let token = g.token().to_owned();
     std::mem::forget(g);
-    let unlock = redis::Script::new(include_str!("../lockcore/src/scripts/unlock.lua"));
-    let script = redis::Script::new(include_str!("../lockcore/src/scripts/release.lua"));
+    let unlock = redis::Script::new(include_str!("../../lockcore/src/scripts/unlock.lua"));
+    let script = redis::Script::new(include_str!("../../lockcore/src/scripts/release.lua"));
     let mut raw = server.raw().await;
     let fast = |token: &str| {
         let mut inv = unlock.prepare_invoke();

@@ -9,7 +9,7 @@
 //! delivered late, an idempotency claim that reaches three masters only after its
 //! give-back, `acquire()` and `release()` cancelled at every point, one client used
 //! from two runtimes. Fences and `replicas` are refused with an error that says why.
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -395,7 +395,7 @@ async fn an_idempotency_claim_that_reaches_masters_after_its_give_back_is_given_
     // its claim back), so that each give-back below is one `EVALSHA` per master.
     let warm = late(&locks, "fail", &runs).await;
     assert!(matches!(warm, Err(AppError::App(_))), "{warm:?}");
-    let key = "lock:idem:redlock::late:late:1";
+    let key = "lock:idem:suite::redlock::late:late:1";
     let mut held = Vec::new();
     for m in &masters[..3] {
         let mut raw = m.raw().await;

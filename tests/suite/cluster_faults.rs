@@ -13,8 +13,7 @@
 //!    the renewal task, which made its own at its first renewal, lost a healthy lock;
 //! 8. (b) each `TRYAGAIN` round redirected by `ASK` to a node redis-rs has no connection
 //!    to opened a new connection to it.
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,12 @@
 //! Waiting by notification, fair local queueing, lease keeping and reentrancy, against a
-//! real redis-server (and the in-memory backend where it makes sense).
+//! real redis-server (and the in-memory backend where it makes sense): waiters woken by
+//! the release message (control: messages off, the waiter sleeps its fallback); cancelled
+//! waiters, for a lock and for an idempotent call in progress, leave no subscription; fair
+//! shares; turns rotating across clients (control without the yield window: one client
+//! keeps the lock for long runs); renewal, `max_hold`, stolen-lock cancellation and
+//! `continue`; reentrancy.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -160,7 +165,7 @@ async fn cancelled_idempotency_waiters_leave_no_subscription_behind() {
             tokio::spawn(async move { awaited(&locks, 1, &runs).await })
         })
         .collect();
-    let channel = "{lock:idem:waiting::awaited:wait:1}:done";
+    let channel = "{lock:idem:suite::waiting::awaited:wait:1}:done";
     until_subscribed(&server, channel).await;
     assert_eq!(
         numsub(&server, channel).await,

@@ -2,7 +2,7 @@
 //! pass-through, latency, held replies delivered late, commands held by pattern (and
 //! still delivered after their client closed), dropped replies, resets, stalls, and
 //! distlock clients whose release replies are held past the command timeout or lost.
-mod common;
+use crate::common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

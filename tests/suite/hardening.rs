@@ -18,10 +18,8 @@
 //! and what came with them: `on_lost` for `#[idempotent]`, the eviction-policy warning,
 //! `release()` cancelled at every point, and a claim that reaches Redis only after its
 //! give-back (the give-back's second try removes it).
-#[macro_use]
-mod common;
-#[path = "common/http.rs"]
-mod http;
+use crate::common;
+use crate::http;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -128,7 +126,7 @@ async fn a_contender_that_finds_its_own_token_holds_the_lock() {
     // Scripts loaded first: a held NOSCRIPT reply would keep the release from running.
     let warm = locks.lock("warm").acquire().await.unwrap();
     warm.release().await.unwrap();
-    let handoff = redis::Script::new(include_str!("../lockcore/src/scripts/release.lua"));
+    let handoff = redis::Script::new(include_str!("../../lockcore/src/scripts/release.lua"));
     let _: String = handoff
         .prepare_invoke()
         .load_async(&mut server.raw().await)
@@ -725,7 +723,7 @@ fn a_store_cut_by_runtime_shutdown_ends_with_its_lease() {
     check.block_on(async {
         let mut raw = server.raw().await;
         let record: String = raw
-            .get("lock:idem:hardening::stored_at_shutdown:shutdown:1")
+            .get("lock:idem:suite::hardening::stored_at_shutdown:shutdown:1")
             .await
             .unwrap();
         assert!(record.contains("in_progress"), "{record}");
@@ -764,7 +762,7 @@ async fn a_claim_is_judged_by_the_retention_it_was_written_with() {
     let runs = Arc::new(Runs::default());
     let first = tokio::spawn(ship(locks.clone(), 1, 1_000, runs.clone()));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let key = "lock:idem:hardening::ship:ship:1";
+    let key = "lock:idem:suite::hardening::ship:ship:1";
     let mut raw = server.raw().await;
     let record: String = raw.get(key).await.unwrap();
     // As a writer with a 1 h retention would have left it: its lease still runs.
@@ -833,7 +831,7 @@ async fn a_claim_whose_reply_comes_late_is_given_back() {
     );
     let mut raw = server.raw().await;
     let landed: Option<String> = raw
-        .get("lock:idem:hardening::late_claim:late:1")
+        .get("lock:idem:suite::hardening::late_claim:late:1")
         .await
         .unwrap();
     assert!(
@@ -856,7 +854,7 @@ async fn a_claim_that_reaches_redis_after_its_give_back_is_given_back_again() {
     let (server, proxy, locks, runs) = late_claim_setup(Duration::from_millis(600)).await;
     let mut raw = server.raw().await;
     let releases_before = commandstat_calls(&mut raw, "evalsha").await;
-    let key = "lock:idem:hardening::late_claim:late:1";
+    let key = "lock:idem:suite::hardening::late_claim:late:1";
     // The claim's `SET` of the key, and nothing else (the give-back is a script).
     let claim = format!("SET\r\n${}\r\n{key}", key.len());
     proxy.hold_commands_containing(Some(claim.as_bytes()));
@@ -1086,7 +1084,7 @@ async fn a_handler_dropped_while_its_claim_is_in_flight_gives_it_back() {
         "the claim ran in Redis"
     );
     proxy.release_replies();
-    let record = "lock:idem:hardening::claim_in_flight:hardening:k";
+    let record = "lock:idem:suite::hardening::claim_in_flight:hardening:k";
     let started = Instant::now();
     loop {
         let now: Option<String> = raw.get(record).await.unwrap();

@@ -1,8 +1,7 @@
 //! `#[idempotent(key = ...)]` on plain async fns, against a real redis-server and the
 //! in-memory backend: exactly once under concurrency, replay, failure policy, payload
 //! fingerprint, waiting, lease renewal, and both orders with `#[distributed_lock]`.
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

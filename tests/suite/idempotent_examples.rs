@@ -3,7 +3,7 @@
 //! `REDIS_URL` alone): the payment callback is charged once and the flash sale never
 //! oversells. The examples need features `axum` / `actix` (`scripts/test.sh` passes
 //! `--all-features`); without them cargo does not build them and this test says so.
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

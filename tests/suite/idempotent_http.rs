@@ -3,9 +3,8 @@
 //! payload mismatch, concurrency, waiting, what is and is not stored, both orders with
 //! `#[distributed_lock]`, connections killed while a body runs and a Redis outage. Every
 //! check runs against both frameworks.
-mod common;
-#[path = "common/http.rs"]
-mod http;
+use crate::common;
+use crate::http;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -678,7 +677,8 @@ async fn replay_is_identical_to_the_first_response(h: Harness) {
     let keys = h.keys().await;
     assert_eq!(keys.len(), 1, "{keys:?}");
     assert!(
-        keys[0].starts_with("lock:idem:idempotent_http::") && keys[0].ends_with("::orders:7:k-1"),
+        keys[0].starts_with("lock:idem:suite::idempotent_http::")
+            && keys[0].ends_with("::orders:7:k-1"),
         "{keys:?}"
     );
     let mut conn = h.redis.raw().await;
