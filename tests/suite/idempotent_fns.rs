@@ -876,3 +876,179 @@ async fn a_panicking_observer_changes_nothing() {
         .await
         .unwrap();
 }
+
+/// An observer records each event with the name of the thread it was emitted on.
+type SeenOn = Arc<std::sync::Mutex<Vec<(String, String, String)>>>;
+
+/// One client with one observer, shared by six runtimes (more than the machine's cores;
+/// actix-web runs one per worker), each on a thread of its own: every event reaches the
+/// one observer, emitted on the thread of the task the step ran in. Each task's own key
+/// shows exactly its cycles, in order; the key all runtimes contend for shows every
+/// acquisition and release, from every runtime.
+#[test]
+fn one_observer_hears_every_runtime_of_a_shared_client() {
+    const RUNTIMES: usize = 6;
+    let server = RedisServer::start();
+    let seen: SeenOn = Arc::default();
+    let log = seen.clone();
+    let locks = Locks::builder(server.url())
+        .observer(move |e: &distlock::Event<'_>| {
+            let thread = std::thread::current().name().unwrap_or("").to_owned();
+            log.lock()
+                .unwrap()
+                .push((e.name().to_owned(), e.key().to_owned(), thread));
+        })
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        for r in 0..RUNTIMES {
+            let locks = locks.clone();
+            std::thread::Builder::new()
+                .name(format!("rt-{r}"))
+                .spawn_scoped(s, move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    rt.block_on(async {
+                        let own = (0..3).map(|t| {
+                            let locks = locks.clone();
+                            tokio::spawn(async move {
+                                common::cycles(&locks, &format!("ev-rt-{r}-{t}"), 20).await
+                            })
+                        });
+                        let shared = (0..2).map(|_| {
+                            let locks = locks.clone();
+                            tokio::spawn(async move {
+                                for _ in 0..5 {
+                                    let g = locks
+                                        .lock("ev-shared")
+                                        .wait(Duration::from_secs(20))
+                                        .acquire()
+                                        .await
+                                        .unwrap();
+                                    tokio::task::yield_now().await;
+                                    g.release().await.unwrap();
+                                }
+                            })
+                        });
+                        for task in own.chain(shared).collect::<Vec<_>>() {
+                            task.await.unwrap();
+                        }
+                    })
+                })
+                .unwrap();
+        }
+    });
+    let seen = seen.lock().unwrap();
+    for r in 0..RUNTIMES {
+        for t in 0..3 {
+            let key = format!("ev-rt-{r}-{t}");
+            let on_key: Vec<_> = seen.iter().filter(|(_, k, _)| k.ends_with(&key)).collect();
+            let names: Vec<_> = on_key.iter().map(|(n, _, _)| n.as_str()).collect();
+            assert_eq!(names, ["acquired", "released"].repeat(20), "{key}");
+            let here = format!("rt-{r}");
+            assert!(on_key.iter().all(|(_, _, th)| *th == here), "{on_key:?}");
+        }
+    }
+    let shared: Vec<_> = seen
+        .iter()
+        .filter(|(_, k, _)| k.ends_with("ev-shared"))
+        .collect();
+    let count = |name: &str| shared.iter().filter(|(n, _, _)| n == name).count();
+    assert_eq!(count("acquired"), RUNTIMES * 10, "{shared:?}");
+    assert_eq!(count("released"), RUNTIMES * 10, "{shared:?}");
+    assert_eq!(count("lost") + count("release_failed"), 0, "{shared:?}");
+    let threads: std::collections::BTreeSet<_> =
+        shared.iter().map(|(_, _, th)| th.as_str()).collect();
+    assert_eq!(threads.len(), RUNTIMES, "{threads:?}");
+}
+
+/// Waits up to 5 s for an event about a key containing `key`, named one of `names`.
+async fn heard(seen: &Seen, key: &str, names: &[&str]) -> Option<String> {
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let found = names_for(seen, key);
+        if let Some(name) = found.iter().find(|n| names.contains(&n.as_str())) {
+            return Some(name.clone());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Polls `release` once and drops it: `true` when it was still in flight then.
+async fn cancelled_in_flight(
+    release: impl std::future::Future<Output = Result<(), Error>>,
+) -> bool {
+    let mut release = std::pin::pin!(release);
+    std::future::poll_fn(|cx| std::task::Poll::Ready(release.as_mut().poll(cx).is_pending())).await
+}
+
+/// A `release()` its caller cancels finishes in a task of its own, and the observer
+/// hears how it ended though the caller never will: `released` (the key is free), or a
+/// failure when another client held the key by then (its token stays): `lost`, or
+/// `release_failed` when the retry of a try that may have run cannot tell (see
+/// `release_raw`), never `released`. A guard dropped
+/// without `release()` is heard the same way. Each cancellation is checked to have
+/// come while the release was in flight (its first poll was pending).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cancelled_by_its_caller_is_still_heard() {
+    let server = RedisServer::start();
+    let (seen, observe) = recorder();
+    let locks = Locks::builder(server.url())
+        .observer(observe)
+        .build()
+        .unwrap();
+    let mut raw = server.raw().await;
+
+    let g = locks.lock("ev-cancel").acquire().await.unwrap();
+    assert!(cancelled_in_flight(g.release()).await);
+    assert_eq!(
+        heard(&seen, "ev-cancel", &["released"]).await.as_deref(),
+        Some("released"),
+        "{seen:?}"
+    );
+    let left: Option<String> = redis::AsyncCommands::get(&mut raw, "lock:ev-cancel")
+        .await
+        .unwrap();
+    assert_eq!(left, None);
+
+    let g = locks
+        .lock("ev-cancel-lost")
+        .ttl(Duration::from_millis(100))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: () = redis::AsyncCommands::set(&mut raw, "lock:ev-cancel-lost", "another")
+        .await
+        .unwrap();
+    assert!(cancelled_in_flight(g.release()).await);
+    let ended = heard(
+        &seen,
+        "ev-cancel-lost",
+        &["lost", "release_failed", "released"],
+    )
+    .await;
+    assert!(
+        matches!(ended.as_deref(), Some("lost" | "release_failed")),
+        "{ended:?} {seen:?}"
+    );
+    let left: Option<String> = redis::AsyncCommands::get(&mut raw, "lock:ev-cancel-lost")
+        .await
+        .unwrap();
+    assert_eq!(left.as_deref(), Some("another"));
+
+    drop(locks.lock("ev-dropped").acquire().await.unwrap());
+    assert_eq!(
+        heard(&seen, "ev-dropped", &["released"]).await.as_deref(),
+        Some("released"),
+        "{seen:?}"
+    );
+    assert_eq!(
+        names_for(&seen, "ev-dropped"),
+        ["acquired", "released"],
+        "{seen:?}"
+    );
+}
