@@ -36,16 +36,62 @@
 //!
 //! # How it behaves
 //!
-//! | | |
-//! |---|---|
-//! | **Value** | a plain UTF-8 token `uuid:host:pid` (`redis-cli GET lock:order:42`), unique per acquisition; while a client of another process waits for it, ` waiting` is appended (`uuid:host:pid waiting`). |
-//! | **Acquire** | one round trip: a plain `SET key token NX PX ttl GET` when the key is free. Only a contended try runs a script (to take over a yield marker, read the holder's remaining lease and register as a waiter). |
-//! | **Release** | one round trip: a Lua compare-and-delete (EVALSHA, reloaded after NOSCRIPT, e.g. after a Redis restart), as cheap as a hand-written one. A waiter of another client that will be woken by a message marks the holder's value (`<token> waiting`, still plain UTF-8); only a release that finds that mark runs a second script to wake the waiters or leave them the lock. A handoff to a local waiter is one round trip. |
-//! | **`wait`** | waiters sleep until the release message, the holder's remaining lease, or 100 ms, whichever is first, and stop exactly at the deadline. |
-//! | **Every exit releases** | return, `?`, a panic, and a dropped (cancelled) future: the guard's `Drop` schedules the release at once. A cancelled `release()` too: the release goes on in a task of its own, and when a try may already have reached Redis it goes on as a retry, which finds the lock released, handed to the next local waiter (woken holding it) or still held (released now). |
-//! | **Fencing** | on demand: `current_lock().unwrap().fence().await?` (or [`LockGuard::fence`]) is one round trip of two plain commands, `INCR {lock:order:42}:fence` then `GET lock:order:42`: when the key still holds the lock's token, the number is its fence, else `Lost` (and the number is skipped); later calls in the same acquisition (nested ones included) return the same number without a round trip, and a lock that never asks pays nothing. A holder that gets a fence after another got one gets a larger one; a holder paused past its ttl either got a smaller fence than the next holder's or gets `Lost` when it asks. So ask right before the write, and hand it to storage that rejects smaller fences: the check and the guard in one. Only the first call checks; later ones return the cached number. The counter has no ttl on purpose: under a `maxmemory-policy` other than `noeviction` Redis may evict it (or the lock key itself, which lets a second holder in), and `FLUSHDB` deletes it; either way fences start again from 1, as they do after a restart of a Redis without persistence (RDB or AOF) or a failover to a replica that had not received the counter's last value. Use `noeviction` and persistence; a client reads the policy once and warns when it is another. |
-//! | **Upgrading** | the lock protocol changed with fences on demand (no fence at acquisition, waiters mark the holder's value), idempotency records changed with appended results (see `#[idempotent]`), and the wake-up channel is now `{<key>}:released` (in the key's hash slot): stop every client of the previous version before starting the new one on the same Redis. |
-//! | **Native commands** | where the server has them (Redis 8.4+ `SET ... IFEQ`, `DELEX ... IFEQ`; Valkey 8.1+ `SET ... IFEQ`, 9.0+ `DELIFEQ`), detected once per connection, renewals and clean-ups use them instead of scripts; Lua is the fallback everywhere. |
+//! ## The value
+//!
+//! A plain UTF-8 token `uuid:host:pid` (`redis-cli GET lock:order:42`), unique per
+//! acquisition; while a client of another process waits for it, ` waiting` is appended
+//! (`uuid:host:pid waiting`).
+//!
+//! ## Acquire
+//!
+//! One round trip: a plain `SET key token NX PX ttl GET` when the key is free. Only a
+//! contended try runs a script (to take over a yield marker, read the holder's
+//! remaining lease and register as a waiter).
+//!
+//! ## Release
+//!
+//! One round trip: a Lua compare-and-delete (EVALSHA, reloaded after NOSCRIPT, e.g.
+//! after a Redis restart), as cheap as a hand-written one. A waiter of another client
+//! that will be woken by a message marks the holder's value (`<token> waiting`, still
+//! plain UTF-8); only a release that finds that mark runs a second script to wake the
+//! waiters or leave them the lock. A handoff to a local waiter is one round trip.
+//!
+//! ## `wait`
+//!
+//! Waiters sleep until the release message, the holder's remaining lease, or 100 ms,
+//! whichever is first, and stop exactly at the deadline.
+//!
+//! ## Every exit releases
+//!
+//! Return, `?`, a panic, and a dropped (cancelled) future: the guard's `Drop` schedules
+//! the release at once. A cancelled `release()` too: the release goes on in a task of
+//! its own, and when a try may already have reached Redis it goes on as a retry, which
+//! finds the lock released, handed to the next local waiter (woken holding it) or still
+//! held (released now).
+//!
+//! ## Fencing
+//!
+//! On demand: `current_lock().unwrap().fence().await?` (or [`LockGuard::fence`]) is one
+//! round trip of two plain commands, `INCR {lock:order:42}:fence` then `GET
+//! lock:order:42`: when the key still holds the lock's token, the number is its fence,
+//! else `Lost` (and the number is skipped); later calls in the same acquisition (nested
+//! ones included) return the same number without a round trip while the lease lasts,
+//! and `Lost` once it has ended; a lock that never asks pays nothing. A holder that gets a fence after another got one gets a larger
+//! one; a holder paused past its ttl either got a smaller fence than the next holder's
+//! or gets `Lost` when it asks. So ask right before the write, and hand it to storage
+//! that rejects smaller fences: the check and the guard in one. The counter has no ttl
+//! on purpose: under a `maxmemory-policy` other than `noeviction` Redis may evict it
+//! (or the lock key itself, which lets a second holder in), and `FLUSHDB` deletes it;
+//! either way fences start again from 1, as they do after a restart of a Redis without
+//! persistence (RDB or AOF) or a failover to a replica that had not received the
+//! counter's last value. Use `noeviction` and persistence; a client reads the policy once and warns
+//! when it is another.
+//!
+//! ## Native commands
+//!
+//! Where the server has them (Redis 8.4+ `SET ... IFEQ`, `DELEX ... IFEQ`; Valkey 8.1+
+//! `SET ... IFEQ`, 9.0+ `DELIFEQ`), detected once per connection, renewals and
+//! clean-ups use them instead of scripts; Lua is the fallback everywhere.
 //!
 //! ## Waiting, fairness, lease keeping, reentrancy
 //!
