@@ -7,6 +7,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, Ident, LitStr, Token};
 
 use crate::check::closest;
+use crate::template::Template;
 
 /// One `name = value` argument; the name is kept so errors can point at it.
 pub(crate) struct RawArg {
@@ -41,24 +42,105 @@ impl Parse for RawArg {
     }
 }
 
-/// Collects errors so one compile shows all of them.
+/// Collects errors so one compile shows all of them (serde's `Ctxt`): every error is
+/// pushed here, and [`finish`](Self::finish) hands them over as one. Dropping it
+/// unfinished is a bug in this crate (errors would be lost): it panics.
 #[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
+pub(crate) struct Errors {
+    errors: Option<syn::Error>,
+    finished: bool,
+}
 
 impl Errors {
     pub(crate) fn push(&mut self, e: syn::Error) {
-        match &mut self.0 {
+        match &mut self.errors {
             Some(all) => all.combine(e),
-            None => self.0 = Some(e),
+            None => self.errors = Some(e),
         }
     }
 
-    pub(crate) fn finish(self) -> Option<syn::Error> {
-        self.0
+    /// The errors pushed, combined; `None` when there were none.
+    pub(crate) fn finish(mut self) -> Option<syn::Error> {
+        self.finished = true;
+        self.errors.take()
     }
 }
 
-/// Sorts arguments into named slots, reporting unknown and repeated names.
+impl Drop for Errors {
+    fn drop(&mut self) {
+        if !self.finished && !std::thread::panicking() {
+            panic!("forgot to check for errors");
+        }
+    }
+}
+
+/// One argument after parsing. Every getter of [`ArgSlots`] returns one, by one
+/// convention: `Absent` when not written; `Invalid` when written wrong, its error
+/// already pushed (nothing more is said of it, and no expansion follows); `Given` with
+/// its value. The name, as written, is where errors about how it relates to other
+/// arguments point (see `valid.rs`).
+pub(crate) enum Arg<T> {
+    Absent,
+    Invalid(Ident),
+    Given(Ident, T),
+}
+
+impl<T> Arg<T> {
+    /// Its value, or `default` when absent; `None` when invalid.
+    pub(crate) fn or(self, default: T) -> Option<T> {
+        match self {
+            Arg::Absent => Some(default),
+            Arg::Invalid(_) => None,
+            Arg::Given(_, v) => Some(v),
+        }
+    }
+
+    /// Its value if given, `Some(None)` when absent; `None` when invalid (as [`or`]).
+    ///
+    /// [`or`]: Self::or
+    pub(crate) fn optional(self) -> Option<Option<T>> {
+        self.map(Some).or(None)
+    }
+
+    /// Its value, `None` unless given (absence already reported by the caller).
+    pub(crate) fn required(self) -> Option<T> {
+        match self {
+            Arg::Given(_, v) => Some(v),
+            Arg::Absent | Arg::Invalid(_) => None,
+        }
+    }
+
+    /// The argument's name when it is written, valid or not.
+    pub(crate) fn name(&self) -> Option<&Ident> {
+        match self {
+            Arg::Absent => None,
+            Arg::Invalid(name) | Arg::Given(name, _) => Some(name),
+        }
+    }
+
+    /// The value when given.
+    pub(crate) fn value(&self) -> Option<&T> {
+        match self {
+            Arg::Given(_, v) => Some(v),
+            Arg::Absent | Arg::Invalid(_) => None,
+        }
+    }
+
+    pub(crate) fn is_absent(&self) -> bool {
+        matches!(self, Arg::Absent)
+    }
+
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Arg<U> {
+        match self {
+            Arg::Absent => Arg::Absent,
+            Arg::Invalid(name) => Arg::Invalid(name),
+            Arg::Given(name, v) => Arg::Given(name, f(v)),
+        }
+    }
+}
+
+/// Sorts arguments into named slots, reporting unknown and repeated names; the typed
+/// getters below then take each one out as an [`Arg`].
 pub(crate) struct ArgSlots<'a> {
     known: &'a [&'a str],
     values: Vec<Option<RawArg>>,
@@ -96,9 +178,122 @@ impl<'a> ArgSlots<'a> {
     }
 
     /// Takes the argument called `name`.
-    pub(crate) fn take(&mut self, name: &str) -> Option<RawArg> {
+    fn take(&mut self, name: &str) -> Option<RawArg> {
         let i = self.known.iter().position(|k| *k == name)?;
         self.values[i].take()
+    }
+
+    /// The argument `name` read by `parse`: the one shape every getter has.
+    pub(crate) fn parsed<T>(
+        &mut self,
+        name: &str,
+        errors: &mut Errors,
+        parse: impl FnOnce(&RawArg) -> syn::Result<T>,
+    ) -> Arg<T> {
+        let Some(arg) = self.take(name) else {
+            return Arg::Absent;
+        };
+        match parse(&arg) {
+            Ok(v) => Arg::Given(arg.name, v),
+            Err(e) => {
+                errors.push(e);
+                Arg::Invalid(arg.name)
+            }
+        }
+    }
+
+    /// `name = true | false`.
+    pub(crate) fn bool(&mut self, name: &str, errors: &mut Errors) -> Arg<bool> {
+        self.parsed(name, errors, bool_lit)
+    }
+
+    /// `name = "10s"` in milliseconds, greater than zero (`zero_hint` says what to do
+    /// instead of zero).
+    pub(crate) fn duration(&mut self, name: &str, zero_hint: &str, errors: &mut Errors) -> Arg<u64> {
+        self.parsed(name, errors, |arg| duration_ms(arg, zero_hint))
+    }
+
+    /// `name = "..."`, rejected with the message `check` gives, if any.
+    pub(crate) fn string(
+        &mut self,
+        name: &str,
+        check: fn(&str) -> Option<String>,
+        errors: &mut Errors,
+    ) -> Arg<LitStr> {
+        self.parsed(name, errors, |arg| {
+            let lit = lit_str(arg)?;
+            match check(&lit.value()) {
+                Some(msg) => Err(syn::Error::new(lit.span(), msg)),
+                None => Ok(lit),
+            }
+        })
+    }
+
+    /// A template (`key`, `scope`), its placeholders checked against the fn's bindings
+    /// when they are known: an unknown placeholder is reported, and the template is
+    /// still given (so the other arguments' errors come with it).
+    pub(crate) fn template(
+        &mut self,
+        name: &str,
+        what: &str,
+        bindings: Option<&[String]>,
+        errors: &mut Errors,
+    ) -> Arg<Template> {
+        let arg = self.parsed(name, errors, |arg| {
+            lit_str(arg).and_then(|lit| Template::parse(&lit, &arg.name.to_string()))
+        });
+        if let (Some(t), Some(bindings)) = (arg.value(), bindings)
+            && let Err(e) = crate::check::check_placeholders(t, what, bindings)
+        {
+            errors.push(e);
+        }
+        arg
+    }
+
+    /// `on_lost = "cancel" | "continue"` as whether to cancel the body.
+    pub(crate) fn on_lost(&mut self, errors: &mut Errors) -> Arg<bool> {
+        self.parsed("on_lost", errors, |arg| {
+            let lit = lit_str(arg)?;
+            match lit.value().as_str() {
+                "cancel" => Ok(true),
+                "continue" => Ok(false),
+                other => Err(syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "unknown `on_lost` policy `{other}`: expected `\"cancel\"` (default: the body is cancelled at its next await) or `\"continue\"` (it runs on and the call returns `Lost`)"
+                    ),
+                )),
+            }
+        })
+    }
+
+    /// `replicas = 1`: how many replicas must acknowledge.
+    pub(crate) fn replicas(&mut self, errors: &mut Errors) -> Arg<u32> {
+        self.parsed("replicas", errors, |arg| {
+            let parsed = match &arg.value {
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Int(i),
+                    ..
+                }) => i.base10_parse::<u32>().ok(),
+                _ => None,
+            };
+            parsed.ok_or_else(|| {
+                syn::Error::new(
+                    arg.value.span(),
+                    "`replicas` expects how many replicas must acknowledge each write: an integer such as `1`",
+                )
+            })
+        })
+    }
+
+    /// `crate = "path"`: where the facade is.
+    pub(crate) fn krate(&mut self, errors: &mut Errors) -> Arg<syn::Path> {
+        self.parsed("crate", errors, |arg| lit_str(arg)?.parse::<syn::Path>())
+    }
+
+    /// `name = <any expression>` (`client`): never invalid here; the compiler checks it.
+    pub(crate) fn expr(&mut self, name: &str) -> Option<Expr> {
+        self.take(name).map(|a| a.value)
     }
 }
 
@@ -119,69 +314,8 @@ pub(crate) fn lit_str(arg: &RawArg) -> syn::Result<LitStr> {
     }
 }
 
-/// `crate = "path"`: where the facade is (default `::distlock`); `None` after an error.
-pub(crate) fn crate_arg(slots: &mut ArgSlots<'_>, errors: &mut Errors) -> Option<syn::Path> {
-    match slots.take("crate") {
-        Some(arg) => match lit_str(&arg).and_then(|s| s.parse::<syn::Path>()) {
-            Ok(path) => Some(path),
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        },
-        None => Some(syn::parse_quote!(::distlock)),
-    }
-}
-
-/// A template argument, parsed and (when the fn's bindings are known) checked against
-/// them; `None` after an error.
-pub(crate) fn template_arg(
-    arg: &RawArg,
-    what: &str,
-    bindings: Option<&[String]>,
-    errors: &mut Errors,
-) -> Option<crate::template::Template> {
-    match lit_str(arg).and_then(|lit| crate::template::Template::parse(&lit, &arg.name.to_string()))
-    {
-        Ok(t) => {
-            if let Some(bindings) = bindings
-                && let Err(e) = crate::check::check_placeholders(&t, what, bindings)
-            {
-                errors.push(e);
-            }
-            Some(t)
-        }
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    }
-}
-
-/// `on_lost = "cancel" | "continue"` as whether to cancel the body (`None`: reported).
-pub(crate) fn on_lost_arg(arg: &crate::args::RawArg, errors: &mut Errors) -> Option<bool> {
-    match lit_str(arg) {
-        Ok(lit) if lit.value() == "cancel" => Some(true),
-        Ok(lit) if lit.value() == "continue" => Some(false),
-        Ok(lit) => {
-            errors.push(syn::Error::new(
-                lit.span(),
-                format!(
-                    "unknown `on_lost` policy `{}`: expected `\"cancel\"` (default: the body is cancelled at its next await) or `\"continue\"` (it runs on and the call returns `Lost`)",
-                    lit.value()
-                ),
-            ));
-            None
-        }
-        Err(e) => {
-            errors.push(e);
-            None
-        }
-    }
-}
-
 /// The value as a `bool` literal.
-pub(crate) fn bool_lit(arg: &crate::args::RawArg) -> syn::Result<bool> {
+fn bool_lit(arg: &RawArg) -> syn::Result<bool> {
     match &arg.value {
         Expr::Lit(syn::ExprLit {
             lit: syn::Lit::Bool(b),
@@ -194,30 +328,18 @@ pub(crate) fn bool_lit(arg: &crate::args::RawArg) -> syn::Result<bool> {
     }
 }
 
-/// `replicas = 1`: how many replicas must acknowledge; `Some(None)` when absent (the
-/// client's default then). `None` when invalid (the error is recorded).
-pub(crate) fn replicas_arg(
-    arg: Option<crate::args::RawArg>,
-    errors: &mut Errors,
-) -> Option<Option<u32>> {
-    let Some(arg) = arg else {
-        return Some(None);
-    };
-    let parsed = match &arg.value {
-        Expr::Lit(syn::ExprLit {
-            lit: syn::Lit::Int(i),
-            ..
-        }) => i.base10_parse::<u32>().ok(),
-        _ => None,
-    };
-    if parsed.is_none() {
-        errors.push(syn::Error::new(
-            arg.value.span(),
-            "`replicas` expects how many replicas must acknowledge each write: an integer such as `1`",
-        ));
-        return None;
+/// A duration string in milliseconds, greater than zero.
+fn duration_ms(arg: &RawArg, zero_hint: &str) -> syn::Result<u64> {
+    let lit = lit_str(arg)?;
+    let name = &arg.name;
+    match crate::duration::parse(&lit.value()) {
+        Ok(d) if d.is_zero() => Err(syn::Error::new(
+            lit.span(),
+            format!("`{name}` must be greater than zero{zero_hint}"),
+        )),
+        Ok(d) => Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        Err(msg) => Err(syn::Error::new(lit.span(), format!("{msg} (in `{name}`)"))),
     }
-    Some(parsed)
 }
 
 /// `replicas` in a spec: `Some(n)` as given, `None` for the client's default.
@@ -225,40 +347,5 @@ pub(crate) fn replicas_tokens(replicas: Option<u32>) -> proc_macro2::TokenStream
     match replicas {
         Some(n) => quote::quote!(::core::option::Option::Some(#n)),
         None => quote::quote!(::core::option::Option::None),
-    }
-}
-
-/// A duration in milliseconds: `default` when absent. `None` when invalid (the error is
-/// recorded), as every `*_arg` here: `None` always means "invalid, already reported".
-pub(crate) fn duration_arg(
-    arg: Option<crate::args::RawArg>,
-    errors: &mut Errors,
-    zero_hint: &str,
-    default: u64,
-) -> Option<u64> {
-    let Some(arg) = arg else {
-        return Some(default);
-    };
-    let lit: LitStr = match lit_str(&arg) {
-        Ok(l) => l,
-        Err(e) => {
-            errors.push(e);
-            return None;
-        }
-    };
-    let name = &arg.name;
-    match crate::duration::parse(&lit.value()) {
-        Ok(d) if d.is_zero() => {
-            errors.push(syn::Error::new(
-                lit.span(),
-                format!("`{name}` must be greater than zero{zero_hint}"),
-            ));
-            None
-        }
-        Ok(d) => Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        Err(msg) => {
-            errors.push(syn::Error::new(lit.span(), format!("{msg} (in `{name}`)")));
-            None
-        }
     }
 }

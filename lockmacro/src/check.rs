@@ -4,7 +4,8 @@
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 use syn::ext::IdentExt;
-use syn::{Attribute, FnArg, Ident, Pat, Signature};
+use syn::visit_mut::VisitMut;
+use syn::{Attribute, FnArg, Ident, Pat, PatIdent, Signature};
 
 use crate::template::Template;
 
@@ -21,29 +22,35 @@ pub(crate) fn param_bindings(sig: &Signature) -> Vec<String> {
     names
 }
 
+/// The names `pat` binds, added to `out` in order (each once: the cases of an `|`
+/// pattern bind the same names). `r#type` binds `type`: placeholders write `<type>` (or
+/// `<r#type>`).
 pub(crate) fn pat_bindings(pat: &Pat, out: &mut Vec<String>) {
-    match pat {
-        Pat::Ident(p) => {
-            // `r#type` binds `type`: placeholders write `<type>` (or `<r#type>`).
-            out.push(p.ident.unraw().to_string());
-            if let Some((_, sub)) = &p.subpat {
-                pat_bindings(sub, out);
-            }
+    let mut pat = pat.clone();
+    EachBinding(|p: &mut PatIdent| {
+        let name = p.ident.unraw().to_string();
+        if !out.contains(&name) {
+            out.push(name);
         }
-        Pat::Tuple(t) => t.elems.iter().for_each(|p| pat_bindings(p, out)),
-        Pat::TupleStruct(t) => t.elems.iter().for_each(|p| pat_bindings(p, out)),
-        Pat::Struct(s) => s.fields.iter().for_each(|f| pat_bindings(&f.pat, out)),
-        Pat::Reference(r) => pat_bindings(&r.pat, out),
-        Pat::Slice(s) => s.elems.iter().for_each(|p| pat_bindings(p, out)),
-        Pat::Type(t) => pat_bindings(&t.pat, out),
-        Pat::Paren(p) => pat_bindings(&p.pat, out),
-        Pat::Or(o) => {
-            if let Some(first) = o.cases.first() {
-                pat_bindings(first, out);
-            }
-        }
-        _ => {}
+    })
+    .visit_pat_mut(&mut pat);
+}
+
+/// The one walk over a pattern's bindings: `f` gets each `name` or `name @ sub` binding,
+/// in order, inside tuples, tuple structs, structs, slices, references, parentheses,
+/// type ascriptions and every case of an `|` pattern. Types and expressions inside the
+/// pattern (an array length, a range bound) are not entered: they bind nothing.
+pub(crate) struct EachBinding<F>(pub(crate) F);
+
+impl<F: FnMut(&mut PatIdent)> VisitMut for EachBinding<F> {
+    fn visit_pat_ident_mut(&mut self, p: &mut PatIdent) {
+        (self.0)(p);
+        syn::visit_mut::visit_pat_ident_mut(self, p);
     }
+
+    fn visit_type_mut(&mut self, _: &mut syn::Type) {}
+
+    fn visit_expr_mut(&mut self, _: &mut syn::Expr) {}
 }
 
 /// The `#[cfg(...)]` attributes of each parameter, with the names its pattern binds: a

@@ -6,17 +6,22 @@
 use proc_macro::TokenStream;
 
 // Parse, check, expand: the arguments (`args`), their checks (`check`, `template`,
-// `duration`), the function's shape (`shape`), where errors land (`spans`), the pieces
-// both attributes emit (`shared`), then one module per attribute.
+// `duration`), the checks that relate them (`valid`), the function's shape (`shape`) and
+// where errors land (`spans`), the pieces both attributes emit (`shared`) and the names
+// they introduce (`names`), then one module per attribute.
 mod args;
 mod check;
 mod duration;
 mod idempotent;
 mod lock;
+mod names;
 mod shape;
 mod shared;
+#[cfg(test)]
+mod snapshots;
 mod spans;
 mod template;
+mod valid;
 
 /// Runs an async fn's body under a distributed lock; see `distlock::distributed_lock`.
 #[proc_macro_attribute]

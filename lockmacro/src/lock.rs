@@ -2,18 +2,17 @@
 
 use proc_macro2::{Delimiter, Span, TokenStream};
 use quote::{ToTokens, quote};
-use syn::{Expr, Ident, ItemFn, ReturnType, Type};
+use syn::{Expr, ItemFn, Type};
 
-use crate::args::{
-    ArgSlots, Errors, RawArgs, bool_lit, crate_arg, duration_arg, on_lost_arg, replicas_arg,
-    replicas_tokens, template_arg,
-};
+use crate::args::{ArgSlots, Errors, RawArgs, replicas_tokens};
 use crate::shape::{
     Shape, parse_fn, shape_and_config, typed_body, with_error, wrap_async_trait_body,
 };
 use crate::shared::{client_expr, key_expr};
 use crate::spans::{group, output_span, respan};
+use crate::names::Names;
 use crate::template::Template;
+use crate::valid;
 
 pub(crate) const LOCK_ARGS: &[&str] = &[
     "key", "ttl", "wait", "renew", "max_hold", "on_lost", "replicas", "client", "crate",
@@ -32,6 +31,7 @@ struct LockConfig {
     /// `None`: the client's default.
     replicas: Option<u32>,
     client: Option<Expr>,
+    names: Names,
 }
 
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -41,12 +41,7 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
     };
     let (shape, config, mut errors) =
         shape_and_config(&mut func, args, "distributed_lock", lock_config);
-    if let ReturnType::Default = func.sig.output {
-        errors.push(syn::Error::new(
-            func.sig.paren_token.span.close(),
-            "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<distlock::Error>`; add a return type",
-        ));
-    }
+    valid::lock_fn(&func, &mut errors);
     match (errors.finish(), config) {
         (Some(e), _) => with_error(func.into_token_stream(), e),
         (None, Some(config)) => {
@@ -68,74 +63,44 @@ fn lock_config(
     errors: &mut Errors,
 ) -> Option<LockConfig> {
     let mut slots = ArgSlots::sort(raw, LOCK_ARGS, errors);
-    let krate = crate_arg(&mut slots, errors);
-    let key = match slots.take("key") {
-        Some(arg) => template_arg(&arg, "the key template", bindings, errors),
-        None => {
-            errors.push(syn::Error::new(
-                Span::call_site(),
-                "missing required argument `key`, e.g. `#[distributed_lock(key = \"order:<id>\")]`",
-            ));
-            None
-        }
-    };
-    let ttl = duration_arg(slots.take("ttl"), errors, "", 30_000);
-    let wait = duration_arg(
-        slots.take("wait"),
-        errors,
-        "; leave `wait` out for one try that fails fast with `Busy`",
-        0,
-    );
-    let renew_arg = slots.take("renew");
-    let renew = match &renew_arg {
-        Some(arg) => match bool_lit(arg) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        },
-        None => Some(false),
-    };
-    let needs_renew = |name: &str, arg: &crate::args::RawArg, errors: &mut Errors| {
-        if renew == Some(false) {
-            errors.push(syn::Error::new(
-                arg.name.span(),
-                format!("`{name}` only applies to lease keeping; add `renew = true`"),
-            ));
-        }
-    };
-    let max_hold_arg = slots.take("max_hold");
-    if let Some(arg) = &max_hold_arg {
-        needs_renew("max_hold", arg, errors);
+    let krate = slots.krate(errors);
+    let key = slots.template("key", "the key template", bindings, errors);
+    if key.is_absent() {
+        errors.push(syn::Error::new(
+            Span::call_site(),
+            "missing required argument `key`, e.g. `#[distributed_lock(key = \"order:<id>\")]`",
+        ));
     }
-    let max_hold = duration_arg(max_hold_arg, errors, "", 0);
-    let cancel_on_lost = match slots.take("on_lost") {
-        Some(arg) => {
-            needs_renew("on_lost", &arg, errors);
-            on_lost_arg(&arg, errors)
-        }
-        None => Some(true),
-    };
-    let replicas = replicas_arg(slots.take("replicas"), errors);
-    let client = slots.take("client").map(|a| a.value);
+    let ttl = slots.duration("ttl", "", errors);
+    let wait = slots.duration(
+        "wait",
+        "; leave `wait` out for one try that fails fast with `Busy`",
+        errors,
+    );
+    let renew = slots.bool("renew", errors);
+    let max_hold = slots.duration("max_hold", "", errors);
+    let on_lost = slots.on_lost(errors);
+    let replicas = slots.replicas(errors);
+    let client = slots.expr("client");
+    valid::lock_options(&renew, &max_hold, &on_lost, errors);
     Some(LockConfig {
-        krate: krate?,
-        key: key?,
-        ttl_ms: ttl?,
-        wait_ms: wait?,
-        renew: renew?,
-        max_hold_ms: max_hold?,
-        cancel_on_lost: cancel_on_lost?,
-        replicas: replicas?,
+        krate: krate.or(syn::parse_quote!(::distlock))?,
+        key: key.required()?,
+        ttl_ms: ttl.or(30_000)?,
+        wait_ms: wait.or(0)?,
+        renew: renew.or(false)?,
+        max_hold_ms: max_hold.or(0)?,
+        cancel_on_lost: on_lost.or(true)?,
+        replicas: replicas.optional()?,
         client,
+        names: Names::lock(),
     })
 }
 
 fn expand(mut func: ItemFn, shape: Shape, config: &LockConfig) -> TokenStream {
     match shape {
         Shape::Async => {
-            let (ret, body) = typed_body(&func, "__distlock_ret");
+            let (ret, body) = typed_body(&func, &config.names.ret);
             let wrapped = locked_call(config, &ret, false, body);
             func.block = Box::new(syn::parse_quote!({ #wrapped }));
         }
@@ -155,10 +120,8 @@ fn locked_call(
     body: TokenStream,
 ) -> TokenStream {
     let krate = &config.krate;
-    let key_var = Ident::new("__distlock_key", Span::mixed_site());
-    let client_var = Ident::new("__distlock_client", Span::mixed_site());
-    let buf = Ident::new("__distlock_buf", Span::mixed_site());
-    let key = key_expr(krate, &config.key, &buf, async_trait);
+    let (key_var, client_var) = (&config.names.key, &config.names.client);
+    let key = key_expr(krate, &config.key, &config.names.buf, async_trait);
     let client = client_expr(krate, config.client.as_ref(), async_trait);
     let LockConfig {
         ttl_ms,
@@ -197,5 +160,95 @@ fn locked_call(
         let #key_var: ::std::string::String = #key;
         let #client_var = #client;
         #run #args #dot_await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The config `args` give on a fn binding `bindings`, or every error message.
+    fn config(args: TokenStream, bindings: &[&str]) -> Result<LockConfig, Vec<String>> {
+        let bindings: Vec<String> = bindings.iter().map(|b| (*b).to_owned()).collect();
+        let mut errors = Errors::default();
+        let raw = syn::parse2::<RawArgs>(args).expect("arguments parse");
+        let config = lock_config(raw, Some(&bindings), &mut errors);
+        match errors.finish() {
+            Some(e) => Err(e.into_iter().map(|e| e.to_string()).collect()),
+            None => Ok(config.expect("no errors, so a config")),
+        }
+    }
+
+    fn errors(args: TokenStream, bindings: &[&str]) -> Vec<String> {
+        match config(args, bindings) {
+            Ok(_) => panic!("expected errors"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let c = config(quote!(key = "order:<id>"), &["id"]).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(c.key.lit.value(), "order:<id>");
+        assert_eq!((c.ttl_ms, c.wait_ms, c.max_hold_ms), (30_000, 0, 0));
+        assert!(!c.renew && c.cancel_on_lost);
+        assert_eq!(c.replicas, None);
+        assert!(c.client.is_none());
+        assert_eq!(c.krate.to_token_stream().to_string(), ":: distlock");
+        assert_eq!(c.names.key.to_string(), "__distlock_key");
+    }
+
+    #[test]
+    fn every_option() {
+        let c = config(
+            quote!(key = "a:<id>", ttl = "1m30s", wait = "250ms", renew = true, max_hold = "5m",
+                on_lost = "continue", replicas = 2, client = app.locks, crate = "my::dl"),
+            &["id", "app"],
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!((c.ttl_ms, c.wait_ms, c.max_hold_ms), (90_000, 250, 300_000));
+        assert!(c.renew && !c.cancel_on_lost);
+        assert_eq!(c.replicas, Some(2));
+        assert_eq!(c.client.to_token_stream().to_string(), "app . locks");
+        assert_eq!(c.krate.to_token_stream().to_string(), "my :: dl");
+    }
+
+    #[test]
+    fn a_missing_key_and_bad_values_are_all_reported() {
+        let e = errors(quote!(ttl = "0s", wait = "3x", replicas = "one"), &[]);
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(e[0].starts_with("missing required argument `key`"), "{e:?}");
+        assert_eq!(e[1], "`ttl` must be greater than zero");
+        assert!(e[2].contains("unknown unit `x`") && e[2].ends_with("(in `wait`)"));
+        assert!(e[3].starts_with("`replicas` expects how many replicas"));
+    }
+
+    #[test]
+    fn lease_options_need_renew() {
+        let e = errors(quote!(key = "a", max_hold = "5m", on_lost = "continue"), &[]);
+        assert_eq!(
+            e,
+            [
+                "`max_hold` only applies to lease keeping; add `renew = true`",
+                "`on_lost` only applies to lease keeping; add `renew = true`",
+            ]
+        );
+        let e = errors(quote!(key = "a", renew = false, max_hold = "5m"), &[]);
+        assert_eq!(e.len(), 1, "{e:?}");
+        // An invalid `renew` is reported once, not again for what needs it.
+        let e = errors(quote!(key = "a", renew = "yes", max_hold = "5m"), &[]);
+        assert_eq!(e, ["`renew` expects `true` or `false`"]);
+        assert!(config(quote!(key = "a", renew = true, on_lost = "cancel"), &[]).is_ok());
+    }
+
+    #[test]
+    fn names_and_placeholders_are_checked() {
+        let e = errors(quote!(key = "a:<od>", tll = "1s", ttl = "1s", ttl = "2s"), &["id"]);
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert!(e[0].starts_with("unknown argument `tll`: did you mean `ttl`?"));
+        assert_eq!(e[1], "duplicate argument `ttl`");
+        assert!(e[2].contains("did you mean `<id>`?"), "{e:?}");
+        let e = errors(quote!(key = 42), &[]);
+        assert_eq!(e, ["`key` expects a string literal, e.g. `key = \"...\"`"]);
     }
 }

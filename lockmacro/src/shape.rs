@@ -164,13 +164,12 @@ pub(crate) fn ret_stmt(block: &mut Block) -> Option<(usize, &mut syn::Local)> {
 /// An async fn's return type, and its body as an expression: the block bound to a
 /// `ret_var` of that type (so `?` and inference in the body see the signature's type),
 /// or the block as is when the type contains `impl Trait` (not allowed on a `let`).
-pub(crate) fn typed_body(func: &ItemFn, ret_var: &str) -> (Type, TokenStream) {
+pub(crate) fn typed_body(func: &ItemFn, ret_var: &Ident) -> (Type, TokenStream) {
     let ret = match &func.sig.output {
         ReturnType::Type(_, ty) => (**ty).clone(),
         ReturnType::Default => syn::parse_quote!(()),
     };
     let block = &func.block;
-    let ret_var = Ident::new(ret_var, Span::mixed_site());
     // `impl Trait` cannot be written in a `let`: each becomes `_`, so the rest of the
     // type (`Result<_, distlock::Error>`) still guides inference in the body.
     let annotated = infer_impl_traits(&ret);

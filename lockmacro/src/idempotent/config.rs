@@ -5,12 +5,11 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, LitStr};
 
-use crate::args::{
-    ArgSlots, Errors, RawArg, RawArgs, bool_lit, crate_arg, duration_arg, lit_str, on_lost_arg,
-    template_arg,
-};
+use crate::args::{ArgSlots, Errors, RawArg, RawArgs};
 use crate::check::closest;
+use crate::names::Names;
 use crate::template::Template;
+use crate::valid;
 
 pub(super) const IDEM_ARGS: &[&str] = &[
     "key",
@@ -32,7 +31,7 @@ pub(super) const IDEM_ARGS: &[&str] = &[
 ];
 
 /// Where the idempotency key comes from.
-pub(super) enum Source {
+pub(crate) enum Source {
     /// A template over the fn's parameters.
     Key(Template),
     /// A request header (handlers).
@@ -63,6 +62,8 @@ pub(super) struct IdemConfig {
     /// a task of its own.
     pub(super) detach: bool,
     pub(super) client: Option<Expr>,
+    /// The identifiers the expansion introduces.
+    pub(super) names: Names,
 }
 
 pub(super) fn idem_config(
@@ -71,184 +72,51 @@ pub(super) fn idem_config(
     errors: &mut Errors,
 ) -> Option<IdemConfig> {
     let mut slots = ArgSlots::sort(raw, IDEM_ARGS, errors);
-    let krate = crate_arg(&mut slots, errors);
-    let key_arg = slots.take("key");
-    let header_arg = slots.take("header");
-    let source = match (key_arg, header_arg) {
-        (Some(_), Some(header)) => {
-            errors.push(syn::Error::new(
-                header.name.span(),
-                "`key` and `header` cannot be used together: `key = \"...\"` builds the key from the fn's parameters, `header = \"Idempotency-Key\"` takes it from a request header",
-            ));
-            None
-        }
-        (Some(key), None) => {
-            template_arg(&key, "the key template", bindings, errors).map(Source::Key)
-        }
-        (None, Some(header)) => match lit_str(&header) {
-            Ok(lit) => match header_name_error(&lit.value()) {
-                Some(msg) => {
-                    errors.push(syn::Error::new(lit.span(), msg));
-                    None
-                }
-                None => Some(Source::Header(lit)),
-            },
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        },
-        (None, None) => {
-            errors.push(syn::Error::new(
-                Span::call_site(),
-                "missing `key` or `header`: write `#[idempotent(key = \"pay:<id>\")]` on an async fn, or `#[idempotent(header = \"Idempotency-Key\", scope = \"<user>\")]` on an axum or actix-web handler",
-            ));
-            None
-        }
-    };
-    let is_key = matches!(source, Some(Source::Key(_)));
-    let header_only = |arg: &RawArg, errors: &mut Errors| {
-        if is_key {
-            errors.push(syn::Error::new(
-                arg.name.span(),
-                format!(
-                    "`{}` only applies to handlers keyed by `header = \"...\"`",
-                    arg.name
-                ),
-            ));
-        }
-    };
-    let scope = match slots.take("scope") {
-        Some(arg) => Some(template_arg(&arg, "the scope template", bindings, errors)),
-        None => {
-            if let Some(Source::Header(lit)) = &source {
-                errors.push(syn::Error::new(
-                    lit.span(),
-                    "`header = ...` needs a `scope`: who may replay this endpoint's stored responses. Write `scope = \"<user>\"` with a binding that identifies the caller (each caller's keys are then its own), or a literal such as `scope = \"provider-webhooks\"` for an endpoint whose callers may share records; without a scope, anyone who knows a key gets the response stored under it and can claim keys before their owner",
-                ));
-            }
-            Some(None)
-        }
-    };
-    let ttl = duration_arg(slots.take("ttl"), errors, "", 24 * 3_600_000);
-    let lease = duration_arg(slots.take("lease"), errors, "", 30_000);
-    let wait = duration_arg(
-        slots.take("wait"),
-        errors,
+    let krate = slots.krate(errors);
+    let key = slots.template("key", "the key template", bindings, errors);
+    let header = slots.string("header", header_name_error, errors);
+    let scope = slots.template("scope", "the scope template", bindings, errors);
+    let ttl = slots.duration("ttl", "", errors);
+    let lease = slots.duration("lease", "", errors);
+    let wait = slots.duration(
+        "wait",
         "; leave `wait` out to answer a repeat that arrives while the first call runs with `InProgress` at once",
-        0,
+        errors,
     );
-    let required = match slots.take("required") {
-        Some(arg) => {
-            header_only(&arg, errors);
-            match bool_lit(&arg) {
-                Ok(b) => Some(b),
-                Err(e) => {
-                    errors.push(e);
-                    None
-                }
-            }
-        }
-        None => Some(true),
-    };
-    let max_body = match slots.take("max_body") {
-        Some(arg) => {
-            header_only(&arg, errors);
-            match size_arg(&arg) {
-                Ok(n) => Some(n),
-                Err(e) => {
-                    errors.push(e);
-                    None
-                }
-            }
-        }
-        None => Some(1024 * 1024),
-    };
-    let key_only = |arg: &RawArg, errors: &mut Errors| {
-        if matches!(source, Some(Source::Header(_))) {
-            errors.push(syn::Error::new(
-                arg.name.span(),
-                format!(
-                    "`{}` only applies to fns keyed by `key = \"...\"`: a handler's fingerprint is the request as sent (method, route, path, query and body), whatever its bindings",
-                    arg.name
-                ),
-            ));
-        }
-    };
-    let fingerprint = match slots.take("fingerprint") {
-        Some(arg) => {
-            key_only(&arg, errors);
-            match binding_list(&arg, bindings) {
-                Ok(names) => Some(Some(names)),
-                Err(e) => {
-                    errors.push(e);
-                    None
-                }
-            }
-        }
-        None => Some(None),
-    };
-    let skip = match slots.take("skip") {
-        Some(arg) => {
-            key_only(&arg, errors);
-            match binding_list(&arg, bindings) {
-                Ok(names) => Some(names),
-                Err(e) => {
-                    errors.push(e);
-                    None
-                }
-            }
-        }
-        None => Some(Vec::new()),
-    };
-    let cancel_on_lost = match slots.take("on_lost") {
-        Some(arg) => on_lost_arg(&arg, errors),
-        None => Some(true),
-    };
-    let name = match slots.take("name") {
-        Some(arg) => match lit_str(&arg) {
-            Ok(lit) => match name_error(&lit.value()) {
-                Some(msg) => {
-                    errors.push(syn::Error::new(lit.span(), msg));
-                    None
-                }
-                None => Some(Some(lit)),
-            },
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        },
-        None => Some(None),
-    };
-    let detach = match slots.take("detach") {
-        Some(arg) => match bool_lit(&arg) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        },
-        None => Some(true),
-    };
-    let replicas = crate::args::replicas_arg(slots.take("replicas"), errors);
-    let client = slots.take("client").map(|a| a.value);
+    let required = slots.bool("required", errors);
+    let max_body = slots.parsed("max_body", errors, size_arg);
+    let fingerprint = slots.parsed("fingerprint", errors, |arg| binding_list(arg, bindings));
+    let skip = slots.parsed("skip", errors, |arg| binding_list(arg, bindings));
+    let on_lost = slots.on_lost(errors);
+    let name = slots.string("name", name_error, errors);
+    let detach = slots.bool("detach", errors);
+    let replicas = slots.replicas(errors);
+    let client = slots.expr("client");
+    let source = valid::idem_source(key, header, errors);
+    valid::idem_options(
+        source.as_ref(),
+        &scope,
+        [required.name(), max_body.name()],
+        [fingerprint.name(), skip.name()],
+        errors,
+    );
     Some(IdemConfig {
-        krate: krate?,
+        krate: krate.or(syn::parse_quote!(::distlock))?,
         source: source?,
-        scope: scope?,
-        ttl_ms: ttl?,
-        lease_ms: lease?,
-        wait_ms: wait?,
-        required: required?,
-        fingerprint: fingerprint?,
-        skip: skip?,
-        max_body: max_body?,
-        cancel_on_lost: cancel_on_lost?,
-        replicas: replicas?,
-        name: name?,
-        detach: detach?,
+        scope: scope.optional()?,
+        ttl_ms: ttl.or(24 * 3_600_000)?,
+        lease_ms: lease.or(30_000)?,
+        wait_ms: wait.or(0)?,
+        required: required.or(true)?,
+        fingerprint: fingerprint.optional()?,
+        skip: skip.or(Vec::new())?,
+        max_body: max_body.or(1024 * 1024)?,
+        cancel_on_lost: on_lost.or(true)?,
+        replicas: replicas.optional()?,
+        name: name.optional()?,
+        detach: detach.or(true)?,
         client,
+        names: Names::idem(),
     })
 }
 
@@ -360,5 +228,122 @@ pub(super) fn binding_list(arg: &RawArg, bindings: Option<&[String]>) -> syn::Re
     match errors.finish() {
         Some(e) => Err(e),
         None => Ok(names),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proc_macro2::TokenStream;
+    use quote::{ToTokens, quote};
+
+    /// The config `args` give on a fn binding `bindings`, or every error message.
+    fn config(args: TokenStream, bindings: &[&str]) -> Result<IdemConfig, Vec<String>> {
+        let bindings: Vec<String> = bindings.iter().map(|b| (*b).to_owned()).collect();
+        let mut errors = Errors::default();
+        let raw = syn::parse2::<RawArgs>(args).expect("arguments parse");
+        let config = idem_config(raw, Some(&bindings), &mut errors);
+        match errors.finish() {
+            Some(e) => Err(e.into_iter().map(|e| e.to_string()).collect()),
+            None => Ok(config.expect("no errors, so a config")),
+        }
+    }
+
+    fn ok(args: TokenStream, bindings: &[&str]) -> IdemConfig {
+        config(args, bindings).unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    fn errors(args: TokenStream, bindings: &[&str]) -> Vec<String> {
+        match config(args, bindings) {
+            Ok(_) => panic!("expected errors"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn keyed_defaults() {
+        let c = ok(quote!(key = "pay:<id>"), &["id"]);
+        assert!(matches!(&c.source, Source::Key(t) if t.lit.value() == "pay:<id>"));
+        assert_eq!((c.ttl_ms, c.lease_ms, c.wait_ms), (86_400_000, 30_000, 0));
+        assert_eq!(c.max_body, 1024 * 1024);
+        assert!(c.required && c.cancel_on_lost && c.detach);
+        assert!(c.scope.is_none() && c.fingerprint.is_none() && c.skip.is_empty());
+        assert!(c.name.is_none() && c.replicas.is_none() && c.client.is_none());
+        assert_eq!(c.names.scope.to_string(), "__distlock_idem_scope");
+    }
+
+    #[test]
+    fn every_keyed_option() {
+        let c = ok(
+            quote!(key = "pay:<id>", scope = "<tenant>", ttl = "1h", lease = "5s", wait = "2s",
+                fingerprint = [id, amount], skip = [pool], on_lost = "continue", replicas = 1,
+                name = "payments", detach = false, client = locks),
+            &["id", "amount", "pool", "tenant", "locks"],
+        );
+        assert_eq!((c.ttl_ms, c.lease_ms, c.wait_ms), (3_600_000, 5_000, 2_000));
+        assert_eq!(c.scope.map(|s| s.lit.value()).as_deref(), Some("<tenant>"));
+        let names = |v: &[Ident]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(names(c.fingerprint.as_deref().unwrap()), ["id", "amount"]);
+        assert_eq!(names(&c.skip), ["pool"]);
+        assert!(!c.cancel_on_lost && !c.detach);
+        assert_eq!(c.replicas, Some(1));
+        assert_eq!(c.name.map(|n| n.value()).as_deref(), Some("payments"));
+        assert_eq!(c.client.to_token_stream().to_string(), "locks");
+    }
+
+    #[test]
+    fn handlers() {
+        let c = ok(
+            quote!(header = "Idempotency-Key", scope = "<user>", required = false, max_body = "64KiB"),
+            &["user"],
+        );
+        assert!(matches!(&c.source, Source::Header(h) if h.value() == "Idempotency-Key"));
+        assert!(!c.required);
+        assert_eq!(c.max_body, 65_536);
+        assert_eq!(ok(quote!(header = "K", scope = "s", max_body = 100), &[]).max_body, 100);
+    }
+
+    #[test]
+    fn the_key_comes_from_one_place() {
+        let e = errors(quote!(ttl = "1h"), &[]);
+        assert!(e[0].starts_with("missing `key` or `header`"), "{e:?}");
+        let e = errors(quote!(key = "a", header = "K", scope = "s"), &[]);
+        assert!(e[0].starts_with("`key` and `header` cannot be used together"), "{e:?}");
+        let e = errors(quote!(header = "K"), &[]);
+        assert!(e[0].starts_with("`header = ...` needs a `scope`"), "{e:?}");
+        let e = errors(quote!(header = "Idempotency Key", scope = "s"), &[]);
+        assert!(e[0].contains("is not a valid HTTP header name"), "{e:?}");
+    }
+
+    #[test]
+    fn options_of_the_other_kind_are_reported() {
+        let e = errors(quote!(key = "a", required = false, max_body = 10), &[]);
+        assert_eq!(
+            e,
+            [
+                "`required` only applies to handlers keyed by `header = \"...\"`",
+                "`max_body` only applies to handlers keyed by `header = \"...\"`",
+            ]
+        );
+        let e = errors(quote!(header = "K", scope = "s", fingerprint = [a], skip = [a]), &["a"]);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].starts_with("`fingerprint` only applies to fns keyed by `key"));
+        assert!(e[1].starts_with("`skip` only applies to fns keyed by `key"));
+    }
+
+    #[test]
+    fn values_are_checked() {
+        let e = errors(
+            quote!(key = "a", fingerprint = [amout], name = "two words", lease = "0s",
+                detach = 1),
+            &["amount"],
+        );
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert_eq!(e[0], "`lease` must be greater than zero");
+        assert!(e[1].contains("unknown binding `amout` in `fingerprint`") && e[1].contains("did you mean `amount`?"));
+        assert!(e[2].contains("is not allowed in a record namespace"), "{e:?}");
+        assert_eq!(e[3], "`detach` expects `true` or `false`");
+        let e = errors(quote!(header = "K", scope = "s", max_body = "1GB"), &[]);
+        assert!(e[0].starts_with("`max_body` expects a size in bytes"), "{e:?}");
     }
 }

@@ -1,11 +1,14 @@
 //! The expansion of `#[idempotent]` that runs the call in a task of its own, and the
 //! syntactic test of whether a function's body can move there.
 
-use proc_macro2::{Delimiter, Span, TokenStream};
+use proc_macro2::{Delimiter, TokenStream};
 use quote::{ToTokens, quote};
 use syn::{FnArg, Ident, ItemFn, ReturnType, Type};
 
 use super::config::{IdemConfig, Source};
+use crate::check::EachBinding;
+use crate::names::Names;
+use syn::visit_mut::VisitMut;
 use super::expand::*;
 use crate::shared::key_expr;
 use crate::spans::{group, respan};
@@ -63,31 +66,12 @@ pub(super) fn mentions(tokens: TokenStream, hit: &dyn Fn(&proc_macro2::TokenTree
 /// to the parameter (each binding then borrows its part).
 pub(super) fn by_ref_pattern(pat: &syn::Pat) -> syn::Pat {
     let mut pat = pat.clone();
-    strip_binding_modes(&mut pat);
+    EachBinding(|p: &mut syn::PatIdent| {
+        p.by_ref = None;
+        p.mutability = None;
+    })
+    .visit_pat_mut(&mut pat);
     pat
-}
-
-pub(super) fn strip_binding_modes(pat: &mut syn::Pat) {
-    use syn::Pat;
-    match pat {
-        Pat::Ident(p) => {
-            p.by_ref = None;
-            p.mutability = None;
-            if let Some((_, sub)) = &mut p.subpat {
-                strip_binding_modes(sub);
-            }
-        }
-        Pat::Tuple(t) => t.elems.iter_mut().for_each(strip_binding_modes),
-        Pat::TupleStruct(t) => t.elems.iter_mut().for_each(strip_binding_modes),
-        Pat::Struct(s) => s
-            .fields
-            .iter_mut()
-            .for_each(|f| strip_binding_modes(&mut f.pat)),
-        Pat::Slice(s) => s.elems.iter_mut().for_each(strip_binding_modes),
-        Pat::Paren(p) => strip_binding_modes(&mut p.pat),
-        Pat::Type(t) => strip_binding_modes(&mut t.pat),
-        _ => {}
-    }
 }
 
 /// The expansion that runs the body in a task of its own (see [`detachable`]).
@@ -127,7 +111,7 @@ pub(super) fn expand_detached(
                     syn::Pat::Ident(p) if p.subpat.is_none() && p.by_ref.is_none() => {
                         p.ident.clone()
                     }
-                    _ => Ident::new(&format!("__distlock_p{i}"), Span::mixed_site()),
+                    _ => Names::param(i),
                 };
                 Some((id, pt.clone()))
             }
@@ -156,22 +140,23 @@ pub(super) fn expand_detached(
         ReturnType::Default => syn::parse_quote!(()),
     };
     let block = &func.block;
-    let body_fn = Ident::new("__distlock_idem_body", Span::call_site());
+    let body_fn = &config.names.body_fn;
     // A parameter the attribute uses (in `key`, `scope` or `client`) may be unused here.
     let nested_body = quote! {
         #[allow(clippy::too_many_arguments, unused_variables)]
         async fn #body_fn(#(#originals),*) #output #block
     };
     let prelude = prelude(config, bindings, false);
-    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
-    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
-    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
-    let key_var = Ident::new("__distlock_idem_key", Span::mixed_site());
-    let buf = Ident::new("__distlock_idem_buf", Span::mixed_site());
+    let scope_var = &config.names.scope;
+    let fp_var = &config.names.fp;
+    let client_var = &config.names.client;
+    let key_var = &config.names.key;
+    let buf = &config.names.buf;
+    let call_var = &config.names.call;
     let idem_fn = idem_fn(config, name);
     let wrapped = match &config.source {
         Source::Key(key) => {
-            let key = key_expr(krate, key, &buf, false);
+            let key = key_expr(krate, key, buf, false);
             let spec = spec(config, "");
             // Both on the `Ok` type: a return type that does not fit is reported there.
             let at = ok_span(&ret);
@@ -197,19 +182,19 @@ pub(super) fn expand_detached(
                 use #krate::__private::{DetachFnInline as _, DetachFnSend as _};
                 // The call's temporaries end here: the future awaited below is `Send`
                 // whenever the body is.
-                let __distlock_idem_call = #call #args;
-                __distlock_idem_call #dot_await
+                let #call_var = #call #args;
+                #call_var #dot_await
             }
         }
         Source::Header(header) => {
-            let req = Ident::new("__distlock_idem_req", Span::mixed_site());
-            let run_var = Ident::new("__distlock_idem_run", Span::mixed_site());
-            let out_var = Ident::new("__distlock_idem_out", Span::mixed_site());
-            let work_fn = Ident::new("__distlock_idem_work", Span::call_site());
-            let begin = begin_expr(config, header, &req, &idem_fn);
-            let capture = capture_expr(config, &req, &ret, &out_var);
+            let req = &config.names.req;
+            let run_var = &config.names.run;
+            let out_var = &config.names.out;
+            let work_fn = &config.names.work_fn;
+            let begin = begin_expr(config, header, req, &idem_fn);
+            let capture = capture_expr(config, req, &ret, out_var);
             // The last parameter read through `BodyFp` (see `wrap_body_param`).
-            let seen = body_seen_ident();
+            let seen = &config.names.body_seen;
             let unwrap_body = match params.last() {
                 Some((id, _)) => {
                     let last = func.sig.inputs.last_mut().expect("a parameter per id");
@@ -227,7 +212,7 @@ pub(super) fn expand_detached(
                     TokenStream::new()
                 }
             };
-            handler_signature(&mut func.sig, krate, &req);
+            handler_signature(&mut func.sig, krate, req);
             quote! {
                 #unwrap_body
                 let (#scope_var, #fp_var, #client_var) = {
@@ -260,12 +245,12 @@ pub(super) fn expand_detached(
                 }
                 #[allow(unused_imports)]
                 use #krate::__private::{DetachLocal as _, DetachSend as _};
-                let __distlock_idem_call = (&&#krate::__private::Detach::new(
+                let #call_var = (&&#krate::__private::Detach::new(
                     #krate::__private::DetachMode::of(&#req),
                     #work_fn(#run_var, #req, #(#ids),*),
                 ))
                     .__distlock_run();
-                __distlock_idem_call.await
+                #call_var.await
             }
         }
     };

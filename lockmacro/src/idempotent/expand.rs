@@ -2,7 +2,7 @@
 //! the pieces both expansions share (the prelude, the spec, the claim, the capture).
 
 use proc_macro2::{Delimiter, Span, TokenStream};
-use quote::{ToTokens, format_ident, quote};
+use quote::{ToTokens, quote};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{FnArg, Ident, ItemFn, LitStr, ReturnType, Type};
@@ -49,15 +49,16 @@ pub(super) fn expand_fn(mut func: ItemFn, shape: Shape, config: &IdemConfig) -> 
     }
     match shape {
         Shape::Async => {
-            let (ret, body) = typed_body(&func, "__distlock_idem_ret");
+            let (ret, body) = typed_body(&func, &config.names.ret);
             let wrapped = match &config.source {
                 Source::Key(key) => key_call(config, key, &ret, &bindings, &name, false, body),
                 Source::Header(header) => {
-                    let req = Ident::new("__distlock_idem_req", Span::mixed_site());
+                    let req = &config.names.req;
                     let krate = &config.krate;
-                    let seen_when_cfg_out = wrap_body_param(&mut func.sig, krate);
-                    handler_signature(&mut func.sig, krate, &req);
-                    let call = header_call(config, header, &req, &ret, &bindings, &name, body);
+                    let seen_when_cfg_out =
+                        wrap_body_param(&mut func.sig, krate, &config.names.body_seen);
+                    handler_signature(&mut func.sig, krate, req);
+                    let call = header_call(config, header, req, &ret, &bindings, &name, body);
                     quote!(#seen_when_cfg_out #call)
                 }
             };
@@ -149,13 +150,13 @@ pub(super) fn non_payload_type(ty: &Type) -> bool {
 
 pub(super) fn prelude(config: &IdemConfig, bindings: &[Binding], async_trait: bool) -> TokenStream {
     let krate = &config.krate;
-    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
-    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
-    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
-    let buf = Ident::new("__distlock_idem_buf", Span::mixed_site());
+    let scope_var = &config.names.scope;
+    let fp_var = &config.names.fp;
+    let client_var = &config.names.client;
+    let buf = &config.names.buf;
     let scope = match &config.scope {
         Some(t) => {
-            let e = key_expr(krate, t, &buf, async_trait);
+            let e = key_expr(krate, t, buf, async_trait);
             quote!(::core::option::Option::Some(#e))
         }
         None => quote!(::core::option::Option::None),
@@ -276,10 +277,10 @@ pub(super) fn idem_call(
     spec: TokenStream,
 ) -> TokenStream {
     let krate = &config.krate;
-    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
-    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
-    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
-    let key_var = Ident::new("__distlock_idem_key", Span::mixed_site());
+    let scope_var = &config.names.scope;
+    let fp_var = &config.names.fp;
+    let client_var = &config.names.client;
+    let key_var = &config.names.key;
     quote! {
         #krate::__private::IdemCall {
             client: #client_var,
@@ -305,9 +306,9 @@ pub(super) fn key_call(
     body: TokenStream,
 ) -> TokenStream {
     let krate = &config.krate;
-    let key_var = Ident::new("__distlock_idem_key", Span::mixed_site());
-    let buf = Ident::new("__distlock_idem_buf", Span::mixed_site());
-    let key = key_expr(krate, key, &buf, async_trait);
+    let key_var = &config.names.key;
+    let buf = &config.names.buf;
+    let key = key_expr(krate, key, buf, async_trait);
     let prelude = prelude(config, bindings, async_trait);
     let spec = spec(config, "");
     let idem_fn = idem_fn(config, name);
@@ -354,13 +355,13 @@ pub(super) fn header_call(
     body: TokenStream,
 ) -> TokenStream {
     let prelude = prelude(config, bindings, false);
-    let run_var = Ident::new("__distlock_idem_run", Span::mixed_site());
-    let out_var = Ident::new("__distlock_idem_out", Span::mixed_site());
-    let cap_var = Ident::new("__distlock_idem_cap", Span::mixed_site());
-    let done = format_ident!("__distlock_idem_done", span = Span::mixed_site());
+    let run_var = &config.names.run;
+    let out_var = &config.names.out;
+    let cap_var = &config.names.cap;
+    let done = &config.names.done;
     let idem_fn = idem_fn(config, name);
     let begin = begin_expr(config, header, req, &idem_fn);
-    let capture = capture_expr(config, req, ret, &out_var);
+    let capture = capture_expr(config, req, ret, out_var);
     // `-> impl IntoResponse` is rewritten away: check the body's value against the
     // bounds, which also keeps the user's `use` of the trait from looking unused.
     let impl_check = match ret {
@@ -369,7 +370,7 @@ pub(super) fn header_call(
                 .bounds
                 .iter()
                 .filter(|b| matches!(b, syn::TypeParamBound::Trait(_)));
-            let check = Ident::new("__distlock_idem_impl_check", Span::mixed_site());
+            let check = &config.names.impl_check;
             quote! {
                 fn #check<__DistlockOut: #(#bounds)+*>(_: &__DistlockOut) {}
                 #check(&#out_var);
@@ -400,11 +401,11 @@ pub(super) fn begin_expr(
     idem_fn: &TokenStream,
 ) -> TokenStream {
     let krate = &config.krate;
-    let scope_var = Ident::new("__distlock_idem_scope", Span::mixed_site());
-    let fp_var = Ident::new("__distlock_idem_fp", Span::mixed_site());
-    let client_var = Ident::new("__distlock_idem_client", Span::mixed_site());
-    let done = format_ident!("__distlock_idem_done", span = Span::mixed_site());
-    let seen = body_seen_ident();
+    let scope_var = &config.names.scope;
+    let fp_var = &config.names.fp;
+    let client_var = &config.names.client;
+    let done = &config.names.done;
+    let seen = &config.names.body_seen;
     let spec = spec(config, &header.value());
     quote! {
         match #krate::__private::HandlerRun::begin(
@@ -465,18 +466,16 @@ pub(super) fn handler_signature(sig: &mut syn::Signature, krate: &syn::Path, req
     );
 }
 
-/// The binding of what [`wrap_body_param`]'s wrapper saw of the request body.
-pub(super) fn body_seen_ident() -> Ident {
-    Ident::new("__distlock_idem_body_seen", Span::mixed_site())
-}
-
 /// Rewrites a handler's last parameter `pat: T` to `BodyFp(pat, seen): BodyFp<T>` (or
 /// adds `BodyFp((), seen): BodyFp<()>` to a handler without parameters): the wrapper
 /// reads the request body for the fingerprint, then extracts `T` as before. A last
 /// parameter under `#[cfg(..)]` is wrapped too, and the statement returned (for the top
 /// of the body) gives `seen` its value when the parameter is compiled out.
-pub(super) fn wrap_body_param(sig: &mut syn::Signature, krate: &syn::Path) -> TokenStream {
-    let seen = body_seen_ident();
+pub(super) fn wrap_body_param(
+    sig: &mut syn::Signature,
+    krate: &syn::Path,
+    seen: &Ident,
+) -> TokenStream {
     let last = sig.inputs.iter_mut().rev().find_map(|input| match input {
         FnArg::Typed(pt) => Some(pt),
         FnArg::Receiver(_) => None,

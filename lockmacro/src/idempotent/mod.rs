@@ -14,11 +14,12 @@
 
 use proc_macro2::TokenStream;
 use quote::{ToTokens, quote};
-use syn::{ItemFn, ReturnType};
+use syn::ItemFn;
 
 use crate::args::RawArgs;
-use crate::shape::{Shape, parse_fn, shape_and_config, with_error};
-use config::{Source, idem_config};
+use crate::shape::{parse_fn, shape_and_config, with_error};
+pub(crate) use config::Source;
+use config::idem_config;
 use expand::*;
 
 mod config;
@@ -55,32 +56,8 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         }
     }
     let (shape, config, mut errors) = shape_and_config(&mut func, args, "idempotent", idem_config);
-    if let Some(config) = &config
-        && config.name.is_none()
-        && func.sig.receiver().is_some()
-    {
-        errors.push(syn::Error::new(
-            func.sig.ident.span(),
-            format!(
-                "`#[idempotent]` on a method needs `name = \"...\"`: records are namespaced by module path and fn name, which the methods named `{}` of every type in this module share (`impl Email {{ fn notify }}` and `impl Sms {{ fn notify }}` would answer each other's calls); name the namespace, e.g. `name = \"<type>-{}\"`",
-                func.sig.ident, func.sig.ident
-            ),
-        ));
-    }
     if let Some(config) = &config {
-        match (&config.source, &shape) {
-            (Source::Key(_), _) if matches!(func.sig.output, ReturnType::Default) => {
-                errors.push(syn::Error::new(
-                    func.sig.paren_token.span.close(),
-                    "`#[idempotent(key = ...)]` functions must return `Result<T, E>` where `T: Serialize + DeserializeOwned` and `E: From<distlock::Error>`; add a return type",
-                ));
-            }
-            (Source::Header(lit), Shape::AsyncTrait(_)) => errors.push(syn::Error::new(
-                lit.span(),
-                "`header = ...` works on axum and actix-web handlers (plain `async fn`s); use `key = \"...\"` in trait methods",
-            )),
-            _ => {}
-        }
+        crate::valid::idem_fn(&func, &shape, &config.source, config.name.is_some(), &mut errors);
     }
     let out = match (errors.finish(), config) {
         (Some(e), _) => with_error(func.into_token_stream(), e),

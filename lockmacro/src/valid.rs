@@ -1,0 +1,141 @@
+//! Checks that relate one argument to another, or an argument to the function (serde's
+//! `internals/check.rs`: "cross-cutting checks that require looking at more than a single
+//! attrs object"). A check of one argument alone happens where it is parsed (`args.rs`);
+//! these run once every argument is parsed, and only say what the parsers cannot.
+
+use proc_macro2::Span;
+use syn::{ItemFn, LitStr, ReturnType};
+
+use crate::args::{Arg, Errors};
+use crate::idempotent::Source;
+use crate::shape::Shape;
+use crate::template::Template;
+
+/// `#[distributed_lock]`: `max_hold` and `on_lost` are about lease keeping, which only
+/// `renew = true` turns on (an invalid `renew` is reported already, not again here).
+pub(crate) fn lock_options(
+    renew: &Arg<bool>,
+    max_hold: &Arg<u64>,
+    on_lost: &Arg<bool>,
+    errors: &mut Errors,
+) {
+    if !renew.is_absent() && renew.value().is_none() {
+        return;
+    }
+    if renew.value() == Some(&true) {
+        return;
+    }
+    for name in [max_hold.name(), on_lost.name()].into_iter().flatten() {
+        errors.push(syn::Error::new(
+            name.span(),
+            format!("`{name}` only applies to lease keeping; add `renew = true`"),
+        ));
+    }
+}
+
+/// `#[distributed_lock]` on the fn: it must return a `Result`.
+pub(crate) fn lock_fn(func: &ItemFn, errors: &mut Errors) {
+    if let ReturnType::Default = func.sig.output {
+        errors.push(syn::Error::new(
+            func.sig.paren_token.span.close(),
+            "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<distlock::Error>`; add a return type",
+        ));
+    }
+}
+
+/// `#[idempotent]`'s key comes from exactly one of `key` and `header`. `None` when that
+/// is not so, or the one given is invalid.
+pub(crate) fn idem_source(
+    key: Arg<Template>,
+    header: Arg<LitStr>,
+    errors: &mut Errors,
+) -> Option<Source> {
+    match (key, header) {
+        (Arg::Absent, Arg::Absent) => {
+            errors.push(syn::Error::new(
+                Span::call_site(),
+                "missing `key` or `header`: write `#[idempotent(key = \"pay:<id>\")]` on an async fn, or `#[idempotent(header = \"Idempotency-Key\", scope = \"<user>\")]` on an axum or actix-web handler",
+            ));
+            None
+        }
+        (key, Arg::Absent) => key.required().map(Source::Key),
+        (Arg::Absent, header) => header.required().map(Source::Header),
+        (_, header) => {
+            let name = header.name().expect("a header argument was written");
+            errors.push(syn::Error::new(
+                name.span(),
+                "`key` and `header` cannot be used together: `key = \"...\"` builds the key from the fn's parameters, `header = \"Idempotency-Key\"` takes it from a request header",
+            ));
+            None
+        }
+    }
+}
+
+/// The options of one kind of `#[idempotent]` written on the other: `required` and
+/// `max_body` mean something for handlers only, `fingerprint` and `skip` for keyed fns
+/// only; and a handler must say whose keys they are (`scope`).
+pub(crate) fn idem_options(
+    source: Option<&Source>,
+    scope: &Arg<Template>,
+    header_only: [Option<&syn::Ident>; 2],
+    key_only: [Option<&syn::Ident>; 2],
+    errors: &mut Errors,
+) {
+    if let (Some(Source::Header(lit)), Arg::Absent) = (source, scope) {
+        errors.push(syn::Error::new(
+            lit.span(),
+            "`header = ...` needs a `scope`: who may replay this endpoint's stored responses. Write `scope = \"<user>\"` with a binding that identifies the caller (each caller's keys are then its own), or a literal such as `scope = \"provider-webhooks\"` for an endpoint whose callers may share records; without a scope, anyone who knows a key gets the response stored under it and can claim keys before their owner",
+        ));
+    }
+    if let Some(Source::Key(_)) = source {
+        for name in header_only.into_iter().flatten() {
+            errors.push(syn::Error::new(
+                name.span(),
+                format!("`{name}` only applies to handlers keyed by `header = \"...\"`"),
+            ));
+        }
+    }
+    if let Some(Source::Header(_)) = source {
+        for name in key_only.into_iter().flatten() {
+            errors.push(syn::Error::new(
+                name.span(),
+                format!(
+                    "`{name}` only applies to fns keyed by `key = \"...\"`: a handler's fingerprint is the request as sent (method, route, path, query and body), whatever its bindings"
+                ),
+            ));
+        }
+    }
+}
+
+/// `#[idempotent]` on the fn: a method names its records' namespace; a keyed fn returns
+/// a `Result`; `header` only on a plain `async fn` (a handler), not a trait method.
+pub(crate) fn idem_fn(
+    func: &ItemFn,
+    shape: &Shape,
+    source: &Source,
+    named: bool,
+    errors: &mut Errors,
+) {
+    if !named && func.sig.receiver().is_some() {
+        errors.push(syn::Error::new(
+            func.sig.ident.span(),
+            format!(
+                "`#[idempotent]` on a method needs `name = \"...\"`: records are namespaced by module path and fn name, which the methods named `{}` of every type in this module share (`impl Email {{ fn notify }}` and `impl Sms {{ fn notify }}` would answer each other's calls); name the namespace, e.g. `name = \"<type>-{}\"`",
+                func.sig.ident, func.sig.ident
+            ),
+        ));
+    }
+    match (source, shape) {
+        (Source::Key(_), _) if matches!(func.sig.output, ReturnType::Default) => {
+            errors.push(syn::Error::new(
+                func.sig.paren_token.span.close(),
+                "`#[idempotent(key = ...)]` functions must return `Result<T, E>` where `T: Serialize + DeserializeOwned` and `E: From<distlock::Error>`; add a return type",
+            ));
+        }
+        (Source::Header(lit), Shape::AsyncTrait(_)) => errors.push(syn::Error::new(
+            lit.span(),
+            "`header = ...` works on axum and actix-web handlers (plain `async fn`s); use `key = \"...\"` in trait methods",
+        )),
+        _ => {}
+    }
+}
