@@ -209,7 +209,12 @@ impl<'a> ArgSlots<'a> {
 
     /// `name = "10s"` in milliseconds, greater than zero (`zero_hint` says what to do
     /// instead of zero).
-    pub(crate) fn duration(&mut self, name: &str, zero_hint: &str, errors: &mut Errors) -> Arg<u64> {
+    pub(crate) fn duration(
+        &mut self,
+        name: &str,
+        zero_hint: &str,
+        errors: &mut Errors,
+    ) -> Arg<u64> {
         self.parsed(name, errors, |arg| duration_ms(arg, zero_hint))
     }
 

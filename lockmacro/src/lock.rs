@@ -5,12 +5,12 @@ use quote::{ToTokens, quote};
 use syn::{Expr, ItemFn, Type};
 
 use crate::args::{ArgSlots, Errors, RawArgs, replicas_tokens};
+use crate::names::Names;
 use crate::shape::{
     Shape, parse_fn, shape_and_config, typed_body, with_error, wrap_async_trait_body,
 };
 use crate::shared::{client_expr, key_expr};
 use crate::spans::{group, output_span, respan};
-use crate::names::Names;
 use crate::template::Template;
 use crate::valid;
 
@@ -201,8 +201,17 @@ mod tests {
     #[test]
     fn every_option() {
         let c = config(
-            quote!(key = "a:<id>", ttl = "1m30s", wait = "250ms", renew = true, max_hold = "5m",
-                on_lost = "continue", replicas = 2, client = app.locks, crate = "my::dl"),
+            quote!(
+                key = "a:<id>",
+                ttl = "1m30s",
+                wait = "250ms",
+                renew = true,
+                max_hold = "5m",
+                on_lost = "continue",
+                replicas = 2,
+                client = app.locks,
+                crate = "my::dl"
+            ),
             &["id", "app"],
         )
         .unwrap_or_else(|e| panic!("{e:?}"));
@@ -225,7 +234,10 @@ mod tests {
 
     #[test]
     fn lease_options_need_renew() {
-        let e = errors(quote!(key = "a", max_hold = "5m", on_lost = "continue"), &[]);
+        let e = errors(
+            quote!(key = "a", max_hold = "5m", on_lost = "continue"),
+            &[],
+        );
         assert_eq!(
             e,
             [
@@ -243,7 +255,10 @@ mod tests {
 
     #[test]
     fn names_and_placeholders_are_checked() {
-        let e = errors(quote!(key = "a:<od>", tll = "1s", ttl = "1s", ttl = "2s"), &["id"]);
+        let e = errors(
+            quote!(key = "a:<od>", tll = "1s", ttl = "1s", ttl = "2s"),
+            &["id"],
+        );
         assert_eq!(e.len(), 3, "{e:?}");
         assert!(e[0].starts_with("unknown argument `tll`: did you mean `ttl`?"));
         assert_eq!(e[1], "duplicate argument `ttl`");

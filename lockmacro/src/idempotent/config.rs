@@ -275,9 +275,20 @@ mod tests {
     #[test]
     fn every_keyed_option() {
         let c = ok(
-            quote!(key = "pay:<id>", scope = "<tenant>", ttl = "1h", lease = "5s", wait = "2s",
-                fingerprint = [id, amount], skip = [pool], on_lost = "continue", replicas = 1,
-                name = "payments", detach = false, client = locks),
+            quote!(
+                key = "pay:<id>",
+                scope = "<tenant>",
+                ttl = "1h",
+                lease = "5s",
+                wait = "2s",
+                fingerprint = [id, amount],
+                skip = [pool],
+                on_lost = "continue",
+                replicas = 1,
+                name = "payments",
+                detach = false,
+                client = locks
+            ),
             &["id", "amount", "pool", "tenant", "locks"],
         );
         assert_eq!((c.ttl_ms, c.lease_ms, c.wait_ms), (3_600_000, 5_000, 2_000));
@@ -294,13 +305,21 @@ mod tests {
     #[test]
     fn handlers() {
         let c = ok(
-            quote!(header = "Idempotency-Key", scope = "<user>", required = false, max_body = "64KiB"),
+            quote!(
+                header = "Idempotency-Key",
+                scope = "<user>",
+                required = false,
+                max_body = "64KiB"
+            ),
             &["user"],
         );
         assert!(matches!(&c.source, Source::Header(h) if h.value() == "Idempotency-Key"));
         assert!(!c.required);
         assert_eq!(c.max_body, 65_536);
-        assert_eq!(ok(quote!(header = "K", scope = "s", max_body = 100), &[]).max_body, 100);
+        assert_eq!(
+            ok(quote!(header = "K", scope = "s", max_body = 100), &[]).max_body,
+            100
+        );
     }
 
     #[test]
@@ -308,7 +327,10 @@ mod tests {
         let e = errors(quote!(ttl = "1h"), &[]);
         assert!(e[0].starts_with("missing `key` or `header`"), "{e:?}");
         let e = errors(quote!(key = "a", header = "K", scope = "s"), &[]);
-        assert!(e[0].starts_with("`key` and `header` cannot be used together"), "{e:?}");
+        assert!(
+            e[0].starts_with("`key` and `header` cannot be used together"),
+            "{e:?}"
+        );
         let e = errors(quote!(header = "K"), &[]);
         assert!(e[0].starts_with("`header = ...` needs a `scope`"), "{e:?}");
         let e = errors(quote!(header = "Idempotency Key", scope = "s"), &[]);
@@ -325,7 +347,10 @@ mod tests {
                 "`max_body` only applies to handlers keyed by `header = \"...\"`",
             ]
         );
-        let e = errors(quote!(header = "K", scope = "s", fingerprint = [a], skip = [a]), &["a"]);
+        let e = errors(
+            quote!(header = "K", scope = "s", fingerprint = [a], skip = [a]),
+            &["a"],
+        );
         assert_eq!(e.len(), 2, "{e:?}");
         assert!(e[0].starts_with("`fingerprint` only applies to fns keyed by `key"));
         assert!(e[1].starts_with("`skip` only applies to fns keyed by `key"));
@@ -334,16 +359,30 @@ mod tests {
     #[test]
     fn values_are_checked() {
         let e = errors(
-            quote!(key = "a", fingerprint = [amout], name = "two words", lease = "0s",
-                detach = 1),
+            quote!(
+                key = "a",
+                fingerprint = [amout],
+                name = "two words",
+                lease = "0s",
+                detach = 1
+            ),
             &["amount"],
         );
         assert_eq!(e.len(), 4, "{e:?}");
         assert_eq!(e[0], "`lease` must be greater than zero");
-        assert!(e[1].contains("unknown binding `amout` in `fingerprint`") && e[1].contains("did you mean `amount`?"));
-        assert!(e[2].contains("is not allowed in a record namespace"), "{e:?}");
+        assert!(
+            e[1].contains("unknown binding `amout` in `fingerprint`")
+                && e[1].contains("did you mean `amount`?")
+        );
+        assert!(
+            e[2].contains("is not allowed in a record namespace"),
+            "{e:?}"
+        );
         assert_eq!(e[3], "`detach` expects `true` or `false`");
         let e = errors(quote!(header = "K", scope = "s", max_body = "1GB"), &[]);
-        assert!(e[0].starts_with("`max_body` expects a size in bytes"), "{e:?}");
+        assert!(
+            e[0].starts_with("`max_body` expects a size in bytes"),
+            "{e:?}"
+        );
     }
 }

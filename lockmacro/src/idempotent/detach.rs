@@ -6,12 +6,12 @@ use quote::{ToTokens, quote};
 use syn::{FnArg, Ident, ItemFn, ReturnType, Type};
 
 use super::config::{IdemConfig, Source};
+use super::expand::*;
 use crate::check::EachBinding;
 use crate::names::Names;
-use syn::visit_mut::VisitMut;
-use super::expand::*;
 use crate::shared::key_expr;
 use crate::spans::{group, respan};
+use syn::visit_mut::VisitMut;
 
 /// Whether the body can run in a task of its own: an `async fn` without `self`, `Self`,
 /// generics, `unsafe` or attributes on its parameters, whose parameter types hold no

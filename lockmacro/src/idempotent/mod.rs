@@ -57,7 +57,13 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     }
     let (shape, config, mut errors) = shape_and_config(&mut func, args, "idempotent", idem_config);
     if let Some(config) = &config {
-        crate::valid::idem_fn(&func, &shape, &config.source, config.name.is_some(), &mut errors);
+        crate::valid::idem_fn(
+            &func,
+            &shape,
+            &config.source,
+            config.name.is_some(),
+            &mut errors,
+        );
     }
     let out = match (errors.finish(), config) {
         (Some(e), _) => with_error(func.into_token_stream(), e),

@@ -1,0 +1,56 @@
+// #[idempotent(key)] on an async `&self` method
+// Written by `UPDATE_SNAPSHOTS=1 cargo test -p lockmacro`; not compiled.
+
+async fn notify(&self, id: u64) -> Result<(), AppError> {
+    let __distlock_idem_key: ::std::string::String = {
+        let mut __distlock_idem_buf = ::distlock::__private::KeyBuf::new();
+        __distlock_idem_buf.push_lit("notify:");
+        ::distlock::__private::KeyBuf::push_arg(&mut __distlock_idem_buf, &(id));
+        __distlock_idem_buf.finish()
+    };
+    let __distlock_idem_scope: ::core::option::Option<::std::string::String> = ::core::option::Option::None;
+    #[allow(clippy::needless_borrow, unused_mut)]
+    let __distlock_idem_fp = {
+        #[allow(unused_imports)]
+        use ::distlock::__private::{
+            FpNonPayload as _, FpNone as _, FpSerialize as _, FpSet as _,
+        };
+        let mut __distlock_idem_fp = ::distlock::__private::Fingerprint::new();
+        (&&&&::distlock::__private::FpArg("id", &id))
+            .__distlock_fp(&mut __distlock_idem_fp);
+        __distlock_idem_fp
+    };
+    let __distlock_idem_client = ::distlock::__private::default_locks();
+    ::distlock::__private::run_idempotent(
+            ::distlock::__private::IdemCall {
+                client: __distlock_idem_client,
+                target: ::distlock::__private::IdemTarget {
+                    function: ::distlock::__private::IdemFn {
+                        namespace: "email-notify",
+                        site: ::core::concat!(
+                            ::core::file!(), ":", ::core::line!(), ":", ::core::column!()
+                        ),
+                    },
+                    scope: __distlock_idem_scope,
+                    key: __distlock_idem_key,
+                },
+                fp: __distlock_idem_fp,
+                spec: ::distlock::__private::IdemSpec {
+                    ttl_ms: 86400000u64,
+                    lease_ms: 30000u64,
+                    wait_ms: 0u64,
+                    max_body: 1048576usize,
+                    header: "",
+                    required: true,
+                    cancel_on_lost: true,
+                    replicas: ::core::option::Option::None,
+                },
+            },
+            async move {
+                #[allow(clippy::diverging_sub_expression)]
+                let __distlock_idem_ret: Result<(), AppError> = { self.send(id).await };
+                #[allow(unreachable_code)] __distlock_idem_ret
+            },
+        )
+        .await
+}

@@ -1,0 +1,30 @@
+// #[distributed_lock] on a free async fn
+// Written by `UPDATE_SNAPSHOTS=1 cargo test -p lockmacro`; not compiled.
+
+async fn deduct(sku: u64, n: u32) -> Result<u32, AppError> {
+    let __distlock_key: ::std::string::String = {
+        let mut __distlock_buf = ::distlock::__private::KeyBuf::new();
+        __distlock_buf.push_lit("stock:");
+        ::distlock::__private::KeyBuf::push_arg(&mut __distlock_buf, &(sku));
+        __distlock_buf.finish()
+    };
+    let __distlock_client = ::distlock::__private::default_locks();
+    ::distlock::__private::run_locked(
+            __distlock_client,
+            __distlock_key,
+            ::distlock::__private::LockSpec {
+                ttl_ms: 10000u64,
+                wait_ms: 3000u64,
+                renew: false,
+                max_hold_ms: 0u64,
+                cancel_on_lost: true,
+                replicas: ::core::option::Option::None,
+            },
+            async move {
+                #[allow(clippy::diverging_sub_expression)]
+                let __distlock_ret: Result<u32, AppError> = { take(sku, n).await };
+                #[allow(unreachable_code)] __distlock_ret
+            },
+        )
+        .await
+}
