@@ -989,14 +989,17 @@ async fn cancelled_in_flight(
 /// hears how it ended though the caller never will: `released` (the key is free), or a
 /// failure when another client held the key by then (its token stays): `lost`, or
 /// `release_failed` when the retry of a try that may have run cannot tell (see
-/// `release_raw`), never `released`. A guard dropped
-/// without `release()` is heard the same way. Each cancellation is checked to have
-/// come while the release was in flight (its first poll was pending).
+/// `release_raw`), never `released`. A guard dropped without `release()` is heard the
+/// same way. Replies come through the fault proxy 30 ms late, so each cancellation
+/// comes while the release is in flight (checked: its first poll was pending; from a
+/// fast server a reply could otherwise be read within that poll).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_cancelled_by_its_caller_is_still_heard() {
     let server = RedisServer::start();
+    let proxy = common::proxy::FaultProxy::start(server.port);
+    proxy.set_latency(common::proxy::Dir::ToClient, Duration::from_millis(30));
     let (seen, observe) = recorder();
-    let locks = Locks::builder(server.url())
+    let locks = Locks::builder(proxy.url())
         .observer(observe)
         .build()
         .unwrap();
