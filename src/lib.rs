@@ -129,6 +129,43 @@
 //!   same client passes through without a round trip and sees the same fence; only the
 //!   outermost exit releases. Another task contends normally.
 //!
+//! ## Jobs that run on one instance
+//!
+//! A job that every instance schedules (a nightly report, a cleanup) should run once per
+//! period. With `wait` left out, the instance that takes the lock runs the job and the
+//! others get `Busy` and skip it. `min_hold` closes the remaining gap: a job that ends
+//! in a second would release the lock, and an instance whose timer fires a little
+//! later would run it again. With `min_hold = "5m"` the lock is kept by its lease until
+//! five minutes after it was taken, however soon the body ends (a release before then
+//! sets the lease instead of deleting the key, hands the lock to no waiter and wakes
+//! none). Keep `min_hold` shorter than the period and no longer than `ttl`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use distlock::{distributed_lock, Error};
+//!
+//! #[distributed_lock(key = "job:nightly-report", ttl = "10m", min_hold = "5m")]
+//! async fn nightly_report() -> Result<(), Error> {
+//!     Ok(()) // build and send the report
+//! }
+//!
+//! # async fn run() {
+//! let mut every_hour = tokio::time::interval(Duration::from_secs(3600));
+//! loop {
+//!     every_hour.tick().await;
+//!     match nightly_report().await {
+//!         Ok(()) => {}
+//!         Err(Error::Busy { .. }) => {} // another instance ran it this period
+//!         Err(e) => eprintln!("report failed: {e}"),
+//!     }
+//! }
+//! # }
+//! ```
+//!
+//! A scheduler such as `tokio-cron-scheduler` calls the annotated fn the same way from
+//! its job. `min_hold` covers timers that drift apart by less than its length; instances
+//! further apart than that can each run the job in the same period.
+//!
 //! ## Errors
 //!
 //! | variant | when | the body |
@@ -313,6 +350,7 @@ pub use lockcore::{
 /// | `wait = "3s"` | none | how long to keep trying while someone else holds it |
 /// | `renew = true` | `false` | keep the lease while the body runs (renewed every `ttl / 3`) |
 /// | `max_hold = "5m"` | none | with `renew`: stop renewing after this long |
+/// | `min_hold = "5m"` | none | keep the lock this long after it was taken even when the body ends sooner (by its lease: at most `ttl`); see "Jobs that run on one instance" |
 /// | `on_lost = "continue"` | `"cancel"` | with `renew`: when a renewal finds the lock lost, cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way the call returns `Lost` |
 /// | `replicas = 1` | the client's ([`LocksBuilder::replicas`], 0) | replicas that must acknowledge the lock once taken, and its fence once given (Redis `WAIT`); fewer: the lock is given back and the call returns `NotReplicated`, the body does not run. Closes the failover hole of asynchronous replication as far as `WAIT` can (it is not consensus; fencing stays the final guard) |
 /// | `client = expr` | installed / `REDIS_URL` | a `Locks`, `&Locks` or `Arc<Locks>` to use instead |

@@ -1,7 +1,8 @@
 //! Multi-process tests against a real Redis: the test binary re-runs itself as child
 //! processes (`child_entry`) that take the same locks, and the parent checks mutual
 //! exclusion across processes, recovery after a holder is SIGKILLed, and `Lost` after a
-//! holder is paused (SIGSTOP) past its ttl.
+//! holder is paused (SIGSTOP) past its ttl, and a job scheduled on every process run once
+//! per period with `min_hold`.
 //!
 //! Parent and children talk by lines: the parent writes to a child's stdin, a child
 //! prints `@@<event> key=value ...` lines on stdout (other lines, such as the test
@@ -216,6 +217,7 @@ fn child_entry() {
         "counter" => counter_role(&rt, &url),
         "holder" => holder_role(&rt, &url),
         "paused" => paused_role(&rt, &url),
+        "scheduler" => scheduler_role(&rt, &url),
         other => panic!("unknown child role `{other}`"),
     }
 }
@@ -548,4 +550,99 @@ async fn sigstopped_holder_loses_its_lock() {
             .await
             .expect("the parent's lock was disturbed by the resumed child");
     }
+}
+
+/// Milliseconds since the Unix epoch: the clock the scheduler children share.
+fn unix_ms() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    u64::try_from(since.as_millis()).expect("ms fit")
+}
+
+/// One instance of a scheduled job. Env: `DISTLOCK_JOB` (its name), `DISTLOCK_MIN_HOLD_MS`
+/// (0: none), `DISTLOCK_START_MS` (Unix ms of the first period), `DISTLOCK_PERIOD_MS`,
+/// `DISTLOCK_PERIODS`, `DISTLOCK_SKEW_MS` (how late this instance's timer fires). Each
+/// period it tries the lock once (no wait) and, when it gets it, counts a run in
+/// `data:runs:<job>` and releases. Prints `@@done runs=R` (its own runs).
+fn scheduler_role(rt: &tokio::runtime::Runtime, url: &str) {
+    let job = std::env::var("DISTLOCK_JOB").expect("DISTLOCK_JOB");
+    let min_hold = env_u64("DISTLOCK_MIN_HOLD_MS");
+    let (start, period) = (env_u64("DISTLOCK_START_MS"), env_u64("DISTLOCK_PERIOD_MS"));
+    let (periods, skew) = (env_u64("DISTLOCK_PERIODS"), env_u64("DISTLOCK_SKEW_MS"));
+    let runs = rt.block_on(async {
+        let locks = Locks::connect(url).await.expect("Locks::connect");
+        let mut conn = redis::Client::open(url)
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connect");
+        let mut runs = 0;
+        for i in 0..periods {
+            let at = start + i * period + skew;
+            tokio::time::sleep(Duration::from_millis(at.saturating_sub(unix_ms()))).await;
+            let mut request = locks.lock(format!("job:{job}"));
+            if min_hold > 0 {
+                request = request.min_hold(Duration::from_millis(min_hold));
+            }
+            match request.acquire().await {
+                Ok(guard) => {
+                    let _: i64 = conn
+                        .incr(format!("data:runs:{job}"), 1)
+                        .await
+                        .expect("INCR");
+                    guard.release().await.expect("release");
+                    runs += 1;
+                }
+                Err(distlock::Error::Busy { .. }) => {}
+                Err(e) => panic!("acquire: {e}"),
+            }
+        }
+        runs
+    });
+    println!("@@done runs={runs}");
+}
+
+/// A job every process schedules at the same period, one process's timer 100 ms late:
+/// with `min_hold` it runs once per period across both; without it (the control, run at
+/// the same time) the late process runs it again in most periods, since the first run
+/// ended long before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_job_runs_once_per_period_with_min_hold() {
+    const PERIODS: u64 = 5;
+    let server = RedisServer::start();
+    let start = unix_ms() + 3000; // every child started and connected by then
+    let spawn = |job: &str, min_hold: u64, skew: u64| {
+        ChildProc::spawn(
+            "scheduler",
+            &server.url(),
+            &[
+                ("DISTLOCK_JOB", job.to_owned()),
+                ("DISTLOCK_MIN_HOLD_MS", min_hold.to_string()),
+                ("DISTLOCK_START_MS", start.to_string()),
+                ("DISTLOCK_PERIOD_MS", "1000".to_owned()),
+                ("DISTLOCK_PERIODS", PERIODS.to_string()),
+                ("DISTLOCK_SKEW_MS", skew.to_string()),
+            ],
+        )
+    };
+    let mut children = [
+        spawn("kept", 800, 0),
+        spawn("kept", 800, 100),
+        spawn("released", 0, 0),
+        spawn("released", 0, 100),
+    ];
+    let mut runs = [0; 4];
+    for (child, runs) in children.iter_mut().zip(&mut runs) {
+        *runs = field(&child.expect("done", Duration::from_secs(60)), "runs");
+    }
+    let mut raw = server.raw().await;
+    let counted: u64 = raw.get("data:runs:kept").await.unwrap();
+    assert_eq!(runs[0] + runs[1], PERIODS, "with min_hold: {runs:?}");
+    assert_eq!(counted, PERIODS);
+    let control = runs[2] + runs[3];
+    assert!(
+        control > PERIODS,
+        "without min_hold the late process should run the job again: {runs:?}"
+    );
 }

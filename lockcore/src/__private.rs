@@ -87,6 +87,8 @@ pub struct LockSpec {
     pub renew: bool,
     /// With `renew`: stop renewing after this long (0: never).
     pub max_hold_ms: u64,
+    /// Keep the lock at least this long after it was taken (0: release at once).
+    pub min_hold_ms: u64,
     /// With `renew`: cancel the body as soon as the lock is found lost.
     pub cancel_on_lost: bool,
     /// Replicas that must acknowledge; `None`: the client's default.
@@ -141,6 +143,9 @@ where
         .renew(spec.renew);
     if spec.max_hold_ms > 0 {
         request = request.max_hold(Duration::from_millis(spec.max_hold_ms));
+    }
+    if spec.min_hold_ms > 0 {
+        request = request.min_hold(Duration::from_millis(spec.min_hold_ms));
     }
     if let Some(replicas) = spec.replicas {
         request = request.replicas(replicas);

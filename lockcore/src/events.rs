@@ -74,6 +74,16 @@ pub enum Event<'a> {
         /// Handed to the next waiter in this process.
         handed: bool,
     },
+    /// A lock released before its `min_hold` ran out: its lease now ends `left` from
+    /// now, and nobody was handed it or woken.
+    Kept {
+        /// The lock's key.
+        key: &'a str,
+        /// From acquisition to release.
+        held: Duration,
+        /// How long the lock stays held by its lease.
+        left: Duration,
+    },
     /// The lock was lost while held: it expired or another holder took it (found at
     /// release, renewal or a fence).
     Lost {
@@ -164,6 +174,7 @@ impl Event<'_> {
             Event::AcquireFailed { .. } => "acquire_failed",
             Event::Fenced { .. } => "fenced",
             Event::Released { .. } => "released",
+            Event::Kept { .. } => "kept",
             Event::Lost { .. } => "lost",
             Event::ReleaseFailed { .. } => "release_failed",
             Event::Renewed { .. } => "renewed",
@@ -186,6 +197,7 @@ impl Event<'_> {
             | Event::AcquireFailed { key, .. }
             | Event::Fenced { key, .. }
             | Event::Released { key, .. }
+            | Event::Kept { key, .. }
             | Event::Lost { key, .. }
             | Event::ReleaseFailed { key, .. }
             | Event::Renewed { key }
@@ -234,6 +246,9 @@ impl Event<'_> {
             }
             Event::Released { held, handed, .. } => {
                 tracing::debug!(target: "distlock", key, held_ms = ms(held), handed, "lock released")
+            }
+            Event::Kept { held, left, .. } => {
+                tracing::debug!(target: "distlock", key, held_ms = ms(held), left_ms = ms(left), "lock released before its min_hold: kept by its lease")
             }
             Event::Lost { found_at, .. } => {
                 tracing::warn!(target: "distlock", key, found_at, "lock lost while held: it expired or another holder took it")

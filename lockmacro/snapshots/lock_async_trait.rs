@@ -39,6 +39,7 @@ where
                         wait_ms: 0u64,
                         renew: false,
                         max_hold_ms: 0u64,
+                        min_hold_ms: 0u64,
                         cancel_on_lost: true,
                         replicas: ::core::option::Option::None,
                     },

@@ -17,6 +17,7 @@ async fn deduct(sku: u64, n: u32) -> Result<u32, AppError> {
                 wait_ms: 3000u64,
                 renew: false,
                 max_hold_ms: 0u64,
+                min_hold_ms: 0u64,
                 cancel_on_lost: true,
                 replicas: ::core::option::Option::None,
             },

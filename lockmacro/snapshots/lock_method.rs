@@ -19,6 +19,7 @@ async fn deduct(&self, sku: u64) -> Result<u32, AppError> {
                 wait_ms: 0u64,
                 renew: true,
                 max_hold_ms: 0u64,
+                min_hold_ms: 0u64,
                 cancel_on_lost: true,
                 replicas: ::core::option::Option::None,
             },

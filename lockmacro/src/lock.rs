@@ -15,7 +15,7 @@ use crate::template::Template;
 use crate::valid;
 
 pub(crate) const LOCK_ARGS: &[&str] = &[
-    "key", "ttl", "wait", "renew", "max_hold", "on_lost", "replicas", "client", "crate",
+    "key", "ttl", "wait", "renew", "max_hold", "min_hold", "on_lost", "replicas", "client", "crate",
 ];
 
 /// A validated `#[distributed_lock]`.
@@ -27,6 +27,8 @@ struct LockConfig {
     renew: bool,
     /// Zero: no cap.
     max_hold_ms: u64,
+    /// Zero: released at once.
+    min_hold_ms: u64,
     cancel_on_lost: bool,
     /// `None`: the client's default.
     replicas: Option<u32>,
@@ -79,10 +81,16 @@ fn lock_config(
     );
     let renew = slots.bool("renew", errors);
     let max_hold = slots.duration("max_hold", "", errors);
+    let min_hold = slots.duration(
+        "min_hold",
+        "; leave `min_hold` out to release at once",
+        errors,
+    );
     let on_lost = slots.on_lost(errors);
     let replicas = slots.replicas(errors);
     let client = slots.expr("client");
     valid::lock_options(&renew, &max_hold, &on_lost, errors);
+    valid::min_hold(&min_hold, &ttl, 30_000, errors);
     Some(LockConfig {
         krate: krate.or(syn::parse_quote!(::distlock))?,
         key: key.required()?,
@@ -90,6 +98,7 @@ fn lock_config(
         wait_ms: wait.or(0)?,
         renew: renew.or(false)?,
         max_hold_ms: max_hold.or(0)?,
+        min_hold_ms: min_hold.or(0)?,
         cancel_on_lost: on_lost.or(true)?,
         replicas: replicas.optional()?,
         client,
@@ -128,6 +137,7 @@ fn locked_call(
         wait_ms,
         renew,
         max_hold_ms,
+        min_hold_ms,
         cancel_on_lost,
         replicas,
         ..
@@ -148,6 +158,7 @@ fn locked_call(
                 wait_ms: #wait_ms,
                 renew: #renew,
                 max_hold_ms: #max_hold_ms,
+                min_hold_ms: #min_hold_ms,
                 cancel_on_lost: #cancel_on_lost,
                 replicas: #replicas,
             },
@@ -251,6 +262,33 @@ mod tests {
         let e = errors(quote!(key = "a", renew = "yes", max_hold = "5m"), &[]);
         assert_eq!(e, ["`renew` expects `true` or `false`"]);
         assert!(config(quote!(key = "a", renew = true, on_lost = "cancel"), &[]).is_ok());
+    }
+
+    #[test]
+    fn min_hold_is_at_most_the_ttl() {
+        let c = config(quote!(key = "job", ttl = "10m", min_hold = "5m"), &[])
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(c.min_hold_ms, 300_000);
+        assert_eq!(
+            config(quote!(key = "job"), &[]).ok().map(|c| c.min_hold_ms),
+            Some(0)
+        );
+        let e = errors(quote!(key = "job", min_hold = "5m"), &[]);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("`min_hold` is longer than the default `ttl` of 30s"));
+        let e = errors(quote!(key = "job", ttl = "1m", min_hold = "2m"), &[]);
+        assert!(
+            e[0].starts_with("`min_hold` is longer than `ttl`:"),
+            "{e:?}"
+        );
+        let e = errors(quote!(key = "job", min_hold = "0s"), &[]);
+        assert_eq!(
+            e,
+            ["`min_hold` must be greater than zero; leave `min_hold` out to release at once"]
+        );
+        // An invalid `ttl` is reported once, not again for `min_hold`.
+        let e = errors(quote!(key = "job", ttl = "soon", min_hold = "2m"), &[]);
+        assert_eq!(e.len(), 1, "{e:?}");
     }
 
     #[test]

@@ -192,3 +192,38 @@ fn idempotent_on_a_handler() {
         out,
     );
 }
+
+#[test]
+fn idempotent_on_a_handler_kept_in_the_callers_future() {
+    let out = idem(
+        quote!(header = "Idempotency-Key", scope = "<user>", detach = false),
+        quote! {
+            async fn pay(user: User, Json(req): Json<PayReq>) -> impl IntoResponse {
+                charge(&user, req).await
+            }
+        },
+    );
+    check(
+        "idempotent_handler_inline",
+        "#[idempotent(header, detach = false)] on a handler returning `impl IntoResponse`",
+        out,
+    );
+}
+
+#[test]
+fn idempotent_above_a_lock() {
+    let out = idem(
+        quote!(key = "pay:<id>"),
+        quote! {
+            #[distributed_lock(key = "stock:<sku>", wait = "3s")]
+            async fn buy(id: u64, sku: u32) -> Result<u32, AppError> {
+                take(sku).await
+            }
+        },
+    );
+    check(
+        "idempotent_above_lock",
+        "#[idempotent] written above #[distributed_lock]: the lock inside the claim",
+        out,
+    );
+}

@@ -33,6 +33,38 @@ pub(crate) fn lock_options(
     }
 }
 
+/// `#[distributed_lock]`: `min_hold` keeps the lock by its lease, so it cannot be longer
+/// than `ttl` (`default_ttl_ms` when `ttl` is absent; an invalid `ttl` is reported
+/// already).
+pub(crate) fn min_hold(
+    min_hold: &Arg<u64>,
+    ttl: &Arg<u64>,
+    default_ttl_ms: u64,
+    errors: &mut Errors,
+) {
+    let (Arg::Given(name, min_ms), Some(ttl_ms)) = (
+        min_hold,
+        ttl.value()
+            .copied()
+            .or(ttl.is_absent().then_some(default_ttl_ms)),
+    ) else {
+        return;
+    };
+    if *min_ms > ttl_ms {
+        let ttl = if ttl.is_absent() {
+            "the default `ttl` of 30s".to_owned()
+        } else {
+            "`ttl`".to_owned()
+        };
+        errors.push(syn::Error::new(
+            name.span(),
+            format!(
+                "`min_hold` is longer than {ttl}: the lock is kept by its lease, which `ttl` bounds; lower `min_hold` or raise `ttl`"
+            ),
+        ));
+    }
+}
+
 /// `#[distributed_lock]` on the fn: it must return a `Result`.
 pub(crate) fn lock_fn(func: &ItemFn, errors: &mut Errors) {
     if let ReturnType::Default = func.sig.output {

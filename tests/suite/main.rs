@@ -19,6 +19,7 @@ mod hardening_locks;
 mod idempotent_examples;
 mod idempotent_fns;
 mod idempotent_http;
+mod jobs;
 mod proxy;
 mod redlock;
 mod replicas;

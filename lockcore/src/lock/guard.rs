@@ -11,6 +11,8 @@ pub struct LockGuard {
     pub(super) locks: Locks,
     pub(super) info: LockInfo,
     pub(super) acquired_at: Instant,
+    /// Kept at least this long after `acquired_at` (see `LockRequest::min_hold`).
+    pub(super) min_hold: Option<Duration>,
     pub(super) done: bool,
     /// A nested acquisition of a lock this task already holds: releases nothing.
     pub(super) reentrant: bool,
@@ -34,6 +36,7 @@ impl LockGuard {
             info,
             locks,
             acquired_at: at,
+            min_hold: None,
             done: false,
             reentrant: false,
             turn: Some(turn),
@@ -204,6 +207,7 @@ impl LockGuard {
             state: self.info.state.clone(),
             info: self.info.clone(),
             held: self.acquired_at.elapsed(),
+            keep_until: self.min_hold.map(|m| self.acquired_at + m),
             turn: self.turn.take(),
             next: None,
             sent: None,
@@ -243,6 +247,9 @@ struct Releasing {
     locks: Locks,
     info: LockInfo,
     held: Duration,
+    /// Before this instant a release keeps the lock by its lease (`min_hold`); the
+    /// task that finishes a cancelled release asks again, and releases if it has passed.
+    keep_until: Option<Instant>,
     turn: Option<Turn>,
     /// The local waiter the try under way hands the lock to.
     next: Option<Next>,
@@ -264,6 +271,15 @@ impl Releasing {
     /// A waiter that gives up just as the lock reaches it leaves it to this call, which
     /// releases it in turn; only the first release's outcome is returned.
     async fn finish(mut self) -> Result<()> {
+        let left = self
+            .keep_until
+            .and_then(|until| until.checked_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero());
+        if let Some(left) = left {
+            let result = self.keep(left).await;
+            self.finished = true;
+            return result;
+        }
         let mut result = None;
         loop {
             if self.next.is_none() {
@@ -316,6 +332,41 @@ impl Releasing {
         self.finished = true;
         result.unwrap_or(Ok(()))
     }
+
+    /// A release before `min_hold` ran out: the lease set to end `left` from now (a
+    /// compare-and-extend, retried once on a transport failure), the lock handed to
+    /// nobody. The local queue's turn passes on when this ends: the next task contends
+    /// and waits for that lease.
+    async fn keep(&self, left: Duration) -> Result<()> {
+        let (inner, key) = (&self.locks.inner, self.info.key());
+        let mut retried = false;
+        let kept = loop {
+            match inner.backend.extend_many(&[(key, &self.token, left)]).await {
+                Ok(extended) => break extended.first().copied().unwrap_or(false),
+                Err(e) if !retried && e.is_transient() => retried = true,
+                Err(e) => {
+                    let error = Error::backend(key, e);
+                    inner
+                        .events
+                        .emit(Event::ReleaseFailed { key, error: &error });
+                    return Err(error);
+                }
+            }
+        };
+        if kept {
+            let held = self.held;
+            inner.events.emit(Event::Kept { key, held, left });
+            Ok(())
+        } else {
+            inner.events.emit(Event::Lost {
+                key,
+                found_at: "release",
+            });
+            Err(Error::Lost {
+                key: key.to_owned(),
+            })
+        }
+    }
 }
 
 impl Drop for Releasing {
@@ -335,6 +386,7 @@ impl Drop for Releasing {
             locks: self.locks.clone(),
             info: self.info.clone(),
             held: self.held,
+            keep_until: self.keep_until,
             turn: self.turn.take(),
             next: self.next.take(),
             token: self.token.clone(),

@@ -278,6 +278,7 @@ pub struct LockRequest<'a> {
     wait: Duration,
     renew: bool,
     max_hold: Option<Duration>,
+    min_hold: Option<Duration>,
     replicas: Option<u32>,
 }
 
@@ -290,6 +291,7 @@ impl<'a> LockRequest<'a> {
             wait: Duration::ZERO,
             renew: false,
             max_hold: None,
+            min_hold: None,
             replicas: None,
         }
     }
@@ -347,6 +349,34 @@ impl<'a> LockRequest<'a> {
     /// last lease ends.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Keeps the lock at least this long after it was taken, even when it is released
+    /// sooner (ShedLock's `lockAtLeastFor`): a release before then does not delete the
+    /// key but sets its lease to end `min_hold` after the acquisition (one
+    /// compare-and-extend, as a renewal), hands it to no waiter and wakes none; waiters
+    /// take it when that lease ends. A release after `min_hold` is an ordinary one.
+    ///
+    /// For a job that runs on a schedule on every instance: with `wait` at zero, the
+    /// instance that takes the lock runs the job and the others are told [`Error::Busy`]
+    /// and skip it; `min_hold` keeps the lock for the rest of the period, so an instance
+    /// whose clock or timer is a little late does not run the job a second time. Keep
+    /// it shorter than the period (and than `ttl`: the attribute requires it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::in_memory();
+    /// let ran = locks.lock("job:report").min_hold(Duration::from_secs(60)).acquire().await.unwrap();
+    /// ran.release().await.unwrap(); // the job took a moment
+    /// // Another instance, a second later: the lock is still kept.
+    /// let late = locks.lock("job:report").acquire().await;
+    /// assert!(matches!(late, Err(lockcore::Error::Busy { .. })));
+    /// # }
+    /// ```
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = Some(min_hold);
         self
     }
 
@@ -417,6 +447,7 @@ impl<'a> LockRequest<'a> {
                 locks: self.locks.clone(),
                 info: outer,
                 acquired_at: Instant::now(),
+                min_hold: None,
                 done: false,
                 reentrant: true,
                 turn: None,
@@ -614,6 +645,7 @@ impl<'a> LockRequest<'a> {
             locks: self.locks.clone(),
             info,
             acquired_at,
+            min_hold: self.min_hold,
             done: false,
             reentrant: false,
             turn: Some(turn),
