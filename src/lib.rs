@@ -87,6 +87,28 @@
 //! counter's last value. Use `noeviction` and persistence; a client reads the policy once and warns
 //! when it is another.
 //!
+//! ## Fences that the storage checks
+//!
+//! A fence protects data only where the storage refuses a write under a smaller fence
+//! than one it has seen. For a value kept in Redis, [`Locks::set_fenced`] is that check:
+//! one script compares the writer's fence with the highest seen for the key (kept
+//! beside it, `{key}:fence-seen`), and writes only when it is at least as large.
+//!
+//! ```no_run
+//! # async fn f(locks: distlock::Locks) -> Result<(), distlock::Error> {
+//! let guard = locks.lock("account:7").acquire().await?;
+//! let fence = guard.fence().await?; // right before the write
+//! // A holder paused past its lease comes back with a smaller fence than the next
+//! // holder's: its write is refused with `StaleFence`, the next holder's value stays.
+//! locks.set_fenced("balance:7", "120", fence).await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! For other storage the rule is the same: keep the highest fence seen beside the data,
+//! and in the transaction that writes, refuse a smaller one (`UPDATE ... WHERE fence <=
+//! $fence`) so that the check and the write commit together.
+//!
 //! ## Native commands
 //!
 //! Where the server has them (Redis 8.4+ `SET ... IFEQ`, `DELEX ... IFEQ`; Valkey 8.1+

@@ -34,6 +34,28 @@ fn cluster_url(cluster: &RedisCluster) -> String {
     format!("redis+cluster://{}", hosts.join(","))
 }
 
+/// Fenced writes on every primary: the value and its highest fence share a slot, so the
+/// check and the write are one script wherever the key lives; a stale fence is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_on_every_primary() {
+    let cluster = shared();
+    let locks = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    for key in spread_keys(cluster, "fenced", 2) {
+        // In the slot of the lock `key` (on its primary), through a hash tag.
+        let data = format!("{{lock:{key}}}:balance");
+        locks.set_fenced(&data, "second", 2).await.unwrap();
+        let late = locks.set_fenced(&data, "first", 1).await;
+        assert!(
+            matches!(late, Err(Error::StaleFence { seen: 2, .. })),
+            "{late:?}"
+        );
+        assert_eq!(
+            locks.fenced_value(&data).await.unwrap(),
+            (Some("second".to_owned()), 2)
+        );
+    }
+}
+
 /// `per_primary` keys on each primary's slots, named `<tag>-<i>` (the lock key as the
 /// client writes it has the default prefix `lock:`).
 fn spread_keys(cluster: &RedisCluster, tag: &str, per_primary: usize) -> Vec<String> {

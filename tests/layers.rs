@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["contention", "local", "watchdog"],
     &["client"],
-    &["lock"],
+    &["lock", "fencing"],
     &["idempotency"],
     &["integrations"],
     &["__private"],

@@ -58,6 +58,18 @@ pub enum Error {
         /// The full Redis key.
         key: String,
     },
+    /// A write under a fence smaller than one the storage has already seen for the same
+    /// resource: a holder that lost its lock (paused past its lease, say) wrote after
+    /// the next holder. Nothing was written; the later holder's value stays.
+    #[error("stale fence {fence} for `{resource}`: fence {seen} was already seen")]
+    StaleFence {
+        /// What was written to: a key, a row, a file.
+        resource: String,
+        /// The writer's fence.
+        fence: u64,
+        /// The highest fence the storage had seen, which refused the write.
+        seen: u64,
+    },
     /// Redis could not be reached or answered with an error, within the command timeout.
     #[error("lock backend failed for `{key}`: {source}")]
     Backend {
@@ -122,7 +134,7 @@ pub enum Error {
 
 impl Error {
     /// The full Redis key the error is about (for [`Error::MissingKey`], the header's
-    /// name).
+    /// name; for [`Error::StaleFence`], the resource).
     ///
     /// ```
     /// let e = lockcore::Error::Lost { key: "lock:a".into() };
@@ -138,6 +150,7 @@ impl Error {
             | Error::NotReplicated { key, .. }
             | Error::PayloadMismatch { key }
             | Error::Unrepresentable { key, .. } => key,
+            Error::StaleFence { resource, .. } => resource,
             Error::MissingKey { header } => header,
         }
     }

@@ -32,7 +32,8 @@
 //!    more, wait for a release or the deadline), lease renewal, and the per-client
 //!    queues of local waiters.
 //! 5. `client`: the [`Locks`] handle and its builder.
-//! 6. `lock`: requests, guards and releases.
+//! 6. `lock`, `fencing`: requests, guards and releases; writes the storage checks
+//!    against fences.
 //! 7. `idempotency`: records, fingerprints, fns and handlers.
 //! 8. `integrations`: axum and actix-web.
 //! 9. `__private`: what the attribute macros expand to (re-exports and entry points).
@@ -55,6 +56,7 @@ mod watchdog;
 
 mod client;
 
+mod fencing;
 mod lock;
 
 pub mod idempotency;

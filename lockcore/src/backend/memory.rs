@@ -23,6 +23,8 @@ pub(crate) struct MemoryBackend {
 struct State {
     held: HashMap<String, (String, Instant)>,
     fences: HashMap<String, u64>,
+    /// Values written under a fence, with the highest fence seen for each.
+    fenced: HashMap<String, (Option<String>, u64)>,
 }
 
 impl MemoryBackend {
@@ -121,6 +123,27 @@ impl Locking for MemoryBackend {
 
     async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         Ok(self.free(call))
+    }
+
+    async fn set_fenced(
+        &self,
+        key: &str,
+        value: &str,
+        fence: u64,
+    ) -> Result<Option<u64>, BackendError> {
+        let mut st = crate::util::lock(&self.state);
+        let (stored, seen) = st.fenced.entry(key.to_owned()).or_default();
+        if fence < *seen {
+            return Ok(Some(*seen));
+        }
+        *seen = fence;
+        *stored = Some(value.to_owned());
+        Ok(None)
+    }
+
+    async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64), BackendError> {
+        let st = crate::util::lock(&self.state);
+        Ok(st.fenced.get(key).cloned().unwrap_or_default())
     }
 
     async fn extend_many(

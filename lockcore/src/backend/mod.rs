@@ -150,6 +150,20 @@ pub(crate) trait Locking: Send + Sync {
         Ok(false)
     }
 
+    /// Stores `value` at `key` when `fence` is at least the highest fence seen for it
+    /// (kept beside it, in its hash slot), which `fence` then becomes. `Some(seen)`:
+    /// refused, `seen` being that highest fence.
+    async fn set_fenced(
+        &self,
+        key: &str,
+        value: &str,
+        fence: u64,
+    ) -> Result<Option<u64>, BackendError>;
+
+    /// The value [`set_fenced`](Self::set_fenced) stored at `key`, with the highest fence
+    /// seen for it (0 when none).
+    async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64), BackendError>;
+
     /// Compare-and-extend of many locks in one round trip: `true` where extended.
     async fn extend_many(
         &self,
@@ -259,6 +273,19 @@ impl Locking for Backend {
 
     async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
         each!(self, b => b.delete_if(key, token))
+    }
+
+    async fn set_fenced(
+        &self,
+        key: &str,
+        value: &str,
+        fence: u64,
+    ) -> Result<Option<u64>, BackendError> {
+        each!(self, b => b.set_fenced(key, value, fence))
+    }
+
+    async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64), BackendError> {
+        each!(self, b => b.fenced_value(key))
     }
 
     async fn extend_many(

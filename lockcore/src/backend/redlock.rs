@@ -336,6 +336,19 @@ impl Locking for RedlockBackend {
         }
     }
 
+    async fn set_fenced(
+        &self,
+        _key: &str,
+        _value: &str,
+        _fence: u64,
+    ) -> Result<Option<u64>, BackendError> {
+        Err(unsupported("fenced writes"))
+    }
+
+    async fn fenced_value(&self, _key: &str) -> Result<(Option<String>, u64), BackendError> {
+        Err(unsupported("fenced writes"))
+    }
+
     async fn extend_many(
         &self,
         leases: &[(&str, &str, Duration)],

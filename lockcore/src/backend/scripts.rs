@@ -11,6 +11,8 @@ pub const RELEASE: &str = include_str!("../scripts/release.lua");
 pub const FENCE: &str = include_str!("../scripts/fence.lua");
 /// Compare-and-extend leases.
 pub const EXTEND: &str = include_str!("../scripts/extend.lua");
+/// Store a value only under a fence at least the highest seen for it.
+pub const SET_FENCED: &str = include_str!("../scripts/set_fenced.lua");
 /// Claim an idempotency record.
 pub const IDEM_CLAIM: &str = include_str!("../scripts/idem_claim.lua");
 /// After a store whose `APPEND` found something else than its claim: whose result is
@@ -54,7 +56,9 @@ mod tests {
             assert!(!cluster.contains("'NUMSUB'"));
         }
         assert!(sharded(RELEASE).contains("'PUBSUB', 'SHARDNUMSUB'"));
-        for script in [ACQUIRE, UNLOCK, FENCE, EXTEND, IDEM_CLAIM, IDEM_RENEW] {
+        for script in [
+            ACQUIRE, UNLOCK, FENCE, EXTEND, SET_FENCED, IDEM_CLAIM, IDEM_RENEW,
+        ] {
             assert_eq!(sharded(script), script, "publishes nothing");
         }
     }

@@ -51,6 +51,7 @@ static RELEASE: LazyLock<[Script; 2]> =
     LazyLock::new(|| super::scripts::both(super::scripts::RELEASE));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
+static SET_FENCED: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::SET_FENCED));
 
 /// Where the backend connects.
 // One per client, behind its `Arc` (see `Backend`).
@@ -386,6 +387,36 @@ impl Locking for RedisBackend {
 
     /// One pipeline of compare-and-extend calls: `SET ... IFEQ` where the server has it,
     /// else EVALSHA (on NOSCRIPT the script is loaded and the pipeline sent once more).
+    async fn set_fenced(
+        &self,
+        key: &str,
+        value: &str,
+        fence: u64,
+    ) -> Result<Option<u64>, BackendError> {
+        let mut cmd = evalsha(&SET_FENCED, 2, 2, 2 * key.len() + value.len() + 32);
+        cmd.arg(key)
+            .arg(Companion(key, ":fence-seen"))
+            .arg(value)
+            .arg(fence);
+        let seen: Option<String> = self.evalsha_call(&SET_FENCED, &cmd).await?;
+        seen.map(|seen| {
+            seen.parse().map_err(|_| {
+                BackendError::new(
+                    crate::error::BackendErrorKind::Response,
+                    format!("the fence seen for `{key}` is not a number: {seen:?}"),
+                )
+            })
+        })
+        .transpose()
+    }
+
+    async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64), BackendError> {
+        let mut cmd = redis::cmd("MGET");
+        cmd.arg(key).arg(Companion(key, ":fence-seen"));
+        let (value, seen): (Option<String>, Option<u64>) = self.query(&cmd).await?;
+        Ok((value, seen.unwrap_or(0)))
+    }
+
     async fn extend_many(
         &self,
         leases: &[(&str, &str, Duration)],

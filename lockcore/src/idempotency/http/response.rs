@@ -68,7 +68,7 @@ impl std::fmt::Debug for IdemResponse {
 pub(crate) fn status_of(e: &Error) -> u16 {
     match e {
         Error::MissingKey { .. } | Error::InvalidKey { .. } => 400,
-        Error::InProgress { .. } => 409,
+        Error::InProgress { .. } | Error::StaleFence { .. } => 409,
         Error::PayloadMismatch { .. } => 422,
         Error::Busy { .. } | Error::Backend { .. } | Error::NotReplicated { .. } => 503,
         Error::Lost { .. } | Error::Unrepresentable { .. } => 500,
@@ -135,6 +135,13 @@ pub(crate) fn problem(e: &Error) -> Captured {
             "unrepresentable",
             "Internal error",
             "This request's payload or result cannot be recorded for idempotency.".to_owned(),
+        ),
+        Error::StaleFence { .. } => (
+            "stale-fence",
+            "Conflict",
+            "A later holder of the lock protecting this operation has written already; \
+             this request's write was refused."
+                .to_owned(),
         ),
         Error::Lost { .. } => (
             "lock-lost",

@@ -1,0 +1,68 @@
+//! Fences that the storage checks: the other half of fencing tokens.
+//!
+//! A fence ([`LockGuard::fence`](crate::LockGuard::fence)) only protects data if the
+//! storage refuses a write under a smaller fence than one it has already seen. Then a
+//! holder paused past its lease (a GC pause, a stalled VM) that writes after the next
+//! holder is refused, however late it wakes. [`Locks::set_fenced`] is that check for a
+//! value kept in Redis itself.
+
+use crate::backend::Locking;
+use crate::client::Locks;
+use crate::error::{Error, Result};
+
+impl Locks {
+    /// Stores `value` at the Redis key `key` (as given, without the lock prefix) only
+    /// when `fence` is at least as large as the highest fence seen for that key, and
+    /// records `fence` as the highest. An equal fence is accepted (the same holder
+    /// writing twice). One script: the comparison and the write are atomic, and the
+    /// highest fence is kept beside the value (`{key}:fence-seen`, in its hash slot).
+    /// The value stays plain UTF-8 that any client reads with `GET`.
+    ///
+    /// Errors: [`Error::StaleFence`] when a larger fence was seen (nothing is written),
+    /// [`Error::InvalidKey`], [`Error::Backend`]; over Redlock a `Backend` error says it
+    /// is not available there, as fences are not.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let guard = locks.lock("stock:7").acquire().await.unwrap();
+    /// let fence = guard.fence().await.unwrap();
+    /// locks.set_fenced("stock:7:count", "41", fence).await.unwrap();
+    /// // A holder that lost the lock long ago comes back with its old fence:
+    /// let late = locks.set_fenced("stock:7:count", "42", fence - 1).await;
+    /// assert!(matches!(late, Err(lockcore::Error::StaleFence { .. })));
+    /// assert_eq!(locks.fenced_value("stock:7:count").await.unwrap(), (Some("41".into()), fence));
+    /// # guard.release().await.unwrap();
+    /// # }
+    /// ```
+    pub async fn set_fenced(&self, key: &str, value: &str, fence: u64) -> Result<()> {
+        checked(key)?;
+        match self.inner.backend.set_fenced(key, value, fence).await {
+            Ok(None) => Ok(()),
+            Ok(Some(seen)) => Err(Error::StaleFence {
+                resource: key.to_owned(),
+                fence,
+                seen,
+            }),
+            Err(e) => Err(Error::backend(key, e)),
+        }
+    }
+
+    /// The value [`set_fenced`](Self::set_fenced) stored at `key`, and the highest fence
+    /// seen for it (0 when none).
+    pub async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64)> {
+        checked(key)?;
+        self.inner
+            .backend
+            .fenced_value(key)
+            .await
+            .map_err(|e| Error::backend(key, e))
+    }
+}
+
+fn checked(key: &str) -> Result<()> {
+    crate::key::check_key(key).map_err(|reason| Error::InvalidKey {
+        key: key.to_owned(),
+        reason: reason.to_owned(),
+    })
+}
