@@ -103,6 +103,15 @@
 //! (fault 4); a release retry that reports success whenever the key does not hold its
 //! token, whatever the lease; a fence request that skips the `GET` check.
 //!
+//! # Fenced writes (`model/fenced.rs`)
+//!
+//! `set_fenced.lua` with three writers holding fences 1 to 3, whose writes the network
+//! delays, reorders and duplicates (retries after a lost reply): no write lands after one
+//! with a larger fence, the value stored is the highest fence's, and a refusal names a
+//! larger fence. Planted (`FencedBugs`), each found: the check and the write as two steps
+//! (a stale write lands after the next holder's), and an equal fence refused (a retry of
+//! a write that landed is told it is stale).
+//!
 //! # Issues the model found in the code, fixed since (`found_*` tests keep them planted)
 //!
 //! * `local.rs`: a waiter that stopped waiting because the holder's lease ended contended
@@ -135,11 +144,13 @@
 
 mod model {
     pub(crate) mod explore;
+    pub(crate) mod fenced;
     pub(crate) mod idem;
     pub(crate) mod lock;
 }
 
 use model::explore::{Counterexample, Explored, Model, REACHED, explore};
+use model::fenced::{FencedBugs, FencedModel};
 use model::idem::{IdemBugs, IdemModel, IdemStep};
 use model::lock::{Found, LockBugs, LockChecks, LockModel, LockStep, Rel, Reply};
 
@@ -747,5 +758,46 @@ fn found_claim_lease_from_keep_start_is_found() {
             })
         },
         &["believing they hold the claim"],
+    );
+}
+
+/// Fenced writes (`set_fenced.lua`): with the check and the write in one script, no
+/// write lands after one with a larger fence, whatever the network does.
+#[test]
+fn model_fenced_writes_hold() {
+    let explored = holds("fenced writes", &FencedModel::fixed());
+    assert!(explored.states > 100, "{explored}");
+}
+
+/// The check and the write as two steps: a stale write checked before the next holder's
+/// write lands after it.
+#[test]
+fn planted_fence_check_then_write_is_found() {
+    found(
+        "planted: the fence checked, then the value written",
+        &FencedModel {
+            bugs: FencedBugs {
+                check_then_write: true,
+                ..FencedBugs::default()
+            },
+            ..FencedModel::fixed()
+        },
+        &["landed after"],
+    );
+}
+
+/// An equal fence refused: the retry of a write that landed is told it is stale.
+#[test]
+fn planted_equal_fence_refused_is_found() {
+    found(
+        "planted: an equal fence refused",
+        &FencedModel {
+            bugs: FencedBugs {
+                equal_refused: true,
+                ..FencedBugs::default()
+            },
+            ..FencedModel::fixed()
+        },
+        &["not larger than its own"],
     );
 }
