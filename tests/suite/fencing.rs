@@ -138,3 +138,193 @@ async fn large_fences_compare_exactly() {
         (Some("same".to_owned()), big)
     );
 }
+
+/// Fences that Postgres checks (`fencing::postgres`), against a Postgres the harness
+/// starts (one for these tests; stopped when the test process ends).
+#[cfg(feature = "postgres")]
+mod on_postgres {
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use distlock::fencing::postgres::{advance, install};
+    use distlock::{Error, Locks, current_lock, distributed_lock};
+    use sqlx::PgPool;
+    use testkit::PgServer;
+
+    use crate::common::{AppError, RedisServer};
+
+    /// One server for these tests; each uses resources and tables of its own.
+    fn server() -> &'static PgServer {
+        static SERVER: OnceLock<PgServer> = OnceLock::new();
+        SERVER.get_or_init(PgServer::start)
+    }
+
+    /// A pool on the shared server, with the fences table and a table `name` of
+    /// `(id int primary key, owner text)` holding row 1.
+    async fn pool_with(name: &str) -> PgPool {
+        let pool = PgPool::connect(&server().url()).await.unwrap();
+        install(&pool).await.unwrap();
+        sqlx::query(&format!(
+            "CREATE TABLE {name} (id int PRIMARY KEY, owner text NOT NULL)"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(&format!("INSERT INTO {name} VALUES (1, 'nobody')"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool
+    }
+
+    async fn owner(pool: &PgPool, table: &str) -> String {
+        sqlx::query_scalar(&format!("SELECT owner FROM {table} WHERE id = 1"))
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    }
+
+    /// `who` writes row 1 of `table` in a transaction that first advances `resource` to
+    /// `fence` (`checked`), or without it (the control).
+    async fn write(
+        pool: &PgPool,
+        table: &str,
+        resource: &str,
+        who: &str,
+        fence: u64,
+        checked: bool,
+    ) -> Result<(), Error> {
+        let mut tx = pool.begin().await.unwrap();
+        if checked {
+            advance(&mut tx, resource, fence).await?;
+        }
+        sqlx::query(&format!("UPDATE {table} SET owner = $1 WHERE id = 1"))
+            .bind(who)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        Ok(())
+    }
+
+    /// The field's story: A takes the lock and its fence, pauses past its lease; B takes
+    /// the lock with a larger fence and commits; A wakes and writes. Its transaction is
+    /// refused with `StaleFence` and B's write stays. Control: the same late write in a
+    /// transaction that does not advance the fence overwrites B's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_paused_holders_commit_is_refused() {
+        let redis = RedisServer::start();
+        let locks = Locks::connect(&redis.url()).await.unwrap();
+        let pool = pool_with("accounts_story").await;
+        let a = locks
+            .lock("account:1")
+            .ttl(Duration::from_millis(100))
+            .acquire()
+            .await
+            .unwrap();
+        let fence_a = a.fence().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await; // A pauses past its lease
+        let b = locks.lock("account:1").acquire().await.unwrap();
+        let fence_b = b.fence().await.unwrap();
+        write(&pool, "accounts_story", "story:1", "B", fence_b, true)
+            .await
+            .unwrap();
+        b.release().await.unwrap();
+        let late = write(&pool, "accounts_story", "story:1", "A", fence_a, true).await;
+        assert!(
+            matches!(&late, Err(Error::StaleFence { fence, seen, .. }) if *fence == fence_a && *seen == fence_b),
+            "{late:?}"
+        );
+        assert_eq!(owner(&pool, "accounts_story").await, "B");
+        // Control: unchecked, A's late write overwrites B's.
+        write(&pool, "accounts_story", "story:1", "A", fence_a, false)
+            .await
+            .unwrap();
+        assert_eq!(owner(&pool, "accounts_story").await, "A");
+        assert!(matches!(a.release().await, Err(Error::Lost { .. })));
+    }
+
+    /// Two transactions on one resource: the second `advance` waits for the first
+    /// transaction's end (the row lock), then is judged against what it committed: a
+    /// smaller fence is refused after a larger one commits; a larger one goes through
+    /// after a smaller one commits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_transactions_are_ordered() {
+        let pool = pool_with("accounts_race").await;
+        for (first, second, second_ok) in [(20, 10, false), (30, 40, true)] {
+            let mut t1 = pool.begin().await.unwrap();
+            advance(&mut t1, "race", first).await.unwrap();
+            let waiting = {
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    let mut t2 = pool.begin().await.unwrap();
+                    let r = advance(&mut t2, "race", second).await;
+                    if r.is_ok() {
+                        t2.commit().await.unwrap();
+                    }
+                    r
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(
+                !waiting.is_finished(),
+                "the second advance did not wait for the row lock"
+            );
+            t1.commit().await.unwrap();
+            let r = waiting.await.unwrap();
+            if second_ok {
+                r.unwrap();
+            } else {
+                assert!(
+                    matches!(
+                        r,
+                        Err(Error::StaleFence {
+                            fence: 10,
+                            seen: 20,
+                            ..
+                        })
+                    ),
+                    "{r:?}"
+                );
+            }
+        }
+        let seen: i64 =
+            sqlx::query_scalar("SELECT fence FROM distlock_fences WHERE resource = 'race'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(seen, 40);
+    }
+
+    #[distributed_lock(key = "account:<id>", client = locks)]
+    async fn withdraw(locks: &Locks, pool: &PgPool, id: u32) -> Result<u64, AppError> {
+        let fence = current_lock().unwrap().fence().await?;
+        let mut tx = pool.begin().await.map_err(|_| AppError::App("begin"))?;
+        advance(&mut tx, &format!("account:{id}"), fence).await?;
+        sqlx::query("UPDATE accounts_attr SET owner = owner || '+' WHERE id = 1")
+            .execute(&mut *tx)
+            .await
+            .map_err(|_| AppError::App("update"))?;
+        tx.commit().await.map_err(|_| AppError::App("commit"))?;
+        Ok(fence)
+    }
+
+    /// The attribute's body takes its fence right before the write and advances it in
+    /// its transaction: each call records a larger fence.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_attribute_body_advances_its_fence() {
+        let redis = RedisServer::start();
+        let locks = Locks::connect(&redis.url()).await.unwrap();
+        let pool = pool_with("accounts_attr").await;
+        let first = withdraw(&locks, &pool, 1).await.unwrap();
+        let second = withdraw(&locks, &pool, 1).await.unwrap();
+        assert!(second > first);
+        assert_eq!(owner(&pool, "accounts_attr").await, "nobody++");
+        let seen: i64 =
+            sqlx::query_scalar("SELECT fence FROM distlock_fences WHERE resource = 'account:1'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(u64::try_from(seen).unwrap(), second);
+    }
+}
