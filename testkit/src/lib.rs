@@ -54,7 +54,16 @@ impl RedisServer {
             dir,
             extra,
         };
-        s.spawn();
+        // A port found free can be taken before the server binds it (an outgoing
+        // connection's ephemeral port, another test's server): then it exits at once,
+        // and it is started again on another port.
+        for _ in 0..4 {
+            if s.spawn() {
+                return s;
+            }
+            s.port = free_port();
+        }
+        assert!(s.spawn(), "redis-server did not start on 5 free ports");
         s
     }
 
@@ -80,7 +89,9 @@ impl RedisServer {
         (server, files.expect("certificates made"))
     }
 
-    fn spawn(&mut self) {
+    /// Starts the server on `self.port`; `false` when it exited before answering (its
+    /// port was taken meanwhile).
+    fn spawn(&mut self) -> bool {
         let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
         let child = Command::new(&bin)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
@@ -97,8 +108,23 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
+            let exited = |s: &mut Self| {
+                let child = s.child.as_mut().expect("spawned");
+                if let Ok(Some(_)) = child.try_wait() {
+                    tell_reaper("unpid", &child.id().to_string());
+                    s.child = None;
+                    return true;
+                }
+                false
+            };
+            if exited(self) {
+                return false;
+            }
             if ping(self.port) {
-                return;
+                // Another server on a port taken meanwhile answers too: this one then
+                // exits within milliseconds of starting, having failed to bind.
+                std::thread::sleep(Duration::from_millis(20));
+                return !exited(self);
             }
             assert!(
                 Instant::now() < deadline,
@@ -155,7 +181,11 @@ impl RedisServer {
     /// Starts again on the same port (empty: no persistence).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        assert!(
+            self.spawn(),
+            "redis-server did not start again on {}",
+            self.port
+        );
     }
 
     /// A plain redis-rs connection for inspecting state, as the default user.

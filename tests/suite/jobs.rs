@@ -241,3 +241,31 @@ async fn a_kept_release_is_heard_as_kept() {
         ["acquired", "kept", "acquired", "released"]
     );
 }
+
+/// A lock given back for want of replicas (`replicas = 1` on a server without one) is
+/// released at once, `min_hold` or not: the caller never had it, and keeping it would
+/// make every instance skip the job. (Before, the give-back kept it for `min_hold`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_given_back_for_want_of_replicas_is_not_kept() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let got = locks
+        .lock("job:h")
+        .min_hold(Duration::from_secs(10))
+        .replicas(1)
+        .acquire()
+        .await;
+    assert!(matches!(got, Err(Error::NotReplicated { .. })), "{got:?}");
+    let until = Instant::now() + Duration::from_secs(5);
+    let left: Option<String> = loop {
+        let left: Option<String> = redis::AsyncCommands::get(&mut raw, "lock:job:h")
+            .await
+            .unwrap();
+        if left.is_none() || Instant::now() > until {
+            break left;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(left, None, "the given-back lock was kept");
+}

@@ -11,8 +11,10 @@ pub struct LockGuard {
     pub(super) locks: Locks,
     pub(super) info: LockInfo,
     pub(super) acquired_at: Instant,
-    /// Kept at least this long after `acquired_at` (see `LockRequest::min_hold`).
-    pub(super) min_hold: Option<Duration>,
+    /// Until when a release keeps the lock by its lease (`LockRequest::min_hold`,
+    /// counted from when the lock reached this client: its reply, or the handoff's
+    /// wake-up, never before the server took it).
+    pub(super) keep_until: Option<Instant>,
     pub(super) done: bool,
     /// A nested acquisition of a lock this task already holds: releases nothing.
     pub(super) reentrant: bool,
@@ -36,7 +38,7 @@ impl LockGuard {
             info,
             locks,
             acquired_at: at,
-            min_hold: None,
+            keep_until: None,
             done: false,
             reentrant: false,
             turn: Some(turn),
@@ -91,7 +93,7 @@ impl LockGuard {
     /// guard, or the lock given back and [`Error::NotReplicated`] (or `Lost` when it was
     /// no longer held, `Backend` when Redis failed).
     pub(super) async fn confirm_replicated(
-        self,
+        mut self,
         ttl: Duration,
         replicas: u32,
     ) -> Result<LockGuard> {
@@ -126,7 +128,9 @@ impl LockGuard {
             }
             Err(e) => Error::backend(&key, e),
         };
-        // Given back; what the release finds changes nothing for the caller.
+        // Given back, at once whatever `min_hold` says (the caller never had it); what
+        // the release finds changes nothing for the caller.
+        self.keep_until = None;
         let _ = self.release().await;
         Err(err)
     }
@@ -207,7 +211,7 @@ impl LockGuard {
             state: self.info.state.clone(),
             info: self.info.clone(),
             held: self.acquired_at.elapsed(),
-            keep_until: self.min_hold.map(|m| self.acquired_at + m),
+            keep_until: self.keep_until,
             turn: self.turn.take(),
             next: None,
             sent: None,
@@ -271,12 +275,7 @@ impl Releasing {
     /// A waiter that gives up just as the lock reaches it leaves it to this call, which
     /// releases it in turn; only the first release's outcome is returned.
     async fn finish(mut self) -> Result<()> {
-        let left = self
-            .keep_until
-            .and_then(|until| until.checked_duration_since(Instant::now()))
-            .filter(|left| !left.is_zero());
-        if let Some(left) = left {
-            let result = self.keep(left).await;
+        if let Some(result) = self.keep().await {
             self.finished = true;
             return result;
         }
@@ -333,38 +332,92 @@ impl Releasing {
         result.unwrap_or(Ok(()))
     }
 
-    /// A release before `min_hold` ran out: the lease set to end `left` from now (a
-    /// compare-and-extend, retried once on a transport failure), the lock handed to
-    /// nobody. The local queue's turn passes on when this ends: the next task contends
-    /// and waits for that lease.
-    async fn keep(&self, left: Duration) -> Result<()> {
-        let (inner, key) = (&self.locks.inner, self.info.key());
+    /// A release before `min_hold` ran out: the lease set to end then (plus the margin
+    /// of a lease for clock drift), by a compare-and-extend retried once on a transport
+    /// failure; the lock handed to nobody. The local queue's turn passes on when this
+    /// ends: the next task contends and waits for that lease. `None` once `min_hold` has
+    /// passed (also between tries): an ordinary release follows, as a retry when a keep
+    /// may have run.
+    ///
+    /// A retry (or the task finishing a cancelled keep) that finds the key gone or not
+    /// holding the token cannot tell a keep of its own that ran (and whose shortened
+    /// lease has ended) from a lost lock by the answer: by time it can, as a release
+    /// retry does. While the lock's own lease surely runs, only this keep can have ended
+    /// it: kept. Otherwise a `Backend` error says it cannot be told.
+    async fn keep(&mut self) -> Option<Result<()>> {
+        let inner = self.locks.inner.clone();
+        let key = self.info.key.clone();
         let mut retried = false;
-        let kept = loop {
-            match inner.backend.extend_many(&[(key, &self.token, left)]).await {
-                Ok(extended) => break extended.first().copied().unwrap_or(false),
-                Err(e) if !retried && e.is_transient() => retried = true,
-                Err(e) => {
-                    let error = Error::backend(key, e);
-                    inner
-                        .events
-                        .emit(Event::ReleaseFailed { key, error: &error });
-                    return Err(error);
-                }
-            }
-        };
-        if kept {
+        loop {
+            let left = self
+                .keep_until?
+                .checked_duration_since(Instant::now())
+                .filter(|left| !left.is_zero())?;
+            let left = left + left / 100 + Duration::from_millis(2);
+            let retry = self.sent.is_some();
+            self.sent.get_or_insert_with(Instant::now);
+            let extended = inner
+                .backend
+                .extend_many(&[(&*key, &*self.token, left)])
+                .await;
             let held = self.held;
-            inner.events.emit(Event::Kept { key, held, left });
-            Ok(())
-        } else {
-            inner.events.emit(Event::Lost {
-                key,
-                found_at: "release",
+            return Some(match extended {
+                Ok(kept) if kept.first().copied().unwrap_or(false) => {
+                    inner.events.emit(Event::Kept {
+                        key: &key,
+                        held,
+                        left,
+                    });
+                    Ok(())
+                }
+                Ok(_) if retry => {
+                    let (now, epoch) = (Instant::now(), inner.backend.epoch());
+                    if self.state.surely_held_at(now, epoch) {
+                        inner.events.emit(Event::Kept {
+                            key: &key,
+                            held,
+                            left,
+                        });
+                        Ok(())
+                    } else {
+                        let error = Error::backend(
+                            &key,
+                            crate::error::BackendError::new(
+                                crate::error::BackendErrorKind::Timeout,
+                                "the reply of a keep (min_hold) was lost and the retry came \
+                                 after the lease could have ended: whether it was kept \
+                                 cannot be told",
+                            ),
+                        );
+                        inner.events.emit(Event::ReleaseFailed {
+                            key: &key,
+                            error: &error,
+                        });
+                        Err(error)
+                    }
+                }
+                Ok(_) => {
+                    inner.events.emit(Event::Lost {
+                        key: &key,
+                        found_at: "release",
+                    });
+                    Err(Error::Lost {
+                        key: key.to_string(),
+                    })
+                }
+                Err(e) if !retried && e.is_transient() => {
+                    retried = true;
+                    continue;
+                }
+                Err(e) => {
+                    let error = Error::backend(&key, e);
+                    inner.events.emit(Event::ReleaseFailed {
+                        key: &key,
+                        error: &error,
+                    });
+                    Err(error)
+                }
             });
-            Err(Error::Lost {
-                key: key.to_owned(),
-            })
         }
     }
 }

@@ -362,7 +362,15 @@ impl<'a> LockRequest<'a> {
     /// instance that takes the lock runs the job and the others are told [`Error::Busy`]
     /// and skip it; `min_hold` keeps the lock for the rest of the period, so an instance
     /// whose clock or timer is a little late does not run the job a second time. Keep
-    /// it shorter than the period (and than `ttl`: the attribute requires it).
+    /// it shorter than the period, and no longer than `ttl` (the attribute requires it;
+    /// here a longer one lengthens the lease past `ttl`).
+    ///
+    /// `min_hold` is counted from when the lock reached this client (never before the
+    /// server took it), and the kept lease has the margin of a lease for clock drift. A
+    /// nested acquisition of a lock the task holds keeps the outer one's `min_hold`. A
+    /// lock given back for want of replicas is released at once. With `renew`, a
+    /// renewal already in flight when the body ends may set the lease back to `ttl`
+    /// after the keep: the lock is then kept longer, never shorter.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -447,7 +455,7 @@ impl<'a> LockRequest<'a> {
                 locks: self.locks.clone(),
                 info: outer,
                 acquired_at: Instant::now(),
-                min_hold: None,
+                keep_until: None,
                 done: false,
                 reentrant: true,
                 turn: None,
@@ -645,7 +653,7 @@ impl<'a> LockRequest<'a> {
             locks: self.locks.clone(),
             info,
             acquired_at,
-            min_hold: self.min_hold,
+            keep_until: self.min_hold.map(|m| Instant::now() + m),
             done: false,
             reentrant: false,
             turn: Some(turn),
