@@ -606,7 +606,8 @@ pub mod __private {
     pub use lockcore::__private::*;
 }
 
-/// The README's code blocks, compiled as doctests (they need the `axum` feature).
-#[cfg(all(doctest, feature = "axum"))]
+/// The README's code blocks, compiled as doctests (they need the `axum` and `postgres`
+/// features).
+#[cfg(all(doctest, feature = "axum", feature = "postgres"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
