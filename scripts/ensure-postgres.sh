@@ -10,5 +10,7 @@ fi
 echo "not found: installing postgresql with apt-get" >&2
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+install() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null; }
+# The package lists are fresh when ensure-redis.sh has just installed something: update
+# them only when the install cannot find the package (apt-get update once per run).
+install || { $SUDO apt-get update -qq && install; }
