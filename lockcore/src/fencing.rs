@@ -40,7 +40,7 @@ impl Locks {
     /// # }
     /// ```
     pub async fn set_fenced(&self, key: &str, value: &str, fence: u64) -> Result<()> {
-        checked(key)?;
+        crate::key::checked(key)?;
         match self.inner.backend.set_fenced(key, value, fence).await {
             Ok(None) => Ok(()),
             Ok(Some(seen)) => Err(Error::StaleFence {
@@ -55,18 +55,11 @@ impl Locks {
     /// The value [`set_fenced`](Self::set_fenced) stored at `key`, and the highest fence
     /// seen for it (0 when none).
     pub async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64)> {
-        checked(key)?;
+        crate::key::checked(key)?;
         self.inner
             .backend
             .fenced_value(key)
             .await
             .map_err(|e| Error::backend(key, e))
     }
-}
-
-fn checked(key: &str) -> Result<()> {
-    crate::key::check_key(key).map_err(|reason| Error::InvalidKey {
-        key: key.to_owned(),
-        reason: reason.to_owned(),
-    })
 }

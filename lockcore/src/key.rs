@@ -141,6 +141,15 @@ pub(crate) fn check_key(key: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// [`check_key`] as the caller's error: [`Error::InvalidKey`](crate::Error::InvalidKey)
+/// naming `key`.
+pub(crate) fn checked(key: &str) -> crate::error::Result<()> {
+    check_key(key).map_err(|reason| crate::error::Error::InvalidKey {
+        key: key.to_owned(),
+        reason: reason.to_owned(),
+    })
+}
+
 /// A key that hashes to the same slot as `key` (which passed [`check_key`]):
 /// `key` + `suffix` when `key` has a hash tag, else `{key}` + `suffix`.
 pub(crate) fn companion(key: &str, suffix: &'static str) -> String {

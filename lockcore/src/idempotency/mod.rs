@@ -312,10 +312,7 @@ pub(crate) async fn begin(
     spec: &IdemSpec,
 ) -> Result<Begin, Error> {
     check_namespace(f, &key)?;
-    key::check_key(&key).map_err(|reason| Error::InvalidKey {
-        key: key.clone(),
-        reason: reason.to_owned(),
-    })?;
+    key::checked(&key)?;
     let (function, inner) = (f.namespace, &locks.inner);
     let new_owner = || format!("{}:{}", uuid::Uuid::new_v4(), inner.holder);
     let mut owner = new_owner();

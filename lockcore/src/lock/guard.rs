@@ -345,6 +345,8 @@ impl Releasing {
     /// retry does. While the lock's own lease surely runs, only this keep can have ended
     /// it: kept. Otherwise a `Backend` error says it cannot be told.
     async fn keep(&mut self) -> Option<Result<()>> {
+        // Every release passes here: without `min_hold`, nothing is done.
+        self.keep_until?;
         let inner = self.locks.inner.clone();
         let key = self.info.key.clone();
         let mut retried = false;

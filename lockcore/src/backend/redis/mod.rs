@@ -385,8 +385,7 @@ impl Locking for RedisBackend {
         }
     }
 
-    /// One pipeline of compare-and-extend calls: `SET ... IFEQ` where the server has it,
-    /// else EVALSHA (on NOSCRIPT the script is loaded and the pipeline sent once more).
+    /// `set_fenced.lua`: the value and its highest fence seen share the key's slot.
     async fn set_fenced(
         &self,
         key: &str,
@@ -417,6 +416,8 @@ impl Locking for RedisBackend {
         Ok((value, seen.unwrap_or(0)))
     }
 
+    /// One pipeline of compare-and-extend calls: `SET ... IFEQ` where the server has it,
+    /// else EVALSHA (on NOSCRIPT the script is loaded and the pipeline sent once more).
     async fn extend_many(
         &self,
         leases: &[(&str, &str, Duration)],
