@@ -39,6 +39,13 @@ pub use testkit::{
     spawn_reaper,
 };
 
+/// Polls `fut` once and drops it, as a caller that cancels it at its first await:
+/// `true` when it was still in flight then (the cancellation really came mid-call).
+pub async fn cancelled_in_flight(fut: impl std::future::Future) -> bool {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await
+}
+
 /// `n` acquire + release of `key` through `locks`, one after another.
 pub async fn cycles(locks: &distlock::Locks, key: &str, n: usize) {
     for _ in 0..n {

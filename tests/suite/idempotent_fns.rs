@@ -977,14 +977,6 @@ async fn heard(seen: &Seen, key: &str, names: &[&str]) -> Option<String> {
     None
 }
 
-/// Polls `release` once and drops it: `true` when it was still in flight then.
-async fn cancelled_in_flight(
-    release: impl std::future::Future<Output = Result<(), Error>>,
-) -> bool {
-    let mut release = std::pin::pin!(release);
-    std::future::poll_fn(|cx| std::task::Poll::Ready(release.as_mut().poll(cx).is_pending())).await
-}
-
 /// A `release()` its caller cancels finishes in a task of its own, and the observer
 /// hears how it ended though the caller never will: `released` (the key is free), or a
 /// failure when another client held the key by then (its token stays): `lost`, or

@@ -190,13 +190,10 @@ async fn a_cancelled_release_still_keeps_the_lock() {
         .await
         .unwrap();
     proxy.set_latency(common::proxy::Dir::ToClient, Duration::from_millis(30));
-    // Polled once, then dropped with the block: the caller cancelled it.
-    let pending = {
-        let mut release = std::pin::pin!(job.release());
-        std::future::poll_fn(|cx| std::task::Poll::Ready(release.as_mut().poll(cx).is_pending()))
-            .await
-    };
-    assert!(pending, "the release was not in flight when cancelled");
+    assert!(
+        cancelled_in_flight(job.release()).await,
+        "the release was not in flight when cancelled"
+    );
     let until = Instant::now() + Duration::from_secs(5);
     let pttl = loop {
         let pttl: i64 = redis::AsyncCommands::pttl(&mut raw, "lock:job:e")
