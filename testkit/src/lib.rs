@@ -108,23 +108,14 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let exited = |s: &mut Self| {
-                let child = s.child.as_mut().expect("spawned");
-                if let Ok(Some(_)) = child.try_wait() {
-                    tell_reaper("unpid", &child.id().to_string());
-                    s.child = None;
-                    return true;
-                }
-                false
-            };
-            if exited(self) {
+            if self.exited() {
                 return false;
             }
             if ping(self.port) {
                 // Another server on a port taken meanwhile answers too: this one then
                 // exits within milliseconds of starting, having failed to bind.
                 std::thread::sleep(Duration::from_millis(20));
-                return !exited(self);
+                return !self.exited();
             }
             assert!(
                 Instant::now() < deadline,
@@ -176,6 +167,19 @@ impl RedisServer {
             tell_reaper("unpid", &c.id().to_string());
             let _ = c.wait();
         }
+    }
+
+    /// Whether the server process has exited (then it is reaped and forgotten).
+    fn exited(&mut self) -> bool {
+        let Some(child) = &mut self.child else {
+            return true;
+        };
+        if let Ok(Some(_)) = child.try_wait() {
+            tell_reaper("unpid", &child.id().to_string());
+            self.child = None;
+            return true;
+        }
+        false
     }
 
     /// Starts again on the same port (empty: no persistence).
