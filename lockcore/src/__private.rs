@@ -93,6 +93,8 @@ pub struct LockSpec {
     pub cancel_on_lost: bool,
     /// Replicas that must acknowledge; `None`: the client's default.
     pub replicas: Option<u32>,
+    /// A semaphore's count (`permits = n`); zero: a lock.
+    pub permits: u32,
 }
 
 /// The return type of an annotated function: `Result<T, E>` with `E: From<Error>`.
@@ -136,8 +138,11 @@ where
         Ok(locks) => locks,
         Err(e) => return R::from_lock_error(e),
     };
-    let mut request = locks
-        .lock(key)
+    let request = match spec.permits {
+        0 => locks.lock(key),
+        permits => locks.semaphore(key, permits),
+    };
+    let mut request = request
         .ttl(Duration::from_millis(spec.ttl_ms))
         .wait(Duration::from_millis(spec.wait_ms))
         .renew(spec.renew);

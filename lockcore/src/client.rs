@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     /// Where lock and idempotency steps are reported.
     pub(crate) events: Events,
     pub(crate) queues: Arc<LocalQueues>,
+    /// Semaphores' local lines (see `local::Lines`).
+    pub(crate) lines: Arc<crate::local::Lines>,
     pub(crate) watchdog: Watchdog,
     /// `<holder>:<random>`, unique to this client: what a yield marker names (see
     /// `release.lua`).
@@ -261,6 +263,7 @@ impl Locks {
                 holder,
                 target,
                 queues: Arc::default(),
+                lines: Arc::default(),
                 watchdog: Watchdog::default(),
                 yield_window,
                 replicas,

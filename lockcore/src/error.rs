@@ -89,6 +89,16 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The request cannot be made as asked: a semaphore with no permits, a fence of a
+    /// semaphore's permit (its holders run side by side: a fence orders a lock's), or
+    /// `min_hold` on a semaphore. Nothing was sent to Redis.
+    #[error("`{key}`: {reason}")]
+    Unsupported {
+        /// The full Redis key.
+        key: String,
+        /// What cannot be done, and what to do instead.
+        reason: String,
+    },
     /// `#[idempotent]`: another call with the same key is still running (its claim's
     /// lease has not ended). The body did not run; retry after `retry_after`.
     #[error(
@@ -146,6 +156,7 @@ impl Error {
             | Error::Lost { key }
             | Error::Backend { key, .. }
             | Error::InvalidKey { key, .. }
+            | Error::Unsupported { key, .. }
             | Error::InProgress { key, .. }
             | Error::NotReplicated { key, .. }
             | Error::PayloadMismatch { key }

@@ -566,3 +566,56 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap(), (true, at));
     }
 }
+
+/// One client's waiters for semaphores, key by key: the first in line contends in
+/// Redis while the others wait their turn in FIFO order (tokio's fair mutex), and a
+/// task that takes a permit passes the line on at once, so the next tries for another.
+/// A task that does not wait (`wait` zero) tries once without queueing.
+#[derive(Default)]
+pub(crate) struct Lines {
+    keys: Mutex<HashMap<Arc<str>, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A task at the head of a key's line; dropping it lets the next one in.
+pub(crate) struct InLine {
+    lines: Arc<Lines>,
+    key: Arc<str>,
+    line: Arc<tokio::sync::Mutex<()>>,
+    head: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Lines {
+    /// Waits until `key`'s line reaches this task: `None` when `deadline` passes first.
+    pub(crate) async fn enter(
+        self: &Arc<Self>,
+        key: &Arc<str>,
+        deadline: Instant,
+    ) -> Option<InLine> {
+        let mut entered = InLine {
+            lines: self.clone(),
+            key: key.clone(),
+            line: crate::util::lock(&self.keys)
+                .entry(key.clone())
+                .or_default()
+                .clone(),
+            head: None,
+        };
+        // A free line is entered at once, even past the deadline (`timeout_at` polls
+        // the lock first). Given up, `entered` leaves the map if it was the last.
+        let head = tokio::time::timeout_at(deadline, entered.line.clone().lock_owned());
+        entered.head = Some(head.await.ok()?);
+        Some(entered)
+    }
+}
+
+impl Drop for InLine {
+    fn drop(&mut self) {
+        self.head = None;
+        let mut keys = crate::util::lock(&self.lines.keys);
+        // The map's and this one: nobody else is in line (a task joining takes the
+        // map's lock first).
+        if Arc::strong_count(&self.line) == 2 {
+            keys.remove(&self.key);
+        }
+    }
+}

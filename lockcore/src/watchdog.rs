@@ -160,6 +160,8 @@ impl HeldState {
 pub(crate) struct RenewedLease {
     pub(crate) key: Arc<str>,
     pub(crate) token: Arc<str>,
+    /// A semaphore's permit (renewed by `permit_extend.lua`), not a lock.
+    pub(crate) permit: bool,
     pub(crate) ttl: Duration,
     pub(crate) acquired_at: Instant,
     pub(crate) max_hold: Option<Duration>,
@@ -365,8 +367,9 @@ fn due_now(tracked: &mut [Tracked], now: Instant) -> Vec<usize> {
     due
 }
 
-/// Phase 3: one compare-and-extend round trip for every due lease, bounded by the first
-/// lease end.
+/// Phase 3: one compare-and-extend round trip for every due lease (locks in one
+/// batch, semaphores' permits in another, sent together), bounded by the first lease
+/// end.
 async fn extend_due(
     backend: &Backend,
     tracked: &[Tracked],
@@ -374,14 +377,39 @@ async fn extend_due(
     sent: Instant,
     first_end: Instant,
 ) -> Result<Vec<bool>, BackendError> {
-    let batch: Vec<(&str, &str, Duration)> = due
-        .iter()
-        .map(|&i| {
-            let l = &tracked[i].lease;
-            (&*l.key, &*l.token, l.ttl)
-        })
-        .collect();
-    match tokio::time::timeout_at(first_end, backend.extend_many(&batch)).await {
+    let batch = |permits: bool| -> Vec<(&str, &str, Duration)> {
+        due.iter()
+            .map(|&i| &tracked[i].lease)
+            .filter(|l| l.permit == permits)
+            .map(|l| (&*l.key, &*l.token, l.ttl))
+            .collect()
+    };
+    let (locks, permits) = (batch(false), batch(true));
+    let both = async {
+        if permits.is_empty() {
+            return backend.extend_many(&locks).await;
+        }
+        let (locks, permits) = futures_util::future::try_join(
+            async {
+                match locks.is_empty() {
+                    true => Ok(Vec::new()),
+                    false => backend.extend_many(&locks).await,
+                }
+            },
+            backend.extend_permits(&permits),
+        )
+        .await?;
+        // Back in `due`'s order.
+        let (mut locks, mut permits) = (locks.into_iter(), permits.into_iter());
+        Ok(due
+            .iter()
+            .map(|&i| match tracked[i].lease.permit {
+                true => permits.next().unwrap_or(false),
+                false => locks.next().unwrap_or(false),
+            })
+            .collect())
+    };
+    match tokio::time::timeout_at(first_end, both).await {
         Ok(renewed) => renewed,
         Err(_) => Err(BackendError::timeout(first_end - sent)),
     }

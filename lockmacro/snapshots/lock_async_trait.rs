@@ -42,6 +42,7 @@ where
                         min_hold_ms: 0u64,
                         cancel_on_lost: true,
                         replicas: ::core::option::Option::None,
+                        permits: 0u32,
                     },
                     async move { { __self.take(sku).await } },
                 )

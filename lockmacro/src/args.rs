@@ -291,6 +291,30 @@ impl<'a> ArgSlots<'a> {
         })
     }
 
+    /// `permits = 4`: a semaphore's count, at least 1.
+    pub(crate) fn permits(&mut self, errors: &mut Errors) -> Arg<u32> {
+        self.parsed("permits", errors, |arg| {
+            let parsed = match &arg.value {
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Int(i),
+                    ..
+                }) => i.base10_parse::<u32>().ok(),
+                _ => None,
+            };
+            match parsed {
+                Some(0) => Err(syn::Error::new(
+                    arg.value.span(),
+                    "`permits = 0` would never let anyone in: a semaphore needs at least one permit (`permits = 1` is a lock; leave `permits` out for one)",
+                )),
+                Some(n) => Ok(n),
+                None => Err(syn::Error::new(
+                    arg.value.span(),
+                    "`permits` expects how many holders may hold the semaphore at once: an integer such as `4`",
+                )),
+            }
+        })
+    }
+
     /// `crate = "path"`: where the facade is.
     pub(crate) fn krate(&mut self, errors: &mut Errors) -> Arg<syn::Path> {
         self.parsed("crate", errors, |arg| lit_str(arg)?.parse::<syn::Path>())

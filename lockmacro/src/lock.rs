@@ -15,7 +15,8 @@ use crate::template::Template;
 use crate::valid;
 
 pub(crate) const LOCK_ARGS: &[&str] = &[
-    "key", "ttl", "wait", "renew", "max_hold", "min_hold", "on_lost", "replicas", "client", "crate",
+    "key", "ttl", "wait", "renew", "max_hold", "min_hold", "on_lost", "replicas", "permits",
+    "client", "crate",
 ];
 
 /// A validated `#[distributed_lock]`.
@@ -32,6 +33,8 @@ struct LockConfig {
     cancel_on_lost: bool,
     /// `None`: the client's default.
     replicas: Option<u32>,
+    /// Zero: a lock; else a semaphore's count.
+    permits: u32,
     client: Option<Expr>,
     names: Names,
 }
@@ -88,9 +91,11 @@ fn lock_config(
     );
     let on_lost = slots.on_lost(errors);
     let replicas = slots.replicas(errors);
+    let permits = slots.permits(errors);
     let client = slots.expr("client");
     valid::lock_options(&renew, &max_hold, &on_lost, errors);
     valid::min_hold(&min_hold, &ttl, 30_000, errors);
+    valid::min_hold_alone(&min_hold, &permits, errors);
     Some(LockConfig {
         krate: krate.or(syn::parse_quote!(::distlock))?,
         key: key.required()?,
@@ -101,6 +106,7 @@ fn lock_config(
         min_hold_ms: min_hold.or(0)?,
         cancel_on_lost: on_lost.or(true)?,
         replicas: replicas.optional()?,
+        permits: permits.or(0)?,
         client,
         names: Names::lock(),
     })
@@ -140,6 +146,7 @@ fn locked_call(
         min_hold_ms,
         cancel_on_lost,
         replicas,
+        permits,
         ..
     } = config;
     let replicas = replicas_tokens(*replicas);
@@ -161,6 +168,7 @@ fn locked_call(
                 min_hold_ms: #min_hold_ms,
                 cancel_on_lost: #cancel_on_lost,
                 replicas: #replicas,
+                permits: #permits,
             },
             async move { #body },
         },

@@ -65,6 +65,22 @@ pub(crate) fn min_hold(
     }
 }
 
+/// `#[distributed_lock]`: `min_hold` keeps a lock for a run-once job, and a semaphore's
+/// permits are given back at release.
+pub(crate) fn min_hold_alone(min_hold: &Arg<u64>, permits: &Arg<u32>, errors: &mut Errors) {
+    if let (Some(min_hold), Some(permits)) = (min_hold.name(), permits.name()) {
+        let mut e = syn::Error::new(
+            min_hold.span(),
+            "`min_hold` keeps a lock for a job that must run once per period; it does not apply to a semaphore (`permits`)",
+        );
+        e.combine(syn::Error::new(
+            permits.span(),
+            "the semaphore is asked for here; remove `min_hold`, or `permits` for a plain lock",
+        ));
+        errors.push(e);
+    }
+}
+
 /// `#[distributed_lock]` on the fn: it must return a `Result`.
 pub(crate) fn lock_fn(func: &ItemFn, errors: &mut Errors) {
     if let ReturnType::Default = func.sig.output {

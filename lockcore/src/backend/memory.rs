@@ -25,6 +25,8 @@ struct State {
     fences: HashMap<String, u64>,
     /// Values written under a fence, with the highest fence seen for each.
     fenced: HashMap<String, (Option<String>, u64)>,
+    /// Semaphores: each holder's token and when its lease ends.
+    permits: HashMap<String, Vec<(String, Instant)>>,
 }
 
 impl MemoryBackend {
@@ -91,6 +93,50 @@ impl MemoryBackend {
         }
     }
 
+    /// As `permit_acquire.lua`.
+    fn take_permit(&self, key: &str, token: &str, ttl: Duration, permits: u32) -> Try {
+        let now = Instant::now();
+        let mut st = crate::util::lock(&self.state);
+        let holders = st.permits.entry(key.to_owned()).or_default();
+        holders.retain(|(_, until)| *until > now);
+        if let Some(mine) = holders.iter_mut().find(|(held, _)| held == token) {
+            mine.1 = now + ttl;
+            return Try::Taken;
+        }
+        if holders.len() < permits as usize {
+            holders.push((token.to_owned(), now + ttl));
+            return Try::Taken;
+        }
+        let first = holders.iter().map(|(_, until)| *until).min();
+        Try::Busy(first.map(|until| until - now))
+    }
+
+    /// As `permit_release.lua` (`true`) and `permit_extend.lua` (`false`).
+    fn permit_held(&self, key: &str, token: &str, release: bool, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let mut st = crate::util::lock(&self.state);
+        let Some(holders) = st.permits.get_mut(key) else {
+            return false;
+        };
+        let Some(at) = holders.iter().position(|(held, _)| held == token) else {
+            return false;
+        };
+        let live = holders[at].1 > now;
+        if release || !live {
+            holders.remove(at);
+            if holders.is_empty() {
+                st.permits.remove(key);
+            }
+        } else {
+            holders[at].1 = now + ttl;
+        }
+        drop(st);
+        if release && live {
+            self.waiters.publish(&crate::notify::channel_of(key));
+        }
+        live
+    }
+
     pub(crate) fn extend(&self, key: &str, token: &str, ttl: Duration) -> bool {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
@@ -153,6 +199,34 @@ impl Locking for MemoryBackend {
         Ok(leases
             .iter()
             .map(|(key, token, ttl)| self.extend(key, token, *ttl))
+            .collect())
+    }
+
+    async fn try_permit(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        permits: u32,
+    ) -> Result<Try, BackendError> {
+        Ok(self.take_permit(key, token, ttl, permits))
+    }
+
+    async fn release_permit(&self, key: &str, token: &str) -> Result<Released, BackendError> {
+        Ok(if self.permit_held(key, token, true, Duration::ZERO) {
+            Released::Now
+        } else {
+            Released::NotOurs
+        })
+    }
+
+    async fn extend_permits(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
+        Ok(leases
+            .iter()
+            .map(|(key, token, ttl)| self.permit_held(key, token, false, *ttl))
             .collect())
     }
 

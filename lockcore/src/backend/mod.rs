@@ -27,6 +27,9 @@
 //!   The key gone or holding another token is `NotOurs` (the caller reads it, see
 //!   `lock/guard.rs`); the key holding the successor's token is `Handed`.
 //! - `extend_many`: compare-and-extend many leases in one round trip.
+//! - a semaphore's permits (`try_permit`, `release_permit`, `extend_permits`): a sorted
+//!   set of the holders' tokens scored by their leases' ends, as `permit_*.lua`; a
+//!   release publishes on the key's channel when someone listens.
 //! - the idempotency operations (`idem.rs`): claim, complete, release, renew, each
 //!   checking the owner token, as `idem_*.lua`.
 //! - replica acknowledgement (`replicas.rs`): a write, then `WAIT` on the same
@@ -164,6 +167,27 @@ pub(crate) trait Locking: Send + Sync {
     /// seen for it (0 when none).
     async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64), BackendError>;
 
+    /// One try for one of the `permits` of the semaphore `key` (see
+    /// `permit_acquire.lua`): taken when fewer than `permits` leases run, else busy until
+    /// about when the first one ends.
+    async fn try_permit(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        permits: u32,
+    ) -> Result<Try, BackendError>;
+
+    /// Gives the permit `token` of the semaphore `key` back, waking its waiters: `Now`,
+    /// or `NotOurs` when the semaphore no longer held it or its lease had ended.
+    async fn release_permit(&self, key: &str, token: &str) -> Result<Released, BackendError>;
+
+    /// Compare-and-extend of many permits in one round trip: `true` where extended.
+    async fn extend_permits(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError>;
+
     /// Compare-and-extend of many locks in one round trip: `true` where extended.
     async fn extend_many(
         &self,
@@ -293,6 +317,27 @@ impl Locking for Backend {
         leases: &[(&str, &str, Duration)],
     ) -> Result<Vec<bool>, BackendError> {
         each!(self, b => b.extend_many(leases))
+    }
+
+    async fn try_permit(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        permits: u32,
+    ) -> Result<Try, BackendError> {
+        each!(self, b => b.try_permit(key, token, ttl, permits))
+    }
+
+    async fn release_permit(&self, key: &str, token: &str) -> Result<Released, BackendError> {
+        each!(self, b => b.release_permit(key, token))
+    }
+
+    async fn extend_permits(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
+        each!(self, b => b.extend_permits(leases))
     }
 
     async fn ping(&self) -> Result<(), BackendError> {

@@ -349,6 +349,27 @@ impl Locking for RedlockBackend {
         Err(unsupported("fenced writes"))
     }
 
+    async fn try_permit(
+        &self,
+        _key: &str,
+        _token: &str,
+        _ttl: Duration,
+        _permits: u32,
+    ) -> Result<Try, BackendError> {
+        Err(unsupported("semaphores"))
+    }
+
+    async fn release_permit(&self, _key: &str, _token: &str) -> Result<Released, BackendError> {
+        Err(unsupported("semaphores"))
+    }
+
+    async fn extend_permits(
+        &self,
+        _leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
+        Err(unsupported("semaphores"))
+    }
+
     async fn extend_many(
         &self,
         leases: &[(&str, &str, Duration)],

@@ -13,6 +13,12 @@ pub const FENCE: &str = include_str!("../scripts/fence.lua");
 pub const EXTEND: &str = include_str!("../scripts/extend.lua");
 /// Store a value only under a fence at least the highest seen for it.
 pub const SET_FENCED: &str = include_str!("../scripts/set_fenced.lua");
+/// A try for one of a semaphore's permits.
+pub const PERMIT_ACQUIRE: &str = include_str!("../scripts/permit_acquire.lua");
+/// Give a semaphore's permit back, waking its waiters.
+pub const PERMIT_RELEASE: &str = include_str!("../scripts/permit_release.lua");
+/// Compare-and-extend of a semaphore's permit.
+pub const PERMIT_EXTEND: &str = include_str!("../scripts/permit_extend.lua");
 /// Claim an idempotency record.
 pub const IDEM_CLAIM: &str = include_str!("../scripts/idem_claim.lua");
 /// After a store whose `APPEND` found something else than its claim: whose result is
@@ -49,7 +55,7 @@ mod tests {
 
     #[test]
     fn the_cluster_forms_publish_and_count_in_the_slot() {
-        for script in [RELEASE, IDEM_RELEASE, IDEM_SETTLE] {
+        for script in [RELEASE, PERMIT_RELEASE, IDEM_RELEASE, IDEM_SETTLE] {
             assert!(script.contains("'PUBLISH'"));
             let cluster = sharded(script);
             assert!(!cluster.contains("'PUBLISH'") && cluster.contains("'SPUBLISH'"));
@@ -57,7 +63,15 @@ mod tests {
         }
         assert!(sharded(RELEASE).contains("'PUBSUB', 'SHARDNUMSUB'"));
         for script in [
-            ACQUIRE, UNLOCK, FENCE, EXTEND, SET_FENCED, IDEM_CLAIM, IDEM_RENEW,
+            ACQUIRE,
+            UNLOCK,
+            FENCE,
+            EXTEND,
+            SET_FENCED,
+            PERMIT_ACQUIRE,
+            PERMIT_EXTEND,
+            IDEM_CLAIM,
+            IDEM_RENEW,
         ] {
             assert_eq!(sharded(script), script, "publishes nothing");
         }

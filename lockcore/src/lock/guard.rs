@@ -33,7 +33,8 @@ impl LockGuard {
         ttl: Duration,
         turn: Turn,
     ) -> Self {
-        let info = LockInfo::new(&locks, key, token, at, ttl, Taking::Handed);
+        let held = (key, token, Shape::Exclusive);
+        let info = LockInfo::new(&locks, held, at, ttl, Taking::Handed);
         LockGuard {
             info,
             locks,
@@ -102,12 +103,14 @@ impl LockGuard {
             .replicas
             .store(replicas, std::sync::atomic::Ordering::Relaxed);
         let key = self.info.key.to_string();
-        let confirmed = self
-            .locks
-            .inner
-            .backend
-            .confirm_lock(&self.info.key, &self.info.token, ttl, replicas)
-            .await;
+        let backend = &self.locks.inner.backend;
+        let confirmed = if self.info.shape == Shape::Exclusive {
+            backend
+                .confirm_lock(&self.info.key, &self.info.token, ttl, replicas)
+                .await
+        } else {
+            confirm_permit(backend, &self.info, ttl, replicas).await
+        };
         let err = match confirmed {
             Ok(a) if a.value && a.replicas >= replicas => return Ok(self),
             Ok(a) if a.value => {
@@ -289,8 +292,7 @@ impl Releasing {
             let at = *self.sent.get_or_insert_with(Instant::now);
             let outcome = release_raw(
                 inner,
-                self.info.key(),
-                &self.token,
+                (self.info.key(), &self.token, self.info.shape),
                 Some(&self.state),
                 retry,
                 self.next.as_ref().map(Next::successor),
@@ -307,7 +309,8 @@ impl Releasing {
                     if let (Err(_), Some(token)) = (&outcome, left) {
                         // The failed try may have handed the lock to a waiter that has
                         // given up since: nobody would take it before its ttl.
-                        spawn_cleanup(self.locks.clone(), self.info.key.clone(), token);
+                        let held = (self.info.key.clone(), token, Shape::Exclusive);
+                        spawn_cleanup(self.locks.clone(), held);
                     }
                     None
                 }
@@ -358,10 +361,11 @@ impl Releasing {
             let left = left + left / 100 + Duration::from_millis(2);
             let retry = self.sent.is_some();
             self.sent.get_or_insert_with(Instant::now);
-            let extended = inner
-                .backend
-                .extend_many(&[(&*key, &*self.token, left)])
-                .await;
+            let lease = [(&*key, &*self.token, left)];
+            let extended = match self.info.shape {
+                Shape::Exclusive => inner.backend.extend_many(&lease).await,
+                Shape::Permit(_) => inner.backend.extend_permits(&lease).await,
+            };
             let held = self.held;
             return Some(match extended {
                 Ok(kept) if kept.first().copied().unwrap_or(false) => {
@@ -469,8 +473,7 @@ impl Drop for Releasing {
 /// Without `lease` (a clean-up of a try whose reply was lost) it is never `Earlier`.
 pub(super) async fn release_raw(
     inner: &Inner,
-    key: &str,
-    token: &str,
+    (key, token, shape): (&str, &str, Shape),
     lease: Option<&HeldState>,
     mut retry: bool,
     next: Option<Successor<'_>>,
@@ -488,7 +491,11 @@ pub(super) async fn release_raw(
     };
     let mut retried = false;
     loop {
-        match inner.backend.release(&call).await {
+        let released = match shape {
+            Shape::Exclusive => inner.backend.release(&call).await,
+            Shape::Permit(_) => inner.backend.release_permit(key, token).await,
+        };
+        match released {
             Ok(Released::NotOurs) if retry => {
                 // The reply arrived now, so Redis ran the call before now.
                 let (now, epoch) = (Instant::now(), inner.backend.epoch());
@@ -545,4 +552,22 @@ fn report(
         )),
         Err(e) => failed(e),
     }
+}
+
+/// [`Acknowledging::confirm_lock`] for a permit: a compare-and-extend (the lease `ttl`
+/// again), then a barrier on the semaphore's primary, which covers the permit's write.
+async fn confirm_permit(
+    backend: &crate::backend::Backend,
+    info: &LockInfo,
+    ttl: Duration,
+    replicas: u32,
+) -> std::result::Result<crate::backend::replicas::Acked<bool>, crate::error::BackendError> {
+    let extended = backend
+        .extend_permits(&[(&*info.key, &*info.token, ttl)])
+        .await?;
+    let acked = backend.barrier(&info.key, replicas).await?;
+    Ok(crate::backend::replicas::Acked {
+        value: extended.first().copied().unwrap_or(false),
+        replicas: acked,
+    })
 }

@@ -14,13 +14,22 @@ use crate::backend::replicas::Acknowledging;
 use crate::backend::{Attempt, Locking, ReleaseCall, Released, Successor, Try};
 use crate::client::{Inner, Locks};
 use crate::contention::{Contention, Next as Contended, in_flight};
-use crate::error::{Error, Result};
+use crate::error::{BackendError, Error, Result};
 use crate::events::Event;
 use crate::key;
 use crate::local::{Entered, Next, Turn};
 use crate::watchdog::{HeldState, RenewedLease, Taking};
 pub use guard::LockGuard;
 use guard::release_raw;
+
+/// What a request takes and its guard holds: a lock, or one of a semaphore's permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// The key holds one holder's token (`acquire.lua`, `release.lua`).
+    Exclusive,
+    /// One of this many permits of the semaphore at the key (`permit_*.lua`).
+    Permit(u32),
+}
 
 /// Default lease when `ttl` is not given.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -50,16 +59,16 @@ pub struct LockInfo {
     locks: Locks,
     /// Which client took it (reentrancy is per client and key).
     client: usize,
+    shape: Shape,
     state: Arc<HeldState>,
 }
 
 impl LockInfo {
-    /// A lock just acquired through `locks` as `taking`, its lease running `ttl` from
-    /// `since`.
+    /// A lock (or permit, by `shape`) just acquired through `locks` as `taking`, its
+    /// lease running `ttl` from `since`.
     fn new(
         locks: &Locks,
-        key: Arc<str>,
-        token: Arc<str>,
+        (key, token, shape): (Arc<str>, Arc<str>, Shape),
         since: Instant,
         ttl: Duration,
         taking: Taking,
@@ -69,7 +78,16 @@ impl LockInfo {
             token,
             locks: locks.clone(),
             client: Arc::as_ptr(&locks.inner) as usize,
+            shape,
             state: HeldState::new(since, ttl, taking),
+        }
+    }
+
+    /// How many permits the semaphore this holds one of counts (`None`: a lock).
+    pub fn permits(&self) -> Option<u32> {
+        match self.shape {
+            Shape::Exclusive => None,
+            Shape::Permit(permits) => Some(permits),
         }
     }
 
@@ -133,6 +151,14 @@ impl LockInfo {
         let lost = || Error::Lost {
             key: self.key.to_string(),
         };
+        if self.shape != Shape::Exclusive {
+            return Err(Error::Unsupported {
+                key: self.key.to_string(),
+                reason: "a semaphore's permits are held side by side, and a fence orders \
+                         the holders of a lock: there is no fence for a permit"
+                    .to_owned(),
+            });
+        }
         // Lost, or the lease ended by this client's clock: the cached number no longer
         // vouches for anything.
         if !self.state.check_held() {
@@ -266,6 +292,47 @@ impl Locks {
     pub fn lock(&self, name: impl Into<String>) -> LockRequest<'_> {
         LockRequest::new(self, name.into())
     }
+
+    /// Starts a request for one of the `permits` permits of the semaphore named `name`
+    /// (Redisson's `RPermitExpirableSemaphore`): the same builder as [`lock`](Self::lock),
+    /// whose guard holds one permit. At most `permits` holders, of any client, hold one
+    /// at a time.
+    ///
+    /// Every permit is a lease of its own: one whose holder dies frees itself when its
+    /// ttl ends; `renew`, `max_hold`, `replicas` and [`Error::Lost`] at release work per
+    /// permit as they do for a lock. A released permit wakes the waiters by message;
+    /// this client's waiters for the same semaphore queue in FIFO order and only the
+    /// first contends in Redis. A task that holds a permit and asks for the same
+    /// semaphore again gets a reentrant guard on the permit it has.
+    ///
+    /// The semaphore is one sorted set at the key: each holder's token scored by when its
+    /// lease ends, in ms since the epoch by the server's clock (`ZRANGE lock:gpu 0 -1
+    /// WITHSCORES` in `redis-cli` lists them). The count is the caller's: clients that
+    /// disagree on it each apply their own, so after lowering it in a deployment the
+    /// smaller count holds as the permits taken under the larger one are given back.
+    ///
+    /// Not with `min_hold` (a run-once job wants a lock), not over Redlock (its
+    /// masters cannot count holders together); a permit has no fence
+    /// ([`Error::Unsupported`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let a = locks.semaphore("gpu", 2).acquire().await.unwrap();
+    /// let b = locks.semaphore("gpu", 2).acquire().await.unwrap();
+    /// let third = locks.semaphore("gpu", 2).acquire().await;
+    /// assert!(matches!(third, Err(lockcore::Error::Busy { .. })));
+    /// a.release().await.unwrap();
+    /// let c = locks.semaphore("gpu", 2).acquire().await.unwrap();
+    /// # b.release().await.unwrap();
+    /// # c.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockRequest<'_> {
+        let mut request = LockRequest::new(self, name.into());
+        request.shape = Shape::Permit(permits);
+        request
+    }
 }
 
 /// A request for one lock, made by [`Locks::lock`]; set `ttl` and `wait`, then `acquire`.
@@ -280,6 +347,7 @@ pub struct LockRequest<'a> {
     max_hold: Option<Duration>,
     min_hold: Option<Duration>,
     replicas: Option<u32>,
+    shape: Shape,
 }
 
 impl<'a> LockRequest<'a> {
@@ -293,6 +361,7 @@ impl<'a> LockRequest<'a> {
             max_hold: None,
             min_hold: None,
             replicas: None,
+            shape: Shape::Exclusive,
         }
     }
 
@@ -434,6 +503,7 @@ impl<'a> LockRequest<'a> {
     /// calling another with the same key) gets a reentrant guard at once, without a
     /// round trip; only the outermost holder releases.
     pub async fn acquire(self) -> Result<LockGuard> {
+        self.check_shape()?;
         let replicas = self.replicas.unwrap_or(self.locks.inner.replicas);
         let ttl = self.ttl;
         let guard = self.take().await?;
@@ -444,6 +514,22 @@ impl<'a> LockRequest<'a> {
             return guard.confirm_reentrant(replicas).await;
         }
         guard.confirm_replicated(ttl, replicas).await
+    }
+
+    /// A semaphore's request: permits to count, and no `min_hold`.
+    fn check_shape(&self) -> Result<()> {
+        let reason = match (self.shape, self.min_hold) {
+            (Shape::Permit(0), _) => "a semaphore needs at least one permit",
+            (Shape::Permit(_), Some(_)) => {
+                "`min_hold` keeps a lock for a run-once job; a semaphore's permits are \
+                 given back at release"
+            }
+            _ => return Ok(()),
+        };
+        Err(Error::Unsupported {
+            key: format!("{}{}", self.locks.inner.prefix, self.name),
+            reason: reason.to_owned(),
+        })
     }
 
     /// [`acquire`](Self::acquire) without waiting for replicas.
@@ -464,6 +550,21 @@ impl<'a> LockRequest<'a> {
         let started = Instant::now();
         let deadline = started + self.wait;
         let mut token = self.new_token();
+        if let Shape::Permit(_) = self.shape {
+            // Waiters line up; one that does not wait tries at once.
+            let line = if self.wait.is_zero() {
+                None
+            } else {
+                let lines = &self.locks.inner.lines;
+                match lines.enter(&key, deadline).await {
+                    Some(line) => Some(line),
+                    None => return Err(self.busy_here(&key, started)),
+                }
+            };
+            let taken = self.contend(key, token, None, started, deadline).await;
+            drop(line);
+            return taken;
+        }
         let turn = match self.enter_queue(&key, &token, deadline).await {
             Entered::Contend(turn) => turn,
             Entered::LeaseOver(turn) => {
@@ -471,22 +572,48 @@ impl<'a> LockRequest<'a> {
                 turn
             }
             Entered::Granted(turn, at) => {
+                let turn = Some(turn);
                 return Ok(self.taken(key, token, started, 0, turn, at, Taking::Handed));
             }
-            Entered::Busy => {
-                let waited = started.elapsed();
-                self.locks.inner.events.emit(Event::Busy {
-                    key: &key,
-                    waited,
-                    local: true,
-                });
-                return Err(Error::Busy {
-                    key: key.to_string(),
-                    waited,
-                });
-            }
+            Entered::Busy => return Err(self.busy_here(&key, started)),
         };
-        self.contend(key, token, turn, started, deadline).await
+        self.contend(key, token, Some(turn), started, deadline)
+            .await
+    }
+
+    /// `Busy` without a try in Redis: this client's own line did not reach the caller
+    /// by its deadline.
+    fn busy_here(&self, key: &str, started: Instant) -> Error {
+        let waited = started.elapsed();
+        self.locks.inner.events.emit(Event::Busy {
+            key,
+            waited,
+            local: true,
+        });
+        Error::Busy {
+            key: key.to_string(),
+            waited,
+        }
+    }
+
+    /// One try in Redis, for a lock or a permit.
+    async fn try_once(&self, key: &str, token: &str, how: Attempt) -> Result<Try, BackendError> {
+        let inner = &self.locks.inner;
+        match self.shape {
+            Shape::Exclusive => {
+                let client = &inner.client_id;
+                inner
+                    .backend
+                    .try_acquire(key, token, self.ttl, client, how)
+                    .await
+            }
+            Shape::Permit(permits) => {
+                inner
+                    .backend
+                    .try_permit(key, token, self.ttl, permits)
+                    .await
+            }
+        }
     }
 
     /// The full key (prefix and name), checked.
@@ -519,13 +646,14 @@ impl<'a> LockRequest<'a> {
         queues.enter(key, token, self.ttl, deadline, orphan).await
     }
 
-    /// At the head of the local queue: tries against the backend, over the one
-    /// contention loop, until taken, the deadline or an error.
+    /// At the head of the local queue (a lock's `turn`; a semaphore's line, held by the
+    /// caller): tries against the backend, over the one contention loop, until taken,
+    /// the deadline or an error.
     async fn contend(
         self,
         key: Arc<str>,
         mut token: Arc<str>,
-        turn: Turn,
+        turn: Option<Turn>,
         started: Instant,
         deadline: Instant,
     ) -> Result<LockGuard> {
@@ -539,7 +667,7 @@ impl<'a> LockRequest<'a> {
             LOCK_RETRY_CAP,
             true,
         );
-        if let Some(until) = turn.left_to_others_until() {
+        if let Some(until) = turn.as_ref().and_then(Turn::left_to_others_until) {
             // This client just left the lock to the others: a try now would only find
             // its own yield marker. Wait for the next release or the window's end.
             contention.wait_before_trying(until).await;
@@ -551,15 +679,10 @@ impl<'a> LockRequest<'a> {
             let epoch = inner.backend.epoch();
             // A waiter woken by messages registers, so the holder's release wakes it.
             let how = contention.waiter().map_or(Attempt::First, Attempt::Again);
-            let tried = in_flight(
-                inner
-                    .backend
-                    .try_acquire(&key, &token, self.ttl, &inner.client_id, how),
-                || {
-                    tracing::trace!(target: "distlock", key = &*key, "lock acquire cancelled with a try in flight; taking its token back");
-                    spawn_cleanup(self.locks.clone(), key.clone(), token.clone());
-                },
-            )
+            let tried = in_flight(self.try_once(&key, &token, how), || {
+                tracing::trace!(target: "distlock", key = &*key, "lock acquire cancelled with a try in flight; taking its token back");
+                spawn_cleanup(self.locks.clone(), (key.clone(), token.clone(), self.shape));
+            })
             .await;
             let left = match tried {
                 Ok(Try::Taken) => {
@@ -577,7 +700,7 @@ impl<'a> LockRequest<'a> {
                 Err(source) => {
                     if source.is_transient() {
                         // The SET may have landed with its reply lost: take it back.
-                        spawn_cleanup(self.locks.clone(), key.clone(), token);
+                        spawn_cleanup(self.locks.clone(), (key.clone(), token, self.shape));
                     }
                     let error = Error::backend(&key, source);
                     inner.events.emit(Event::AcquireFailed {
@@ -611,13 +734,14 @@ impl<'a> LockRequest<'a> {
         token: Arc<str>,
         started: Instant,
         attempt: u32,
-        turn: Turn,
+        turn: Option<Turn>,
         acquired_at: Instant,
         taking: Taking,
     ) -> LockGuard {
         let inner = &self.locks.inner;
         let handed = taking == Taking::Handed;
-        let info = LockInfo::new(self.locks, key, token, acquired_at, self.ttl, taking);
+        let held = (key, token, self.shape);
+        let info = LockInfo::new(self.locks, held, acquired_at, self.ttl, taking);
         let waited = started.elapsed();
         inner.events.emit(Event::Acquired {
             key: info.key(),
@@ -630,10 +754,10 @@ impl<'a> LockRequest<'a> {
         } else {
             crate::local::HolderLease::Until(acquired_at + self.ttl)
         };
-        if handed {
-            turn.set_lease(lease);
-        } else {
-            turn.begin(lease);
+        match &turn {
+            Some(turn) if handed => turn.set_lease(lease),
+            Some(turn) => turn.begin(lease),
+            None => {}
         }
         if self.renew {
             inner.watchdog.register(
@@ -641,6 +765,7 @@ impl<'a> LockRequest<'a> {
                 RenewedLease {
                     key: info.key.clone(),
                     token: info.token.clone(),
+                    permit: self.shape != Shape::Exclusive,
                     ttl: self.ttl,
                     acquired_at,
                     max_hold: self.max_hold,
@@ -656,7 +781,7 @@ impl<'a> LockRequest<'a> {
             keep_until: self.min_hold.map(|m| Instant::now() + m),
             done: false,
             reentrant: false,
-            turn: Some(turn),
+            turn,
         }
     }
 }
@@ -669,7 +794,7 @@ const LOCK_RETRY_CAP: Duration = Duration::from_millis(100);
 /// at once, and once more a command timeout later, for a request that was itself late
 /// and ran after the first clean-up (the token is this try's alone, so a second
 /// compare-and-delete can only remove what the try wrote).
-fn spawn_cleanup(locks: Locks, key: Arc<str>, token: Arc<str>) {
+fn spawn_cleanup(locks: Locks, (key, token, shape): (Arc<str>, Arc<str>, Shape)) {
     // Outside a runtime the handed token stays until its ttl.
     crate::util::spawn_here(async move {
         let backend = &locks.inner.backend;
@@ -677,8 +802,11 @@ fn spawn_cleanup(locks: Locks, key: Arc<str>, token: Arc<str>) {
             if again {
                 tokio::time::sleep(backend.command_timeout()).await;
             }
-            if !matches!(backend.delete_if(&key, &token).await, Ok(true)) {
-                let _ = release_raw(&locks.inner, &key, &token, None, false, None).await;
+            if shape != Shape::Exclusive {
+                let _ = backend.release_permit(&key, &token).await;
+            } else if !matches!(backend.delete_if(&key, &token).await, Ok(true)) {
+                let held = (&*key, &*token, shape);
+                let _ = release_raw(&locks.inner, held, None, false, None).await;
             }
         }
     });

@@ -52,6 +52,12 @@ static RELEASE: LazyLock<[Script; 2]> =
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
 static SET_FENCED: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::SET_FENCED));
+static PERMIT_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(super::scripts::PERMIT_ACQUIRE));
+static PERMIT_RELEASE: LazyLock<[Script; 2]> =
+    LazyLock::new(|| super::scripts::both(super::scripts::PERMIT_RELEASE));
+static PERMIT_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(super::scripts::PERMIT_EXTEND));
 
 /// Where the backend connects.
 // One per client, behind its `Arc` (see `Backend`).
@@ -414,6 +420,54 @@ impl Locking for RedisBackend {
         cmd.arg(key).arg(Companion(key, ":fence-seen"));
         let (value, seen): (Option<String>, Option<u64>) = self.query(&cmd).await?;
         Ok((value, seen.unwrap_or(0)))
+    }
+
+    /// `permit_acquire.lua`: the semaphore is one key, so one call on any topology.
+    async fn try_permit(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        permits: u32,
+    ) -> Result<Try, BackendError> {
+        let mut cmd = evalsha(&PERMIT_ACQUIRE, 1, 3, key.len() + token.len() + 24);
+        cmd.arg(key).arg(token).arg(millis(ttl)).arg(permits);
+        let reply: i64 = self.evalsha_call(&PERMIT_ACQUIRE, &cmd).await?;
+        Ok(match reply {
+            0 => Try::Taken,
+            left => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
+        })
+    }
+
+    /// `permit_release.lua`, in its cluster form on a cluster (the channel lives in the
+    /// key's slot).
+    async fn release_permit(&self, key: &str, token: &str) -> Result<Released, BackendError> {
+        let script = self.script(&PERMIT_RELEASE);
+        let channel = crate::notify::channel_of(key);
+        let mut cmd = evalsha(script, 1, 2, key.len() + token.len() + channel.len());
+        cmd.arg(key).arg(token).arg(&channel);
+        let reply: i64 = self.evalsha_call(script, &cmd).await?;
+        Ok(if reply == 1 {
+            Released::Now
+        } else {
+            Released::NotOurs
+        })
+    }
+
+    /// One `permit_extend.lua` call per permit, sent together (a multiplexed
+    /// connection pipelines them).
+    async fn extend_permits(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
+        let calls = leases.iter().map(|(key, token, ttl)| async move {
+            let mut cmd = evalsha(&PERMIT_EXTEND, 1, 2, key.len() + token.len() + 24);
+            cmd.arg(*key).arg(*token).arg(millis(*ttl));
+            self.evalsha_call::<i64>(&PERMIT_EXTEND, &cmd)
+                .await
+                .map(|r| r == 1)
+        });
+        futures_util::future::try_join_all(calls).await
     }
 
     /// One pipeline of compare-and-extend calls: `SET ... IFEQ` where the server has it,

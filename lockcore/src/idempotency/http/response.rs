@@ -71,7 +71,7 @@ pub(crate) fn status_of(e: &Error) -> u16 {
         Error::InProgress { .. } | Error::StaleFence { .. } => 409,
         Error::PayloadMismatch { .. } => 422,
         Error::Busy { .. } | Error::Backend { .. } | Error::NotReplicated { .. } => 503,
-        Error::Lost { .. } | Error::Unrepresentable { .. } => 500,
+        Error::Lost { .. } | Error::Unrepresentable { .. } | Error::Unsupported { .. } => 500,
     }
 }
 
@@ -135,6 +135,11 @@ pub(crate) fn problem(e: &Error) -> Captured {
             "unrepresentable",
             "Internal error",
             "This request's payload or result cannot be recorded for idempotency.".to_owned(),
+        ),
+        Error::Unsupported { .. } => (
+            "unsupported",
+            "Internal error",
+            "This operation's lock is configured in a way that cannot be served.".to_owned(),
         ),
         Error::StaleFence { .. } => (
             "stale-fence",

@@ -1,0 +1,18 @@
+-- Gives a semaphore's permit back and wakes its waiters (see permit_acquire.lua).
+-- KEYS[1] the semaphore; ARGV[1] token; ARGV[2] the channel that wakes waiters.
+-- Returns 1 released; 0 when the set no longer holds the token, or its lease had ended
+-- (the permit counted as free since: lost).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not ends then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if tonumber(ends) <= now then
+  return 0
+end
+if redis.call('PUBSUB', 'NUMSUB', ARGV[2])[2] > 0 then
+  redis.call('PUBLISH', ARGV[2], '1')
+end
+return 1
