@@ -56,6 +56,40 @@ async fn fenced_writes_on_every_primary() {
     }
 }
 
+/// A semaphore on every primary: the set, its channel and its scripts in one slot; two
+/// permits taken, a third refused, a freed one taken by a waiter woken on the cluster's
+/// sharded channel long before the 30 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_on_every_primary() {
+    let cluster = shared();
+    let locks = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    for key in spread_keys(cluster, "permits", 1) {
+        let a = locks.semaphore(&key, 2).acquire().await.unwrap();
+        let b = locks.semaphore(&key, 2).acquire().await.unwrap();
+        let third = locks.semaphore(&key, 2).acquire().await;
+        assert!(matches!(third, Err(Error::Busy { .. })), "{third:?}");
+        let waiter = {
+            let (locks, key) = (locks.clone(), key.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let g = locks
+                    .semaphore(&key, 2)
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+                    .unwrap();
+                g.release().await.unwrap();
+                started.elapsed()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        a.release().await.unwrap();
+        let waited = waiter.await.unwrap();
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        b.release().await.unwrap();
+    }
+}
+
 /// `per_primary` keys on each primary's slots, named `<tag>-<i>` (the lock key as the
 /// client writes it has the default prefix `lock:`).
 fn spread_keys(cluster: &RedisCluster, tag: &str, per_primary: usize) -> Vec<String> {

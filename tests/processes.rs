@@ -218,6 +218,7 @@ fn child_entry() {
         "holder" => holder_role(&rt, &url),
         "paused" => paused_role(&rt, &url),
         "scheduler" => scheduler_role(&rt, &url),
+        "permits" => permits_role(&rt, &url),
         other => panic!("unknown child role `{other}`"),
     }
 }
@@ -645,4 +646,120 @@ async fn a_scheduled_job_runs_once_per_period_with_min_hold() {
         control > PERIODS,
         "without min_hold the late process should run the job again: {runs:?}"
     );
+}
+
+/// Env: `DISTLOCK_PERMITS` (0: no semaphore), `DISTLOCK_TASKS`, `DISTLOCK_ITERS`,
+/// `DISTLOCK_HOLD` (0 or 1: take one permit of `render` with a 1 s ttl, print `@@held`
+/// and keep it until killed). Otherwise prints `@@ready`, waits for `go`, then each task
+/// takes a permit of `render` (10 s wait) and counts itself in `data:inside:render`
+/// for 3 ms; prints `@@done most=M`, the most holders it saw at once (all processes).
+fn permits_role(rt: &tokio::runtime::Runtime, url: &str) {
+    let permits = u32::try_from(env_u64("DISTLOCK_PERMITS")).expect("permits fit");
+    let (tasks, iters) = (env_u64("DISTLOCK_TASKS"), env_u64("DISTLOCK_ITERS"));
+    let (locks, conn) = rt.block_on(async {
+        let locks = Locks::connect(url).await.expect("Locks::connect");
+        let conn = redis::Client::open(url)
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connect");
+        (locks, conn)
+    });
+    if env_u64("DISTLOCK_HOLD") == 1 {
+        let request = locks
+            .semaphore("render", permits)
+            .ttl(Duration::from_secs(1));
+        let held = rt.block_on(request.acquire()).expect("permit");
+        println!("@@held");
+        let _ = wait_for_parent();
+        drop(held);
+        return;
+    }
+    println!("@@ready");
+    assert_eq!(wait_for_parent(), "go", "parent did not say go");
+    let most = Arc::new(AtomicU64::new(0));
+    rt.block_on(async {
+        let runs = (0..tasks).map(|_| {
+            let (locks, mut conn, most) = (locks.clone(), conn.clone(), most.clone());
+            tokio::spawn(async move {
+                for _ in 0..iters {
+                    let guard = match permits {
+                        0 => None,
+                        n => Some(
+                            locks
+                                .semaphore("render", n)
+                                .wait(Duration::from_secs(10))
+                                .acquire()
+                                .await
+                                .expect("permit"),
+                        ),
+                    };
+                    let inside: u64 = conn.incr("data:inside:render", 1).await.expect("INCR");
+                    most.fetch_max(inside, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    let _: i64 = conn.decr("data:inside:render", 1).await.expect("DECR");
+                    if let Some(guard) = guard {
+                        guard.release().await.expect("release");
+                    }
+                }
+            })
+        });
+        for run in futures_util::future::join_all(runs).await {
+            run.expect("task panicked");
+        }
+    });
+    println!("@@done most={}", most.load(Ordering::Relaxed));
+}
+
+/// Most holders at once across 3 processes of 4 tasks each on one semaphore of
+/// `permits` (0: none), with a fourth process holding one permit when `killed` until it
+/// is SIGKILLed as the others start: its permit frees itself at its 1 s ttl.
+async fn most_across_processes(server: &RedisServer, permits: u32, killed: bool) -> u64 {
+    let env = |hold: bool| {
+        [
+            ("DISTLOCK_PERMITS", permits.to_string()),
+            ("DISTLOCK_TASKS", "4".to_owned()),
+            ("DISTLOCK_ITERS", "15".to_owned()),
+            ("DISTLOCK_HOLD", u8::from(hold).to_string()),
+        ]
+    };
+    let mut holder = killed.then(|| {
+        let mut holder = ChildProc::spawn("permits", &server.url(), &env(true));
+        holder.expect("held", START_TIMEOUT);
+        holder
+    });
+    let mut children: Vec<ChildProc> = (0..3)
+        .map(|_| ChildProc::spawn("permits", &server.url(), &env(false)))
+        .collect();
+    for c in &mut children {
+        c.expect("ready", START_TIMEOUT);
+    }
+    if let Some(holder) = &mut holder {
+        holder.kill();
+    }
+    for c in &mut children {
+        c.send("go");
+    }
+    let mut most = 0;
+    for c in &mut children {
+        most = most.max(field(&c.expect("done", Duration::from_secs(90)), "most"));
+        assert!(c.wait_exit(Duration::from_secs(10)).success());
+    }
+    most
+}
+
+/// A semaphore of 3 across processes, a fourth SIGKILLed while it holds a permit:
+/// never more than 3 inside at once (2 until the dead holder's lease ends), and every
+/// task gets its permits within its 10 s wait. Control: the same processes without the
+/// semaphore overlap past 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_bounds_holders_across_processes() {
+    let server = RedisServer::start();
+    let most = most_across_processes(&server, 3, true).await;
+    assert!(
+        (2..=3).contains(&most),
+        "{most} inside at once with 3 permits"
+    );
+    let most = most_across_processes(&server, 0, false).await;
+    assert!(most > 3, "without the semaphore: at most {most} at once");
 }
