@@ -112,6 +112,16 @@
 //! (a stale write lands after the next holder's), and an equal fence refused (a retry of
 //! a write that landed is told it is stale).
 //!
+//! # Semaphores (`model/permits.rs`)
+//!
+//! `permit_*.lua` and the guard over them, with three clients and two permits, tries and
+//! releases that time out and may run later, lost replies, a renewal, and the clean-up
+//! of a try that timed out: never more clients believing they hold a permit than
+//! permits, and no release told success for a permit that had run out. Planted
+//! (`PermitBugs`), each found: the lease counted from the reply; the count checked,
+//! then the token added, as two commands; a release that ignores an ended lease; a
+//! release retry that reports success whatever the lease.
+//!
 //! # Issues the model found in the code, fixed since (`found_*` tests keep them planted)
 //!
 //! * `local.rs`: a waiter that stopped waiting because the holder's lease ended contended
@@ -147,12 +157,14 @@ mod model {
     pub(crate) mod fenced;
     pub(crate) mod idem;
     pub(crate) mod lock;
+    pub(crate) mod permits;
 }
 
 use model::explore::{Counterexample, Explored, Model, REACHED, explore};
 use model::fenced::{FencedBugs, FencedModel};
 use model::idem::{IdemBugs, IdemModel, IdemStep};
 use model::lock::{Found, LockBugs, LockChecks, LockModel, LockStep, Rel, Reply};
+use model::permits::{PermitBugs, PermitModel};
 
 /// Far more than any exploration here needs: a model whose bounds were loosened by
 /// mistake fails instead of running for minutes.
@@ -799,5 +811,71 @@ fn planted_equal_fence_refused_is_found() {
             ..FencedModel::fixed()
         },
         &["not larger than its own"],
+    );
+}
+
+/// Semaphores (`permit_*.lua` and the guard): never more believers than permits, no
+/// release told success for a permit that ran out, whatever the network does.
+#[test]
+fn model_semaphore_holds() {
+    let explored = holds("semaphore", &PermitModel::fixed());
+    assert!(explored.states > 1000, "{explored}");
+}
+
+fn permit_bug(bugs: PermitBugs) -> PermitModel {
+    PermitModel { bugs }
+}
+
+/// The lease counted from the reply: a holder believes it holds after the server let
+/// its permit go to another, or a release retry reads its ended permit as released.
+#[test]
+fn planted_permit_lease_from_reply_is_found() {
+    found(
+        "planted: a permit's lease counted from the reply",
+        &permit_bug(PermitBugs {
+            lease_from_reply: true,
+            ..PermitBugs::default()
+        }),
+        &["believe they hold", "had run out first"],
+    );
+}
+
+/// The count checked, then the token added: two clients both find room for the last
+/// permit.
+#[test]
+fn planted_permit_check_then_add_is_found() {
+    found(
+        "planted: the count checked, then the token added",
+        &permit_bug(PermitBugs {
+            check_then_add: true,
+            ..PermitBugs::default()
+        }),
+        &["believe they hold"],
+    );
+}
+
+/// A release that ignores an ended lease: its holder is told released, not lost.
+#[test]
+fn planted_permit_release_ignoring_expiry_is_found() {
+    found(
+        "planted: a release that ignores an ended lease",
+        &permit_bug(PermitBugs {
+            release_ignores_expiry: true,
+            ..PermitBugs::default()
+        }),
+        &["had run out first"],
+    );
+}
+
+/// A release retry that reports success whatever the lease.
+#[test]
+fn planted_permit_retry_always_ok_is_found() {
+    found(
+        "planted: a release retry that always reports success",
+        &permit_bug(PermitBugs {
+            retry_always_ok: true,
+            ..PermitBugs::default()
+        }),
+        &["had run out first"],
     );
 }
