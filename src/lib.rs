@@ -191,6 +191,36 @@
 //! its job. `min_hold` covers timers that drift apart by less than its length; instances
 //! further apart than that can each run the job in the same period.
 //!
+//! ## Semaphores
+//!
+//! `#[distributed_lock(key = "gpu:<pool>", permits = 4)]`, or
+//! [`Locks::semaphore`](crate::Locks::semaphore) with the same builder as a lock: at most
+//! `permits` holders of any client at once. Each permit is a lease of its own, so what a
+//! lock does per holder a semaphore does per permit: a dead holder's permit frees itself
+//! when its ttl ends, `renew`, `max_hold`, `on_lost` and `replicas` apply to it, and a
+//! release that finds it gone (or its lease ended) is `Lost`. A freed permit wakes the
+//! waiters by message; this client's waiters queue in FIFO order and only the first
+//! contends in Redis. A task holding a permit that asks for the same semaphore again
+//! re-enters the permit it has.
+//!
+//! The count is the caller's: after it is lowered in a deployment, holders taken under
+//! the larger one keep their permits, and the smaller count applies as they are given
+//! back. `permits = 0` and `min_hold` with `permits` are compile errors; a permit has no
+//! fence (its holders run side by side) and Redlock refuses semaphores
+//! ([`Error::Unsupported`](crate::Error::Unsupported), [`Error::Backend`](crate::Error::Backend)).
+//!
+//! ## What each primitive writes
+//!
+//! Every value is plain UTF-8 that `redis-cli` reads, every companion key shares the
+//! key's hash slot (`{lock:order:42}:fence` when the key has no hash tag of its own):
+//!
+//! | primitive | key | value | companions |
+//! |---|---|---|---|
+//! | lock | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>`, `<token> waiting` while a waiter listens, `yield: <client ids> ` for a yield window | `:fence` (counter, no ttl), `:turns` (recent turns), `:released` (the wake-up channel) |
+//! | semaphore | `lock:gpu:eu` (sorted set) | each holder's token, scored by when its lease ends (ms since the epoch, the server's clock); the key expires with the last lease | `:released` (the channel) |
+//! | fenced value | the key given | the value | `:fence-seen` (the highest fence) |
+//! | idempotency record | `lock:idem:<module::fn>[:<scope>]:<key>` (string) | JSON: the claim (owner, fingerprint, lease), then the stored result appended after it | `:released` |
+//!
 //! ## Errors
 //!
 //! | variant | when | the body |
@@ -200,6 +230,7 @@
 //! | `Backend { key, source }` | Redis unreachable, failing, or silent past the command timeout (default 1 s): never a hang | did not run (acquire) or ran (release) |
 //! | `InvalidKey { key, reason }` | an empty key, or braces that would split the lock from its fence counter across hash slots | did not run |
 //! | `NotReplicated { key, acked, wanted }` | with `replicas = n`: fewer replicas acknowledged the lock (Redis `WAIT`, up to half the command timeout); the lock was given back | did not run |
+//! | `Unsupported { key, reason }` | a request that cannot be served as asked: a semaphore of 0 permits or with `min_hold` (runtime API), a permit's fence | did not run |
 //!
 //! A release whose reply is lost is retried once. A retry that finds the key no longer
 //! holding the token while the lease cannot have ended yet (by the client's clock,

@@ -11,8 +11,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local ttl = tonumber(ARGV[2])
-if redis.call('ZSCORE', KEYS[1], ARGV[1])
-    or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3])
+    or redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
   if redis.call('PTTL', KEYS[1]) < ttl then
     redis.call('PEXPIRE', KEYS[1], ttl)
