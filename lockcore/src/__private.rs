@@ -93,8 +93,21 @@ pub struct LockSpec {
     pub cancel_on_lost: bool,
     /// Replicas that must acknowledge; `None`: the client's default.
     pub replicas: Option<u32>,
-    /// A semaphore's count (`permits = n`); zero: a lock.
-    pub permits: u32,
+    /// What is taken.
+    pub kind: LockKind,
+}
+
+/// What `#[distributed_lock]` takes.
+#[derive(Debug, Clone, Copy)]
+pub enum LockKind {
+    /// A lock (`key = ..` alone).
+    Lock,
+    /// One of a semaphore's permits (`permits = n`).
+    Permits(u32),
+    /// A share of a read lock (`mode = "read"`).
+    Read,
+    /// A write lock (`mode = "write"`).
+    Write,
 }
 
 /// The return type of an annotated function: `Result<T, E>` with `E: From<Error>`.
@@ -138,9 +151,11 @@ where
         Ok(locks) => locks,
         Err(e) => return R::from_lock_error(e),
     };
-    let request = match spec.permits {
-        0 => locks.lock(key),
-        permits => locks.semaphore(key, permits),
+    let request = match spec.kind {
+        LockKind::Lock => locks.lock(key),
+        LockKind::Permits(permits) => locks.semaphore(key, permits),
+        LockKind::Read => locks.read_lock(key),
+        LockKind::Write => locks.write_lock(key),
     };
     let mut request = request
         .ttl(Duration::from_millis(spec.ttl_ms))

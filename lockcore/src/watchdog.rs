@@ -160,8 +160,9 @@ impl HeldState {
 pub(crate) struct RenewedLease {
     pub(crate) key: Arc<str>,
     pub(crate) token: Arc<str>,
-    /// A semaphore's permit (renewed by `permit_extend.lua`), not a lock.
-    pub(crate) permit: bool,
+    /// The sorted set of a semaphore's permit or a read lock's share (renewed there
+    /// by `permit_extend.lua`); `None`: a lock, at `key`.
+    pub(crate) permit: Option<Arc<str>>,
     pub(crate) ttl: Duration,
     pub(crate) acquired_at: Instant,
     pub(crate) max_hold: Option<Duration>,
@@ -380,8 +381,8 @@ async fn extend_due(
     let batch = |permits: bool| -> Vec<(&str, &str, Duration)> {
         due.iter()
             .map(|&i| &tracked[i].lease)
-            .filter(|l| l.permit == permits)
-            .map(|l| (&*l.key, &*l.token, l.ttl))
+            .filter(|l| l.permit.is_some() == permits)
+            .map(|l| (l.permit.as_deref().unwrap_or(&l.key), &*l.token, l.ttl))
             .collect()
     };
     let (locks, permits) = (batch(false), batch(true));
@@ -404,8 +405,8 @@ async fn extend_due(
         Ok(due
             .iter()
             .map(|&i| match tracked[i].lease.permit {
-                true => permits.next().unwrap_or(false),
-                false => locks.next().unwrap_or(false),
+                Some(_) => permits.next().unwrap_or(false),
+                None => locks.next().unwrap_or(false),
             })
             .collect())
     };

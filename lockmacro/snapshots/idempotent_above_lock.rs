@@ -63,7 +63,7 @@ async fn buy(id: u64, sku: u32) -> Result<u32, AppError> {
                         min_hold_ms: 0u64,
                         cancel_on_lost: true,
                         replicas: ::core::option::Option::None,
-                        permits: 0u32,
+                        kind: ::distlock::__private::LockKind::Lock,
                     },
                     async move {
                         #[allow(clippy::diverging_sub_expression)]

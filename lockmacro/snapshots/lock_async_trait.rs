@@ -42,7 +42,7 @@ where
                         min_hold_ms: 0u64,
                         cancel_on_lost: true,
                         replicas: ::core::option::Option::None,
-                        permits: 0u32,
+                        kind: ::distlock::__private::LockKind::Lock,
                     },
                     async move { { __self.take(sku).await } },
                 )

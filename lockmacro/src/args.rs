@@ -315,6 +315,21 @@ impl<'a> ArgSlots<'a> {
         })
     }
 
+    /// `mode = "read" | "write"`: a read/write lock's side; `true` for read.
+    pub(crate) fn mode(&mut self, errors: &mut Errors) -> Arg<bool> {
+        self.parsed("mode", errors, |arg| {
+            let lit = lit_str(arg)?;
+            match lit.value().as_str() {
+                "read" => Ok(true),
+                "write" => Ok(false),
+                other => Err(syn::Error::new(
+                    lit.span(),
+                    format!("`mode` is `\"read\"` or `\"write\"` (a read/write lock's side), not `{other:?}`"),
+                )),
+            }
+        })
+    }
+
     /// `crate = "path"`: where the facade is.
     pub(crate) fn krate(&mut self, errors: &mut Errors) -> Arg<syn::Path> {
         self.parsed("crate", errors, |arg| lit_str(arg)?.parse::<syn::Path>())

@@ -16,8 +16,17 @@ use crate::valid;
 
 pub(crate) const LOCK_ARGS: &[&str] = &[
     "key", "ttl", "wait", "renew", "max_hold", "min_hold", "on_lost", "replicas", "permits",
-    "client", "crate",
+    "mode", "client", "crate",
 ];
+
+/// What the attribute takes (`permits`, `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Lock,
+    Permits(u32),
+    Read,
+    Write,
+}
 
 /// A validated `#[distributed_lock]`.
 struct LockConfig {
@@ -33,8 +42,7 @@ struct LockConfig {
     cancel_on_lost: bool,
     /// `None`: the client's default.
     replicas: Option<u32>,
-    /// Zero: a lock; else a semaphore's count.
-    permits: u32,
+    kind: Kind,
     client: Option<Expr>,
     names: Names,
 }
@@ -92,10 +100,11 @@ fn lock_config(
     let on_lost = slots.on_lost(errors);
     let replicas = slots.replicas(errors);
     let permits = slots.permits(errors);
+    let mode = slots.mode(errors);
     let client = slots.expr("client");
     valid::lock_options(&renew, &max_hold, &on_lost, errors);
     valid::min_hold(&min_hold, &ttl, 30_000, errors);
-    valid::min_hold_alone(&min_hold, &permits, errors);
+    let kind = valid::lock_kind(&permits, &mode, &min_hold, errors);
     Some(LockConfig {
         krate: krate.or(syn::parse_quote!(::distlock))?,
         key: key.required()?,
@@ -106,7 +115,7 @@ fn lock_config(
         min_hold_ms: min_hold.or(0)?,
         cancel_on_lost: on_lost.or(true)?,
         replicas: replicas.optional()?,
-        permits: permits.or(0)?,
+        kind: kind?,
         client,
         names: Names::lock(),
     })
@@ -146,10 +155,16 @@ fn locked_call(
         min_hold_ms,
         cancel_on_lost,
         replicas,
-        permits,
+        kind,
         ..
     } = config;
     let replicas = replicas_tokens(*replicas);
+    let kind = match kind {
+        Kind::Lock => quote!(#krate::__private::LockKind::Lock),
+        Kind::Permits(n) => quote!(#krate::__private::LockKind::Permits(#n)),
+        Kind::Read => quote!(#krate::__private::LockKind::Read),
+        Kind::Write => quote!(#krate::__private::LockKind::Write),
+    };
     // The call and its `.await` both require `R: LockOutput`. Both on one token of the
     // return type, a return type that is not `Result<T, E: From<Error>>` is reported
     // there, once, rather than on the whole attribute.
@@ -168,7 +183,7 @@ fn locked_call(
                 min_hold_ms: #min_hold_ms,
                 cancel_on_lost: #cancel_on_lost,
                 replicas: #replicas,
-                permits: #permits,
+                kind: #kind,
             },
             async move { #body },
         },

@@ -8,6 +8,7 @@ use syn::{ItemFn, LitStr, ReturnType};
 
 use crate::args::{Arg, Errors};
 use crate::idempotent::Source;
+use crate::lock::Kind;
 use crate::shape::Shape;
 use crate::template::Template;
 
@@ -65,19 +66,56 @@ pub(crate) fn min_hold(
     }
 }
 
-/// `#[distributed_lock]`: `min_hold` keeps a lock for a run-once job, and a semaphore's
-/// permits are given back at release.
-pub(crate) fn min_hold_alone(min_hold: &Arg<u64>, permits: &Arg<u32>, errors: &mut Errors) {
-    if let (Some(min_hold), Some(permits)) = (min_hold.name(), permits.name()) {
+/// `#[distributed_lock]`: what it takes. `permits` and `mode` exclude each other, and
+/// `min_hold` (a run-once job's lock) goes with neither. `None` when that is not so or
+/// one of them is invalid (reported already).
+pub(crate) fn lock_kind(
+    permits: &Arg<u32>,
+    mode: &Arg<bool>,
+    min_hold: &Arg<u64>,
+    errors: &mut Errors,
+) -> Option<Kind> {
+    if let (Some(p), Some(m)) = (permits.name(), mode.name()) {
         let mut e = syn::Error::new(
-            min_hold.span(),
-            "`min_hold` keeps a lock for a job that must run once per period; it does not apply to a semaphore (`permits`)",
+            m.span(),
+            "`mode` and `permits` exclude each other: a read/write lock has no count, a semaphore no mode",
         );
         e.combine(syn::Error::new(
-            permits.span(),
-            "the semaphore is asked for here; remove `min_hold`, or `permits` for a plain lock",
+            p.span(),
+            "`permits` is given here; keep one of the two",
         ));
         errors.push(e);
+        return None;
+    }
+    if let Some(min_hold) = min_hold.name() {
+        let (other, what) = match (permits.name(), mode.name()) {
+            (Some(p), _) => (p, "a semaphore (`permits`)"),
+            (_, Some(m)) => (m, "a read/write lock (`mode`)"),
+            _ => return kind_of(permits, mode),
+        };
+        let mut e = syn::Error::new(
+            min_hold.span(),
+            format!(
+                "`min_hold` keeps a lock for a job that must run once per period; it does not apply to {what}"
+            ),
+        );
+        e.combine(syn::Error::new(
+            other.span(),
+            format!("{what} is asked for here; remove `min_hold`, or `{other}` for a plain lock"),
+        ));
+        errors.push(e);
+        return None;
+    }
+    kind_of(permits, mode)
+}
+
+fn kind_of(permits: &Arg<u32>, mode: &Arg<bool>) -> Option<Kind> {
+    match (permits, mode) {
+        (Arg::Invalid(_), _) | (_, Arg::Invalid(_)) => None,
+        (Arg::Given(_, n), _) => Some(Kind::Permits(*n)),
+        (_, Arg::Given(_, true)) => Some(Kind::Read),
+        (_, Arg::Given(_, false)) => Some(Kind::Write),
+        _ => Some(Kind::Lock),
     }
 }
 

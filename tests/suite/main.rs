@@ -24,6 +24,7 @@ mod jobs;
 mod proxy;
 mod redlock;
 mod replicas;
+mod rwlocks;
 mod semaphores;
 mod sentinel;
 mod tls;

@@ -25,8 +25,10 @@ struct State {
     fences: HashMap<String, u64>,
     /// Values written under a fence, with the highest fence seen for each.
     fenced: HashMap<String, (Option<String>, u64)>,
-    /// Semaphores: each holder's token and when its lease ends.
+    /// Semaphores and read locks' readers: each holder's token and when its lease ends.
     permits: HashMap<String, Vec<(String, Instant)>>,
+    /// Read/write locks: the token of a writer that waits, until when.
+    writer_waits: HashMap<String, (String, Instant)>,
 }
 
 impl MemoryBackend {
@@ -111,8 +113,67 @@ impl MemoryBackend {
         Try::Busy(first.map(|until| until - now))
     }
 
-    /// As `permit_release.lua` (`true`) and `permit_extend.lua` (`false`).
-    fn permit_held(&self, key: &str, token: &str, release: bool, ttl: Duration) -> bool {
+    /// As `read_acquire.lua`.
+    fn take_read(&self, key: &str, token: &str, ttl: Duration) -> Try {
+        let now = Instant::now();
+        let mut st = crate::util::lock(&self.state);
+        let set = crate::key::companion(key, ":readers");
+        let readers = st.permits.entry(set).or_default();
+        readers.retain(|(_, until)| *until > now);
+        if let Some(mine) = readers.iter_mut().find(|(held, _)| held == token) {
+            mine.1 = now + ttl;
+            return Try::Taken;
+        }
+        if let Some((_, until)) = st.held.get(key).filter(|(_, until)| *until > now) {
+            return Try::Busy(Some(*until - now));
+        }
+        if let Some((_, until)) = st.writer_waits.get(key).filter(|(_, until)| *until > now) {
+            return Try::Busy(Some(*until - now));
+        }
+        let set = crate::key::companion(key, ":readers");
+        st.permits
+            .entry(set)
+            .or_default()
+            .push((token.to_owned(), now + ttl));
+        Try::Taken
+    }
+
+    /// As `write_acquire.lua`.
+    fn take_write(&self, key: &str, token: &str, ttl: Duration, waiting: Duration) -> Try {
+        let now = Instant::now();
+        let first_reader = {
+            let mut st = crate::util::lock(&self.state);
+            let set = crate::key::companion(key, ":readers");
+            let readers = st.permits.entry(set).or_default();
+            readers.retain(|(_, until)| *until > now);
+            readers.iter().map(|(_, until)| *until).min()
+        };
+        let tried = match first_reader {
+            Some(until) => Try::Busy(Some(until - now)),
+            None => self.take(key, token, ttl),
+        };
+        let mut st = crate::util::lock(&self.state);
+        match tried {
+            Try::Busy(_) if !waiting.is_zero() => {
+                let mark = (token.to_owned(), now + waiting);
+                st.writer_waits.insert(key.to_owned(), mark);
+            }
+            Try::Taken if st.writer_waits.get(key).is_some_and(|(t, _)| t == token) => {
+                st.writer_waits.remove(key);
+            }
+            _ => {}
+        }
+        tried
+    }
+
+    /// As `permit_release.lua` (`Some(wake)`) and `permit_extend.lua` (`None`).
+    fn permit_held(
+        &self,
+        key: &str,
+        token: &str,
+        release: Option<(&str, bool)>,
+        ttl: Duration,
+    ) -> bool {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
         let Some(holders) = st.permits.get_mut(key) else {
@@ -122,17 +183,21 @@ impl MemoryBackend {
             return false;
         };
         let live = holders[at].1 > now;
-        if release || !live {
+        if release.is_some() || !live {
             holders.remove(at);
-            if holders.is_empty() {
-                st.permits.remove(key);
-            }
         } else {
             holders[at].1 = now + ttl;
         }
+        let empty = holders.is_empty();
+        if empty {
+            st.permits.remove(key);
+        }
         drop(st);
-        if release && live {
-            self.waiters.publish(&crate::notify::channel_of(key));
+        if let Some((of, last)) = release
+            && live
+            && (empty || !last)
+        {
+            self.waiters.publish(&crate::notify::channel_of(of));
         }
         live
     }
@@ -212,12 +277,40 @@ impl Locking for MemoryBackend {
         Ok(self.take_permit(key, token, ttl, permits))
     }
 
-    async fn release_permit(&self, key: &str, token: &str) -> Result<Released, BackendError> {
-        Ok(if self.permit_held(key, token, true, Duration::ZERO) {
-            Released::Now
-        } else {
-            Released::NotOurs
-        })
+    async fn release_permit(
+        &self,
+        set: &str,
+        token: &str,
+        wake: (&str, bool),
+    ) -> Result<Released, BackendError> {
+        Ok(
+            if self.permit_held(set, token, Some(wake), Duration::ZERO) {
+                Released::Now
+            } else {
+                Released::NotOurs
+            },
+        )
+    }
+
+    async fn try_read(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        _mark: bool,
+    ) -> Result<Try, BackendError> {
+        Ok(self.take_read(key, token, ttl))
+    }
+
+    async fn try_write(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        _who: (&str, bool),
+        waiting: Duration,
+    ) -> Result<Try, BackendError> {
+        Ok(self.take_write(key, token, ttl, waiting))
     }
 
     async fn extend_permits(
@@ -226,7 +319,7 @@ impl Locking for MemoryBackend {
     ) -> Result<Vec<bool>, BackendError> {
         Ok(leases
             .iter()
-            .map(|(key, token, ttl)| self.permit_held(key, token, false, *ttl))
+            .map(|(key, token, ttl)| self.permit_held(key, token, None, *ttl))
             .collect())
     }
 

@@ -30,6 +30,10 @@
 //! - a semaphore's permits (`try_permit`, `release_permit`, `extend_permits`): a sorted
 //!   set of the holders' tokens scored by their leases' ends, as `permit_*.lua`; a
 //!   release publishes on the key's channel when someone listens.
+//! - a read/write lock (`try_read`, `try_write`; readers released and renewed as
+//!   permits of `{key}:readers`): the writer's token at the key, the readers in
+//!   `{key}:readers`, a waiting writer's mark in `{key}:writer`, as `read_acquire.lua`
+//!   and `write_acquire.lua`.
 //! - the idempotency operations (`idem.rs`): claim, complete, release, renew, each
 //!   checking the owner token, as `idem_*.lua`.
 //! - replica acknowledgement (`replicas.rs`): a write, then `WAIT` on the same
@@ -178,9 +182,37 @@ pub(crate) trait Locking: Send + Sync {
         permits: u32,
     ) -> Result<Try, BackendError>;
 
-    /// Gives the permit `token` of the semaphore `key` back, waking its waiters: `Now`,
-    /// or `NotOurs` when the semaphore no longer held it or its lease had ended.
-    async fn release_permit(&self, key: &str, token: &str) -> Result<Released, BackendError>;
+    /// Gives the permit `token` of the semaphore (or the readers) `set` back, waking the
+    /// waiters on `of`'s channel (`last`: only when no holder is left): `Now`, or
+    /// `NotOurs` when the set no longer held it or its lease had ended.
+    async fn release_permit(
+        &self,
+        set: &str,
+        token: &str,
+        wake: (&str, bool),
+    ) -> Result<Released, BackendError>;
+
+    /// One try for a share of the read lock `key` (`read_acquire.lua`): busy while a
+    /// writer holds it or waits; `mark`: the caller will be woken by a message.
+    async fn try_read(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        mark: bool,
+    ) -> Result<Try, BackendError>;
+
+    /// One try for the write lock `key` (`write_acquire.lua`): a lock's try once no
+    /// reader holds; refused, it keeps new readers out for `waiting` (zero: it will not
+    /// try again).
+    async fn try_write(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        who: (&str, bool),
+        waiting: Duration,
+    ) -> Result<Try, BackendError>;
 
     /// Compare-and-extend of many permits in one round trip: `true` where extended.
     async fn extend_permits(
@@ -329,8 +361,34 @@ impl Locking for Backend {
         each!(self, b => b.try_permit(key, token, ttl, permits))
     }
 
-    async fn release_permit(&self, key: &str, token: &str) -> Result<Released, BackendError> {
-        each!(self, b => b.release_permit(key, token))
+    async fn release_permit(
+        &self,
+        set: &str,
+        token: &str,
+        wake: (&str, bool),
+    ) -> Result<Released, BackendError> {
+        each!(self, b => b.release_permit(set, token, wake))
+    }
+
+    async fn try_read(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        mark: bool,
+    ) -> Result<Try, BackendError> {
+        each!(self, b => b.try_read(key, token, ttl, mark))
+    }
+
+    async fn try_write(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        who: (&str, bool),
+        waiting: Duration,
+    ) -> Result<Try, BackendError> {
+        each!(self, b => b.try_write(key, token, ttl, who, waiting))
     }
 
     async fn extend_permits(

@@ -359,8 +359,34 @@ impl Locking for RedlockBackend {
         Err(unsupported("semaphores"))
     }
 
-    async fn release_permit(&self, _key: &str, _token: &str) -> Result<Released, BackendError> {
-        Err(unsupported("semaphores"))
+    async fn release_permit(
+        &self,
+        _set: &str,
+        _token: &str,
+        _wake: (&str, bool),
+    ) -> Result<Released, BackendError> {
+        Err(unsupported("semaphores and read/write locks"))
+    }
+
+    async fn try_read(
+        &self,
+        _key: &str,
+        _token: &str,
+        _ttl: Duration,
+        _mark: bool,
+    ) -> Result<Try, BackendError> {
+        Err(unsupported("read/write locks"))
+    }
+
+    async fn try_write(
+        &self,
+        _key: &str,
+        _token: &str,
+        _ttl: Duration,
+        _who: (&str, bool),
+        _waiting: Duration,
+    ) -> Result<Try, BackendError> {
+        Err(unsupported("read/write locks"))
     }
 
     async fn extend_permits(

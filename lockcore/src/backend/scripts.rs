@@ -19,6 +19,15 @@ pub const PERMIT_ACQUIRE: &str = include_str!("../scripts/permit_acquire.lua");
 pub const PERMIT_RELEASE: &str = include_str!("../scripts/permit_release.lua");
 /// Compare-and-extend of a semaphore's permit.
 pub const PERMIT_EXTEND: &str = include_str!("../scripts/permit_extend.lua");
+/// A try for a share of a read lock, behind a writer that holds or waits.
+pub const READ_ACQUIRE: &str = include_str!("../scripts/read_acquire.lua");
+/// A writer's try: the lock's try once no reader holds, and the writer-waiting mark.
+pub const WRITE_ACQUIRE: &str = concat!(
+    "local function lock_try()\n",
+    include_str!("../scripts/acquire.lua"),
+    "end\n",
+    include_str!("../scripts/write_acquire.lua")
+);
 /// Claim an idempotency record.
 pub const IDEM_CLAIM: &str = include_str!("../scripts/idem_claim.lua");
 /// After a store whose `APPEND` found something else than its claim: whose result is
@@ -70,6 +79,8 @@ mod tests {
             SET_FENCED,
             PERMIT_ACQUIRE,
             PERMIT_EXTEND,
+            READ_ACQUIRE,
+            WRITE_ACQUIRE,
             IDEM_CLAIM,
             IDEM_RENEW,
         ] {

@@ -104,12 +104,13 @@ impl LockGuard {
             .store(replicas, std::sync::atomic::Ordering::Relaxed);
         let key = self.info.key.to_string();
         let backend = &self.locks.inner.backend;
-        let confirmed = if self.info.shape == Shape::Exclusive {
-            backend
-                .confirm_lock(&self.info.key, &self.info.token, ttl, replicas)
-                .await
-        } else {
-            confirm_permit(backend, &self.info, ttl, replicas).await
+        let confirmed = match self.info.shape.set(&self.info.key) {
+            None => {
+                backend
+                    .confirm_lock(&self.info.key, &self.info.token, ttl, replicas)
+                    .await
+            }
+            Some(set) => confirm_permit(backend, &set, &self.info.token, ttl, replicas).await,
         };
         let err = match confirmed {
             Ok(a) if a.value && a.replicas >= replicas => return Ok(self),
@@ -361,10 +362,17 @@ impl Releasing {
             let left = left + left / 100 + Duration::from_millis(2);
             let retry = self.sent.is_some();
             self.sent.get_or_insert_with(Instant::now);
-            let lease = [(&*key, &*self.token, left)];
-            let extended = match self.info.shape {
-                Shape::Exclusive => inner.backend.extend_many(&lease).await,
-                Shape::Permit(_) => inner.backend.extend_permits(&lease).await,
+            let extended = match self.info.shape.set(&key) {
+                None => {
+                    inner
+                        .backend
+                        .extend_many(&[(&key, &self.token, left)])
+                        .await
+                }
+                Some(set) => {
+                    let lease = [(&*set, &*self.token, left)];
+                    inner.backend.extend_permits(&lease).await
+                }
             };
             let held = self.held;
             return Some(match extended {
@@ -478,8 +486,10 @@ pub(super) async fn release_raw(
     mut retry: bool,
     next: Option<Successor<'_>>,
 ) -> std::result::Result<Released, Error> {
-    let yield_to =
-        (!inner.yield_window.is_zero()).then_some((inner.client_id.as_str(), inner.yield_window));
+    // A read/write lock's writer never yields: its readers do not read yield markers.
+    let yield_to = (!inner.yield_window.is_zero() && shape == Shape::Exclusive)
+        .then_some((inner.client_id.as_str(), inner.yield_window));
+    let set = shape.set(key);
     let call = ReleaseCall {
         key,
         token,
@@ -491,9 +501,12 @@ pub(super) async fn release_raw(
     };
     let mut retried = false;
     loop {
-        let released = match shape {
-            Shape::Exclusive => inner.backend.release(&call).await,
-            Shape::Permit(_) => inner.backend.release_permit(key, token).await,
+        let released = match &set {
+            None => inner.backend.release(&call).await,
+            Some(set) => {
+                let wake = (key, shape.wakes_on_last());
+                inner.backend.release_permit(set, token, wake).await
+            }
         };
         match released {
             Ok(Released::NotOurs) if retry => {
@@ -558,14 +571,13 @@ fn report(
 /// again), then a barrier on the semaphore's primary, which covers the permit's write.
 async fn confirm_permit(
     backend: &crate::backend::Backend,
-    info: &LockInfo,
+    set: &str,
+    token: &str,
     ttl: Duration,
     replicas: u32,
 ) -> std::result::Result<crate::backend::replicas::Acked<bool>, crate::error::BackendError> {
-    let extended = backend
-        .extend_permits(&[(&*info.key, &*info.token, ttl)])
-        .await?;
-    let acked = backend.barrier(&info.key, replicas).await?;
+    let extended = backend.extend_permits(&[(set, token, ttl)]).await?;
+    let acked = backend.barrier(set, replicas).await?;
     Ok(crate::backend::replicas::Acked {
         value: extended.first().copied().unwrap_or(false),
         replicas: acked,

@@ -29,6 +29,35 @@ pub(crate) enum Shape {
     Exclusive,
     /// One of this many permits of the semaphore at the key (`permit_*.lua`).
     Permit(u32),
+    /// A share of the read lock at the key: the token in `{key}:readers`
+    /// (`read_acquire.lua`, released and renewed as a permit).
+    Read,
+    /// The write lock at the key: a lock's token, taken once no reader holds
+    /// (`write_acquire.lua`); released and renewed as a lock, never yielded.
+    Write,
+}
+
+impl Shape {
+    /// The sorted set the holder's token is in, for a permit or a read share.
+    pub(crate) fn set(self, key: &str) -> Option<String> {
+        match self {
+            Shape::Permit(_) => Some(key.to_owned()),
+            Shape::Read => Some(key::companion(key, ":readers")),
+            Shape::Exclusive | Shape::Write => None,
+        }
+    }
+
+    /// Whether a release wakes the waiters only when the last holder leaves (a read
+    /// lock: only a writer waits for readers).
+    pub(crate) fn wakes_on_last(self) -> bool {
+        self == Shape::Read
+    }
+
+    /// What a holder of `self` may take again in the same task without a round trip:
+    /// the same, or a read share under the write lock.
+    fn reenters(self, inner: Shape) -> bool {
+        self == inner || (self == Shape::Write && inner == Shape::Read)
+    }
 }
 
 /// Default lease when `ttl` is not given.
@@ -86,8 +115,18 @@ impl LockInfo {
     /// How many permits the semaphore this holds one of counts (`None`: a lock).
     pub fn permits(&self) -> Option<u32> {
         match self.shape {
-            Shape::Exclusive => None,
             Shape::Permit(permits) => Some(permits),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a share of a read lock (`Some(true)`), the write lock
+    /// (`Some(false)`), or neither.
+    pub fn is_read(&self) -> Option<bool> {
+        match self.shape {
+            Shape::Read => Some(true),
+            Shape::Write => Some(false),
+            _ => None,
         }
     }
 
@@ -151,11 +190,12 @@ impl LockInfo {
         let lost = || Error::Lost {
             key: self.key.to_string(),
         };
-        if self.shape != Shape::Exclusive {
+        if self.shape.set(&self.key).is_some() {
             return Err(Error::Unsupported {
                 key: self.key.to_string(),
-                reason: "a semaphore's permits are held side by side, and a fence orders \
-                         the holders of a lock: there is no fence for a permit"
+                reason: "a semaphore's permits and a read lock's shares are held side by \
+                         side, and a fence orders the holders of a lock: ask the write \
+                         lock or a lock for one"
                     .to_owned(),
             });
         }
@@ -331,6 +371,65 @@ impl Locks {
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockRequest<'_> {
         let mut request = LockRequest::new(self, name.into());
         request.shape = Shape::Permit(permits);
+        request
+    }
+
+    /// Starts a request for a share of the read lock named `name` (Redisson's
+    /// `RReadWriteLock.readLock()`): the same builder as [`lock`](Self::lock). Readers
+    /// of any client share the lock; [`write_lock`](Self::write_lock) excludes them.
+    ///
+    /// Writers come first: a reader that comes while a writer waits for the readers to
+    /// leave queues behind that writer, so a steady stream of readers never starves a
+    /// writer (the waiting writer keeps a mark, `{key}:writer`, renewed by its tries at
+    /// least every 100 ms, that new readers respect). Each reader's share is a lease of
+    /// its own in `{key}:readers` (a sorted set scored by the leases' ends, as a
+    /// semaphore): a crashed reader's share frees itself at its ttl; `renew`,
+    /// `max_hold`, `replicas` and [`Error::Lost`] at release apply per share. The last
+    /// reader to leave wakes a waiting writer by message; a writer's release wakes the
+    /// readers.
+    ///
+    /// In one task: a holder of the write lock may take the read lock of the same name
+    /// (it passes through, under the write lock), and a reader may take the read lock
+    /// again; a reader asking for the write lock is refused with
+    /// [`Error::Unsupported`] (an upgrade waits for its own share to leave: a deadlock).
+    /// No `min_hold`, no fence for a share, not over Redlock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let a = locks.read_lock("config").acquire().await.unwrap();
+    /// let b = locks.read_lock("config").acquire().await.unwrap(); // readers share
+    /// let writer = locks.write_lock("config").acquire().await;
+    /// assert!(matches!(writer, Err(lockcore::Error::Busy { .. })));
+    /// a.release().await.unwrap();
+    /// b.release().await.unwrap();
+    /// let w = locks.write_lock("config").acquire().await.unwrap();
+    /// # w.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn read_lock(&self, name: impl Into<String>) -> LockRequest<'_> {
+        let mut request = LockRequest::new(self, name.into());
+        request.shape = Shape::Read;
+        request
+    }
+
+    /// Starts a request for the write lock named `name`: held alone, excluding every
+    /// reader and writer of the same name; see [`read_lock`](Self::read_lock). Its fence,
+    /// renewal and release are a lock's; it never leaves the lock to other clients for
+    /// a yield window (the waiting readers and writers contend when it is released).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let w = locks.write_lock("config").acquire().await.unwrap();
+    /// let reader = locks.read_lock("config").acquire().await;
+    /// assert!(matches!(reader, Err(lockcore::Error::Busy { .. })));
+    /// w.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn write_lock(&self, name: impl Into<String>) -> LockRequest<'_> {
+        let mut request = LockRequest::new(self, name.into());
+        request.shape = Shape::Write;
         request
     }
 }
@@ -520,9 +619,9 @@ impl<'a> LockRequest<'a> {
     fn check_shape(&self) -> Result<()> {
         let reason = match (self.shape, self.min_hold) {
             (Shape::Permit(0), _) => "a semaphore needs at least one permit",
-            (Shape::Permit(_), Some(_)) => {
-                "`min_hold` keeps a lock for a run-once job; a semaphore's permits are \
-                 given back at release"
+            (Shape::Permit(_) | Shape::Read | Shape::Write, Some(_)) => {
+                "`min_hold` keeps a lock for a run-once job; a semaphore's permits and a \
+                 read/write lock are given back at release"
             }
             _ => return Ok(()),
         };
@@ -536,6 +635,19 @@ impl<'a> LockRequest<'a> {
     async fn take(self) -> Result<LockGuard> {
         let key = self.full_key()?;
         if let Some(outer) = held_in_task(&key, Arc::as_ptr(&self.locks.inner) as usize) {
+            if !outer.shape.reenters(self.shape) {
+                let reason = match (outer.shape, self.shape) {
+                    (Shape::Read, Shape::Write) => {
+                        "this task holds the read lock: the write lock would wait for its \
+                         own share to leave; release the read lock first"
+                    }
+                    _ => "this task holds this key as another kind of lock",
+                };
+                return Err(Error::Unsupported {
+                    key: key.to_string(),
+                    reason: reason.to_owned(),
+                });
+            }
             tracing::trace!(target: "distlock", key = &*key, "lock re-entered");
             return Ok(LockGuard {
                 locks: self.locks.clone(),
@@ -550,7 +662,7 @@ impl<'a> LockRequest<'a> {
         let started = Instant::now();
         let deadline = started + self.wait;
         let mut token = self.new_token();
-        if let Shape::Permit(_) = self.shape {
+        if self.shape.set(&key).is_some() {
             // Waiters line up; one that does not wait tries at once.
             let line = if self.wait.is_zero() {
                 None
@@ -596,10 +708,29 @@ impl<'a> LockRequest<'a> {
         }
     }
 
-    /// One try in Redis, for a lock or a permit.
-    async fn try_once(&self, key: &str, token: &str, how: Attempt) -> Result<Try, BackendError> {
+    /// One try in Redis, for a lock, a permit, or a read or write lock.
+    async fn try_once(
+        &self,
+        key: &str,
+        token: &str,
+        how: Attempt,
+        deadline: Instant,
+    ) -> Result<Try, BackendError> {
         let inner = &self.locks.inner;
+        let mark = matches!(how, Attempt::Again(true));
         match self.shape {
+            Shape::Read => inner.backend.try_read(key, token, self.ttl, mark).await,
+            Shape::Write => {
+                // Refused, it keeps new readers out while it may try again: its tries
+                // come at least every `LOCK_RETRY_CAP`, so three of them bound the mark.
+                let left = deadline.saturating_duration_since(Instant::now());
+                let waiting = left.min(3 * LOCK_RETRY_CAP);
+                let who = (inner.client_id.as_str(), mark);
+                inner
+                    .backend
+                    .try_write(key, token, self.ttl, who, waiting)
+                    .await
+            }
             Shape::Exclusive => {
                 let client = &inner.client_id;
                 inner
@@ -679,7 +810,7 @@ impl<'a> LockRequest<'a> {
             let epoch = inner.backend.epoch();
             // A waiter woken by messages registers, so the holder's release wakes it.
             let how = contention.waiter().map_or(Attempt::First, Attempt::Again);
-            let tried = in_flight(self.try_once(&key, &token, how), || {
+            let tried = in_flight(self.try_once(&key, &token, how, deadline), || {
                 tracing::trace!(target: "distlock", key = &*key, "lock acquire cancelled with a try in flight; taking its token back");
                 spawn_cleanup(self.locks.clone(), (key.clone(), token.clone(), self.shape));
             })
@@ -765,7 +896,7 @@ impl<'a> LockRequest<'a> {
                 RenewedLease {
                     key: info.key.clone(),
                     token: info.token.clone(),
-                    permit: self.shape != Shape::Exclusive,
+                    permit: self.shape.set(&info.key).map(Arc::from),
                     ttl: self.ttl,
                     acquired_at,
                     max_hold: self.max_hold,
@@ -802,8 +933,9 @@ fn spawn_cleanup(locks: Locks, (key, token, shape): (Arc<str>, Arc<str>, Shape))
             if again {
                 tokio::time::sleep(backend.command_timeout()).await;
             }
-            if shape != Shape::Exclusive {
-                let _ = backend.release_permit(&key, &token).await;
+            if let Some(set) = shape.set(&key) {
+                let wake = (&*key, shape.wakes_on_last());
+                let _ = backend.release_permit(&set, &token, wake).await;
             } else if !matches!(backend.delete_if(&key, &token).await, Ok(true)) {
                 let held = (&*key, &*token, shape);
                 let _ = release_raw(&locks.inner, held, None, false, None).await;

@@ -1,5 +1,8 @@
--- Gives a semaphore's permit back and wakes its waiters (see permit_acquire.lua).
--- KEYS[1] the semaphore; ARGV[1] token; ARGV[2] the channel that wakes waiters.
+-- Gives a semaphore's permit (or a read lock's share) back and wakes its waiters (see
+-- permit_acquire.lua, read_acquire.lua).
+-- KEYS[1] the semaphore (the readers); ARGV[1] token; ARGV[2] the channel that wakes
+-- waiters; ARGV[3] '1' to wake them only when the set is left empty (a read lock: only
+-- a writer waits for readers, and only for the last).
 -- Returns 1 released; 0 when the set no longer holds the token, or its lease had ended
 -- (the permit counted as free since: lost).
 local t = redis.call('TIME')
@@ -11,6 +14,9 @@ end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if tonumber(ends) <= now then
   return 0
+end
+if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
+  return 1
 end
 if redis.call('PUBSUB', 'NUMSUB', ARGV[2])[2] > 0 then
   redis.call('PUBLISH', ARGV[2], '1')

@@ -58,6 +58,18 @@ static PERMIT_RELEASE: LazyLock<[Script; 2]> =
     LazyLock::new(|| super::scripts::both(super::scripts::PERMIT_RELEASE));
 static PERMIT_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(super::scripts::PERMIT_EXTEND));
+static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::READ_ACQUIRE));
+static WRITE_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(super::scripts::WRITE_ACQUIRE));
+
+/// A try's reply: 0 taken, else busy for that many ms (negative: unknown).
+fn busy_for(reply: i64) -> Try {
+    match reply {
+        0 => Try::Taken,
+        left @ 1.. => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
+        _ => Try::Busy(None),
+    }
+}
 
 /// Where the backend connects.
 // One per client, behind its `Arc` (see `Backend`).
@@ -441,17 +453,69 @@ impl Locking for RedisBackend {
 
     /// `permit_release.lua`, in its cluster form on a cluster (the channel lives in the
     /// key's slot).
-    async fn release_permit(&self, key: &str, token: &str) -> Result<Released, BackendError> {
+    async fn release_permit(
+        &self,
+        set: &str,
+        token: &str,
+        (of, last): (&str, bool),
+    ) -> Result<Released, BackendError> {
         let script = self.script(&PERMIT_RELEASE);
-        let channel = crate::notify::channel_of(key);
-        let mut cmd = evalsha(script, 1, 2, key.len() + token.len() + channel.len());
-        cmd.arg(key).arg(token).arg(&channel);
+        let channel = crate::notify::channel_of(of);
+        let mut cmd = evalsha(script, 1, 3, set.len() + token.len() + channel.len());
+        cmd.arg(set).arg(token).arg(&channel).arg(u8::from(last));
         let reply: i64 = self.evalsha_call(script, &cmd).await?;
         Ok(if reply == 1 {
             Released::Now
         } else {
             Released::NotOurs
         })
+    }
+
+    /// `read_acquire.lua`: the lock key, the readers and the writer's mark share a slot.
+    async fn try_read(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        mark: bool,
+    ) -> Result<Try, BackendError> {
+        let mut cmd = evalsha(&READ_ACQUIRE, 3, 3, 3 * key.len() + token.len() + 32);
+        cmd.arg(key)
+            .arg(Companion(key, ":readers"))
+            .arg(Companion(key, ":writer"))
+            .arg(token)
+            .arg(millis(ttl))
+            .arg(u8::from(mark));
+        let reply: i64 = self.evalsha_call(&READ_ACQUIRE, &cmd).await?;
+        Ok(busy_for(reply))
+    }
+
+    /// `write_acquire.lua`, with `acquire.lua` inside it; never the plain `SET NX`,
+    /// since the readers must be looked at.
+    async fn try_write(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        (client, mark): (&str, bool),
+        waiting: Duration,
+    ) -> Result<Try, BackendError> {
+        let data = 3 * key.len() + token.len() + client.len() + 32;
+        let mut cmd = evalsha(&WRITE_ACQUIRE, 3, 5, data);
+        cmd.arg(key)
+            .arg(Companion(key, ":readers"))
+            .arg(Companion(key, ":writer"))
+            .arg(token)
+            .arg(millis(ttl))
+            .arg(client)
+            .arg(u8::from(mark))
+            .arg(if waiting.is_zero() {
+                0
+            } else {
+                millis(waiting)
+            });
+        let reply: i64 = self.evalsha_call(&WRITE_ACQUIRE, &cmd).await?;
+        Ok(busy_for(reply))
     }
 
     /// One `permit_extend.lua` call per permit, sent together (a multiplexed

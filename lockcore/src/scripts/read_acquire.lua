@@ -1,0 +1,41 @@
+-- A try for a share of a read lock. KEYS[1] the lock key, where a writer holds its
+-- token (as acquire.lua; a read/write lock's writer never leaves a yield marker);
+-- KEYS[2] the readers: a sorted set of their tokens, each scored by when its lease ends
+-- (the server's clock, ms since the epoch); KEYS[3] the writer-waiting mark: the token of
+-- a writer that waits, with a short ttl (see write_acquire.lua).
+-- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] '1' when the caller will be woken by a
+-- message: it then marks a writer's value (`<token> waiting`), so the writer's release
+-- wakes it.
+-- Returns 0 when taken (also when the readers hold this token already: an earlier try
+-- of the same caller took it, its reply lost); else how long until it may be free, in ms
+-- (-1 when unknown). A writer that waits comes first: a reader queues behind it.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local ttl = tonumber(ARGV[2])
+local function take()
+  redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+  if redis.call('PTTL', KEYS[2]) < ttl then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+  return 0
+end
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  return take()
+end
+local held = redis.call('GET', KEYS[1])
+if held then
+  if ARGV[3] == '1' and string.sub(held, -8) ~= ' waiting' then
+    redis.call('APPEND', KEYS[1], ' waiting')
+  end
+  local left = redis.call('PTTL', KEYS[1])
+  if left < 1 then
+    return -1
+  end
+  return left
+end
+local writer = redis.call('PTTL', KEYS[3])
+if writer > 0 then
+  return writer
+end
+return take()
