@@ -122,6 +122,14 @@
 //! then the token added, as two commands; a release that ignores an ended lease; a
 //! release retry that reports success whatever the lease.
 //!
+//! # Read/write locks (`model/rw.rs`)
+//!
+//! `read_acquire.lua` and `write_acquire.lua` with two readers and a writer, the same
+//! faults: never a writer believing it holds beside a reader that believes it does, and
+//! no release told success after its lease ended. Planted (`RwBugs`), each found: a
+//! reader's try that ignores the writer; the writer's that ignores the readers; a
+//! reader's try that reads the writer's lease as ended a tick early.
+//!
 //! # Issues the model found in the code, fixed since (`found_*` tests keep them planted)
 //!
 //! * `local.rs`: a waiter that stopped waiting because the holder's lease ended contended
@@ -158,6 +166,7 @@ mod model {
     pub(crate) mod idem;
     pub(crate) mod lock;
     pub(crate) mod permits;
+    pub(crate) mod rw;
 }
 
 use model::explore::{Counterexample, Explored, Model, REACHED, explore};
@@ -165,6 +174,7 @@ use model::fenced::{FencedBugs, FencedModel};
 use model::idem::{IdemBugs, IdemModel, IdemStep};
 use model::lock::{Found, LockBugs, LockChecks, LockModel, LockStep, Rel, Reply};
 use model::permits::{PermitBugs, PermitModel};
+use model::rw::{RwBugs, RwModel};
 
 /// Far more than any exploration here needs: a model whose bounds were loosened by
 /// mistake fails instead of running for minutes.
@@ -877,5 +887,52 @@ fn planted_permit_retry_always_ok_is_found() {
             ..PermitBugs::default()
         }),
         &["had run out first"],
+    );
+}
+
+/// Read/write locks: never a writer beside a reader, whatever the network does.
+#[test]
+fn model_read_write_lock_holds() {
+    let explored = holds("read/write lock", &RwModel::fixed());
+    assert!(explored.states > 1000, "{explored}");
+}
+
+fn rw_bug(bugs: RwBugs) -> RwModel {
+    RwModel { bugs }
+}
+
+#[test]
+fn planted_reader_ignoring_the_writer_is_found() {
+    found(
+        "planted: a reader's try that ignores the writer",
+        &rw_bug(RwBugs {
+            reader_ignores_writer: true,
+            ..RwBugs::default()
+        }),
+        &["beside reader"],
+    );
+}
+
+#[test]
+fn planted_writer_ignoring_the_readers_is_found() {
+    found(
+        "planted: the writer's try that ignores the readers",
+        &rw_bug(RwBugs {
+            writer_ignores_readers: true,
+            ..RwBugs::default()
+        }),
+        &["beside reader"],
+    );
+}
+
+#[test]
+fn planted_writer_lease_read_as_ended_early_is_found() {
+    found(
+        "planted: a reader that reads the writer's lease as ended a tick early",
+        &rw_bug(RwBugs {
+            writer_ends_early: true,
+            ..RwBugs::default()
+        }),
+        &["beside reader"],
     );
 }
