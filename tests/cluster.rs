@@ -90,6 +90,43 @@ async fn semaphores_on_every_primary() {
     }
 }
 
+/// A read/write lock on every primary: the key, its readers and the writer's mark in
+/// one slot (`{key}:readers`, `{key}:writer`); readers share, a writer waits for the
+/// last one and is woken on the cluster's sharded channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_on_every_primary() {
+    let cluster = shared();
+    let locks = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    for key in spread_keys(cluster, "rw", 1) {
+        let a = locks.read_lock(&key).acquire().await.unwrap();
+        let b = locks.read_lock(&key).acquire().await.unwrap();
+        let writer = {
+            let (locks, key) = (locks.clone(), key.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let w = locks
+                    .write_lock(&key)
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let fence = w.fence().await.unwrap();
+                w.release().await.unwrap();
+                (started.elapsed(), fence)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The waiting writer keeps new readers out.
+        let late = locks.read_lock(&key).acquire().await;
+        assert!(matches!(late, Err(Error::Busy { .. })), "{late:?}");
+        a.release().await.unwrap();
+        b.release().await.unwrap();
+        let (waited, fence) = writer.await.unwrap();
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+        assert!(fence >= 1);
+    }
+}
+
 /// `per_primary` keys on each primary's slots, named `<tag>-<i>` (the lock key as the
 /// client writes it has the default prefix `lock:`).
 fn spread_keys(cluster: &RedisCluster, tag: &str, per_primary: usize) -> Vec<String> {

@@ -219,6 +219,7 @@ fn child_entry() {
         "paused" => paused_role(&rt, &url),
         "scheduler" => scheduler_role(&rt, &url),
         "permits" => permits_role(&rt, &url),
+        "rw" => rw_role(&rt, &url),
         other => panic!("unknown child role `{other}`"),
     }
 }
@@ -762,4 +763,118 @@ async fn a_semaphore_bounds_holders_across_processes() {
     );
     let most = most_across_processes(&server, 0, false).await;
     assert!(most > 3, "without the semaphore: at most {most} at once");
+}
+
+/// Env: `DISTLOCK_LOCKED` (0 or 1), `DISTLOCK_TASKS`, `DISTLOCK_ITERS`. Prints `@@ready`,
+/// waits for `go`; then every fourth task writes and the others read `catalog`, each
+/// counting itself in `data:rw:writers` or `data:rw:readers` for 3 ms; prints
+/// `@@done bad=B most=M`: how often a writer was seen beside anyone (all processes), and
+/// the most readers seen at once.
+fn rw_role(rt: &tokio::runtime::Runtime, url: &str) {
+    let locked = env_u64("DISTLOCK_LOCKED") == 1;
+    let (tasks, iters) = (env_u64("DISTLOCK_TASKS"), env_u64("DISTLOCK_ITERS"));
+    let (locks, conn) = rt.block_on(async {
+        let locks = Locks::connect(url).await.expect("Locks::connect");
+        let conn = redis::Client::open(url)
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connect");
+        (locks, conn)
+    });
+    println!("@@ready");
+    assert_eq!(wait_for_parent(), "go", "parent did not say go");
+    let (bad, most) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    rt.block_on(async {
+        let runs = (0..tasks).map(|t| {
+            let (locks, mut conn) = (locks.clone(), conn.clone());
+            let (bad, most) = (bad.clone(), most.clone());
+            tokio::spawn(async move {
+                let writer = t % 4 == 0;
+                let (mine, other) = if writer {
+                    ("data:rw:writers", "data:rw:readers")
+                } else {
+                    ("data:rw:readers", "data:rw:writers")
+                };
+                for _ in 0..iters {
+                    let request = match writer {
+                        true => locks.write_lock("catalog"),
+                        false => locks.read_lock("catalog"),
+                    };
+                    let guard = match locked {
+                        true => Some(
+                            request
+                                .wait(Duration::from_secs(10))
+                                .acquire()
+                                .await
+                                .expect("acquire"),
+                        ),
+                        false => None,
+                    };
+                    let inside: u64 = conn.incr(mine, 1).await.expect("INCR");
+                    let others: Option<u64> = conn.get(other).await.expect("GET");
+                    if others.unwrap_or(0) > 0 || (writer && inside > 1) {
+                        bad.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if !writer {
+                        most.fetch_max(inside, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    let _: i64 = conn.decr(mine, 1).await.expect("DECR");
+                    if let Some(guard) = guard {
+                        guard.release().await.expect("release");
+                    }
+                }
+            })
+        });
+        for run in futures_util::future::join_all(runs).await {
+            run.expect("task panicked");
+        }
+    });
+    println!(
+        "@@done bad={} most={}",
+        bad.load(Ordering::Relaxed),
+        most.load(Ordering::Relaxed)
+    );
+}
+
+/// (writers seen beside anyone, most readers at once) across 3 processes of 8 tasks.
+async fn rw_across_processes(server: &RedisServer, locked: bool) -> (u64, u64) {
+    let env = [
+        ("DISTLOCK_LOCKED", u8::from(locked).to_string()),
+        ("DISTLOCK_TASKS", "8".to_owned()),
+        ("DISTLOCK_ITERS", "10".to_owned()),
+    ];
+    let mut children: Vec<ChildProc> = (0..3)
+        .map(|_| ChildProc::spawn("rw", &server.url(), &env))
+        .collect();
+    for c in &mut children {
+        c.expect("ready", START_TIMEOUT);
+    }
+    for c in &mut children {
+        c.send("go");
+    }
+    let (mut bad, mut most) = (0, 0);
+    for c in &mut children {
+        let done = c.expect("done", Duration::from_secs(90));
+        bad += field(&done, "bad");
+        most = most.max(field(&done, "most"));
+        assert!(c.wait_exit(Duration::from_secs(10)).success());
+    }
+    (bad, most)
+}
+
+/// Readers and writers of one read/write lock in 3 processes: never a writer beside a
+/// reader or another writer, readers sharing. Control: the same without the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_write_lock_keeps_writers_alone_across_processes() {
+    let server = RedisServer::start();
+    let (bad, most) = rw_across_processes(&server, true).await;
+    assert_eq!(bad, 0, "a writer was seen beside someone");
+    assert!(most > 1, "readers never shared ({most} at most)");
+    let (bad, _) = rw_across_processes(&server, false).await;
+    assert!(
+        bad > 0,
+        "the control never overlapped: the workload does not race"
+    );
 }

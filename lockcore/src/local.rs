@@ -580,7 +580,8 @@ pub(crate) struct Lines {
 pub(crate) struct InLine {
     lines: Arc<Lines>,
     key: Arc<str>,
-    line: Arc<tokio::sync::Mutex<()>>,
+    /// Taken (and dropped) under the map's lock when this task leaves.
+    line: Option<Arc<tokio::sync::Mutex<()>>>,
     head: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
@@ -594,15 +595,18 @@ impl Lines {
         let mut entered = InLine {
             lines: self.clone(),
             key: key.clone(),
-            line: crate::util::lock(&self.keys)
-                .entry(key.clone())
-                .or_default()
-                .clone(),
+            line: Some(
+                crate::util::lock(&self.keys)
+                    .entry(key.clone())
+                    .or_default()
+                    .clone(),
+            ),
             head: None,
         };
         // A free line is entered at once, even past the deadline (`timeout_at` polls
         // the lock first). Given up, `entered` leaves the map if it was the last.
-        let head = tokio::time::timeout_at(deadline, entered.line.clone().lock_owned());
+        let line = entered.line.clone().expect("set above");
+        let head = tokio::time::timeout_at(deadline, line.lock_owned());
         entered.head = Some(head.await.ok()?);
         Some(entered)
     }
@@ -612,9 +616,14 @@ impl Drop for InLine {
     fn drop(&mut self) {
         self.head = None;
         let mut keys = crate::util::lock(&self.lines.keys);
-        // The map's and this one: nobody else is in line (a task joining takes the
-        // map's lock first).
-        if Arc::strong_count(&self.line) == 2 {
+        // Dropped under the map's lock, so two tasks leaving at once see each other
+        // gone: the map's own is then the last, and nobody else is in line (a task
+        // joining takes the map's lock first).
+        drop(self.line.take());
+        if keys
+            .get(&self.key)
+            .is_some_and(|line| Arc::strong_count(line) == 1)
+        {
             keys.remove(&self.key);
         }
     }

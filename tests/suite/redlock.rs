@@ -589,3 +589,31 @@ fn one_client_from_two_runtimes() {
         g.release().await.unwrap();
     });
 }
+
+/// Semaphores and read/write locks need one place that counts every holder: over
+/// independent masters they are refused with a clear error, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_read_write_locks_are_refused() {
+    let masters = masters();
+    let locks = client(&masters).await;
+    for request in [
+        locks.semaphore("gpu", 2),
+        locks.read_lock("cfg"),
+        locks.write_lock("cfg"),
+    ] {
+        match request.acquire().await {
+            Err(Error::Backend { source, .. }) => {
+                assert!(source.to_string().contains("Redlock"), "{source}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    for m in &masters {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut m.raw().await)
+            .await
+            .unwrap();
+        assert!(keys.is_empty(), "{keys:?}");
+    }
+}

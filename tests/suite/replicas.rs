@@ -474,3 +474,74 @@ async fn a_replicated_acquire_cancelled_or_cut_gives_the_lock_back() {
     assert!(took < Duration::from_secs(5), "given back after {took:?}");
     replica.signal("CONT");
 }
+
+/// A semaphore's permit and a read share wait for replicas as a lock does: on the
+/// replica when acquired; more replicas than there are give it back with
+/// `NotReplicated`, and the permit is free at once. The write lock is a lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_and_read_shares_wait_for_replicas() {
+    let (primary, replica) = pair();
+    let locks = client(&primary).await;
+    let mut on_replica = replica.raw().await;
+    let p = locks
+        .semaphore("acked:p", 1)
+        .replicas(1)
+        .acquire()
+        .await
+        .unwrap();
+    let held: Vec<String> = redis::cmd("ZRANGE")
+        .arg("lock:acked:p")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut on_replica)
+        .await
+        .unwrap();
+    assert_eq!(held, vec![p.token().to_owned()]);
+    p.release().await.unwrap();
+    let e = locks
+        .semaphore("acked:p", 1)
+        .replicas(2)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::NotReplicated {
+                acked: 1,
+                wanted: 2,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let next = locks.semaphore("acked:p", 1).acquire().await.unwrap();
+    next.release().await.unwrap();
+
+    let r = locks
+        .read_lock("acked:rw")
+        .replicas(1)
+        .acquire()
+        .await
+        .unwrap();
+    let readers: Vec<String> = redis::cmd("ZRANGE")
+        .arg("{lock:acked:rw}:readers")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut on_replica)
+        .await
+        .unwrap();
+    assert_eq!(readers, vec![r.token().to_owned()]);
+    r.release().await.unwrap();
+    let w = locks
+        .write_lock("acked:rw")
+        .replicas(1)
+        .acquire()
+        .await
+        .unwrap();
+    let writer: Option<String> = redis::AsyncCommands::get(&mut on_replica, "lock:acked:rw")
+        .await
+        .unwrap();
+    assert_eq!(writer.as_deref(), Some(w.token()));
+    w.release().await.unwrap();
+}

@@ -44,6 +44,20 @@ pub(crate) trait Acknowledging: Send + Sync {
         Err(super::redlock::unsupported("replica acknowledgement"))
     }
 
+    /// [`confirm_lock`](Self::confirm_lock) of a semaphore's permit or a read share:
+    /// `permit_extend.lua` on the sorted set `set`, then `WAIT`, on one connection (a
+    /// failover between the two breaks it: never an acknowledgement of a write the new
+    /// primary lacks).
+    async fn confirm_permit(
+        &self,
+        _set: &str,
+        _token: &str,
+        _ttl: Duration,
+        _replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        Err(super::redlock::unsupported("replica acknowledgement"))
+    }
+
     /// [`Locking::fence`], then `WAIT`.
     async fn fence_acked(
         &self,
@@ -101,6 +115,19 @@ impl Acknowledging for MemoryBackend {
     async fn barrier(&self, _record: &str, replicas: u32) -> Result<u32, BackendError> {
         Ok(replicas)
     }
+
+    async fn confirm_permit(
+        &self,
+        set: &str,
+        token: &str,
+        ttl: Duration,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        Ok(Acked {
+            value: self.extend_permits(&[(set, token, ttl)]).await?[0],
+            replicas,
+        })
+    }
 }
 
 impl Acknowledging for Backend {
@@ -125,6 +152,16 @@ impl Acknowledging for Backend {
 
     async fn barrier(&self, record: &str, replicas: u32) -> Result<u32, BackendError> {
         each!(self, b => b.barrier(record, replicas))
+    }
+
+    async fn confirm_permit(
+        &self,
+        set: &str,
+        token: &str,
+        ttl: Duration,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        each!(self, b => b.confirm_permit(set, token, ttl, replicas))
     }
 
     fn barrier_group(&self, key: &str) -> u64 {
@@ -180,6 +217,31 @@ impl Acknowledging for RedisBackend {
             .arg(super::scripts::EXTEND)
             .arg(1)
             .arg(key)
+            .arg(token)
+            .arg(millis(ttl))
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(self.replica_wait());
+        let (held, acked): (i64, u32) = self.query_pipe_alone(&pipe).await?;
+        Ok(Acked {
+            value: held == 1,
+            replicas: acked,
+        })
+    }
+
+    async fn confirm_permit(
+        &self,
+        set: &str,
+        token: &str,
+        ttl: Duration,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        let mut pipe = redis::pipe();
+        // EVAL, not EVALSHA, as in `confirm_lock`.
+        pipe.cmd("EVAL")
+            .arg(super::scripts::PERMIT_EXTEND)
+            .arg(1)
+            .arg(set)
             .arg(token)
             .arg(millis(ttl))
             .cmd("WAIT")

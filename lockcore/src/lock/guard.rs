@@ -110,7 +110,11 @@ impl LockGuard {
                     .confirm_lock(&self.info.key, &self.info.token, ttl, replicas)
                     .await
             }
-            Some(set) => confirm_permit(backend, &set, &self.info.token, ttl, replicas).await,
+            Some(set) => {
+                backend
+                    .confirm_permit(&set, &self.info.token, ttl, replicas)
+                    .await
+            }
         };
         let err = match confirmed {
             Ok(a) if a.value && a.replicas >= replicas => return Ok(self),
@@ -565,21 +569,4 @@ fn report(
         )),
         Err(e) => failed(e),
     }
-}
-
-/// [`Acknowledging::confirm_lock`] for a permit: a compare-and-extend (the lease `ttl`
-/// again), then a barrier on the semaphore's primary, which covers the permit's write.
-async fn confirm_permit(
-    backend: &crate::backend::Backend,
-    set: &str,
-    token: &str,
-    ttl: Duration,
-    replicas: u32,
-) -> std::result::Result<crate::backend::replicas::Acked<bool>, crate::error::BackendError> {
-    let extended = backend.extend_permits(&[(set, token, ttl)]).await?;
-    let acked = backend.barrier(set, replicas).await?;
-    Ok(crate::backend::replicas::Acked {
-        value: extended.first().copied().unwrap_or(false),
-        replicas: acked,
-    })
 }

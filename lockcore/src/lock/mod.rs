@@ -667,8 +667,14 @@ impl<'a> LockRequest<'a> {
             let line = if self.wait.is_zero() {
                 None
             } else {
+                // One line per count: a caller that counts more permits than the head
+                // of another line may find one free that the head may not take.
+                let line = match self.shape {
+                    Shape::Permit(n) => crate::util::arc_str(format_args!("{key} {n}")),
+                    _ => key.clone(),
+                };
                 let lines = &self.locks.inner.lines;
-                match lines.enter(&key, deadline).await {
+                match lines.enter(&line, deadline).await {
                     Some(line) => Some(line),
                     None => return Err(self.busy_here(&key, started)),
                 }
