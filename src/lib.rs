@@ -209,6 +209,25 @@
 //! fence (its holders run side by side) and Redlock refuses semaphores
 //! ([`Error::Unsupported`](crate::Error::Unsupported), [`Error::Backend`](crate::Error::Backend)).
 //!
+//! ## Read/write locks
+//!
+//! `#[distributed_lock(key = "catalog:<shop>", mode = "read")]` (or `"write"`), or
+//! [`Locks::read_lock`](crate::Locks::read_lock) and
+//! [`Locks::write_lock`](crate::Locks::write_lock): readers of any client share, a
+//! writer excludes readers and writers. Turns alternate: a writer that waits for the
+//! readers to leave keeps new readers out (they queue behind it), so a steady stream of
+//! readers never starves it; readers that waited behind a writer go before the next
+//! writer. Each reader's share is a lease of its own (renewal, `max_hold`, `Lost` per
+//! share; a crashed reader's share frees itself at its ttl); the last reader to leave
+//! wakes a waiting writer by message, a writer's release wakes the readers. The write
+//! lock is a lock (its fence, renewal and release) that never yields to other clients.
+//!
+//! In one task, a holder of the write lock may take the read lock of the same name (it
+//! passes through), and a reader the read lock again; a reader asking for the write
+//! lock gets [`Error::Unsupported`](crate::Error::Unsupported) at once, since it would
+//! wait for its own share. No `min_hold`, no fence for a read share (compile errors
+//! for `mode` with `permits` or `min_hold`), not over Redlock.
+//!
 //! ## What each primitive writes
 //!
 //! Every value is plain UTF-8 that `redis-cli` reads, every companion key shares the
@@ -218,7 +237,12 @@
 //! |---|---|---|---|
 //! | lock | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>`, `<token> waiting` while a waiter listens, `yield: <client ids> ` for a yield window | `:fence` (counter, no ttl), `:turns` (recent turns), `:released` (the wake-up channel) |
 //! | semaphore | `lock:gpu:eu` (sorted set) | each holder's token, scored by when its lease ends (ms since the epoch, the server's clock); the key expires with the last lease | `:released` (the channel) |
+//! | read/write lock | `lock:catalog:7` (string) | the writer's token, as a lock's | `:readers` (sorted set of the readers' tokens, as a semaphore's), `:writer` (a waiting writer's token, a few hundred ms), `:readers-waiting` (`1` while readers wait behind a writer), `:released` |
 //! | fenced value | the key given | the value | `:fence-seen` (the highest fence) |
+//!
+//! A name is one kind: a lock, a semaphore or a read/write lock. Redis refuses a key
+//! used as two (`WRONGTYPE`, a `Backend` error); the in-memory backend keeps them apart
+//! and does not check.
 //! | idempotency record | `lock:idem:<module::fn>[:<scope>]:<key>` (string) | JSON: the claim (owner, fingerprint, lease), then the stored result appended after it | `:released` |
 //!
 //! ## Errors

@@ -1,12 +1,18 @@
 //! The lock family against the plain lock, on the same client in the same run
 //! (`DISTLOCK_BENCH_ONLY=family`):
 //! - F1: uncontended pairs, one task on keys `f1:<i mod 100>`, in alternating blocks of
-//!   a plain lock and a semaphore of 4 permits: pairs/s and the semaphore's ratio.
+//!   a plain lock, a semaphore of 4 permits and a read lock: pairs/s and the ratios to
+//!   the lock.
 //! - F2: the same with 64 tasks, each on its own key.
 //! - F3: 16 tasks share one semaphore of 4 permits: 2,000 acquisitions, each held 1 ms
 //!   (`tokio::time::sleep`); acquisitions/s against the ideal (4 holders at once, each
 //!   for the hold plus one round trip to release), and how long a freed permit takes to
 //!   reach a waiter (p50, p99).
+//! - F4: read-mostly, 15 readers and 1 writer on one read/write lock, each holding 1 ms
+//!   (the writer pausing 10 ms between writes), 2,000 acquisitions in all, against the
+//!   same 16 tasks on one plain lock: the
+//!   acquisitions/s of each, and the writer's waits (p50, p99, most), which a stream of
+//!   readers must not stretch.
 #![allow(clippy::wildcard_imports)]
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,8 +22,12 @@ use tokio::time::Instant;
 
 use crate::*;
 
-/// `n` sequential pairs from key index `from` (`permits` 0: a lock), or `tasks` tasks on
-/// their own keys; returns elapsed.
+/// What F1 and F2 take: a lock (0), a semaphore of that many permits, a read lock
+/// (`READ`).
+const READ: u32 = u32::MAX;
+
+/// `n` sequential pairs on keys `f1:<i mod 100>` (`tasks` 1), or `tasks` tasks on their
+/// own keys; returns elapsed.
 async fn pairs(locks: &distlock::Locks, permits: u32, tasks: usize, n: usize) -> Duration {
     let start = Instant::now();
     let runs = (0..tasks).map(|t| {
@@ -31,6 +41,7 @@ async fn pairs(locks: &distlock::Locks, permits: u32, tasks: usize, n: usize) ->
                 };
                 let request = match permits {
                     0 => locks.lock(key),
+                    READ => locks.read_lock(key),
                     p => locks.semaphore(key, p),
                 };
                 let g = request
@@ -49,31 +60,23 @@ async fn pairs(locks: &distlock::Locks, permits: u32, tasks: usize, n: usize) ->
     start.elapsed()
 }
 
-/// Plain lock against a semaphore of 4, in `rounds` alternating blocks: (lock pairs/s,
-/// semaphore pairs/s, per-round ratios).
-async fn alternate(
-    locks: &distlock::Locks,
-    tasks: usize,
-    per_block: usize,
-) -> (f64, f64, Vec<f64>) {
+/// A plain lock, a semaphore of 4 and a read lock, in 10 rounds of blocks (in turn
+/// order, then reversed): pairs/s of each.
+async fn alternate(locks: &distlock::Locks, tasks: usize, per_block: usize) -> [f64; 3] {
     let rounds = 10;
-    let (mut lock_t, mut sem_t, mut ratios) = (Duration::ZERO, Duration::ZERO, Vec::new());
-    pairs(locks, 4, tasks, per_block / 4).await; // warm-up: scripts loaded
+    let kinds = [0, 4, READ];
+    let mut took = [Duration::ZERO; 3];
+    for &k in &kinds {
+        pairs(locks, k, tasks, per_block / 4).await; // warm-up: scripts loaded
+    }
     for round in 0..rounds {
-        let (l, s) = if round % 2 == 0 {
-            let l = pairs(locks, 0, tasks, per_block).await;
-            (l, pairs(locks, 4, tasks, per_block).await)
-        } else {
-            let s = pairs(locks, 4, tasks, per_block).await;
-            (pairs(locks, 0, tasks, per_block).await, s)
-        };
-        lock_t += l;
-        sem_t += s;
-        ratios.push(l.as_secs_f64() / s.as_secs_f64());
+        for i in 0..3 {
+            let i = if round % 2 == 0 { i } else { 2 - i };
+            took[i] += pairs(locks, kinds[i], tasks, per_block).await;
+        }
     }
     let n = (per_block * rounds) as f64;
-    ratios.sort_by(f64::total_cmp);
-    (n / lock_t.as_secs_f64(), n / sem_t.as_secs_f64(), ratios)
+    took.map(|t| n / t.as_secs_f64())
 }
 
 /// F3: acquisitions/s, the ideal, and the handoff gaps (ns) from a release to the next
@@ -135,24 +138,70 @@ async fn contended(locks: &distlock::Locks, acquisitions: u64) -> (f64, f64, Vec
     )
 }
 
+/// F4's writer pauses this long between writes.
+const WRITE_EVERY: Duration = Duration::from_millis(10);
+
+/// F4: (acquisitions/s, the writer's waits in ns, sorted) for 15 readers and a writer
+/// on one read/write lock (`rw`), or the same tasks on one plain lock.
+async fn read_mostly(locks: &distlock::Locks, acquisitions: u64, rw: bool) -> (f64, Vec<u64>) {
+    let tickets = Arc::new(AtomicU64::new(0));
+    let waits = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let name = if rw { "f4:rw" } else { "f4:lock" };
+    let start = Instant::now();
+    let runs = (0..16).map(|t| {
+        let (locks, tickets, waits) = (locks.clone(), tickets.clone(), waits.clone());
+        tokio::spawn(async move {
+            let writer = t == 0;
+            while tickets.fetch_add(1, Ordering::Relaxed) < acquisitions {
+                let asked = Instant::now();
+                let request = match (rw, writer) {
+                    (false, _) => locks.lock(name),
+                    (true, true) => locks.write_lock(name),
+                    (true, false) => locks.read_lock(name),
+                };
+                let g = request
+                    .ttl(TTL)
+                    .wait(WAIT)
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                if writer {
+                    waits
+                        .lock()
+                        .unwrap()
+                        .push(asked.elapsed().as_nanos() as u64);
+                }
+                tokio::time::sleep(HOLD).await;
+                g.release().await.expect("release");
+                if writer {
+                    // Read-mostly: the writer writes every 10 ms or so.
+                    tokio::time::sleep(WRITE_EVERY).await;
+                }
+            }
+        })
+    });
+    for run in futures_util::future::join_all(runs).await {
+        run.expect("task");
+    }
+    let rate = acquisitions as f64 / start.elapsed().as_secs_f64();
+    let mut waits = std::mem::take(&mut *waits.lock().unwrap());
+    waits.sort_unstable();
+    (rate, waits)
+}
+
 pub(crate) async fn run_family(cfg: &Config, url: &str) {
     let locks = distlock::Locks::connect(url).await.expect("connect");
-    let per_block = cfg.w1_pairs / 10;
-    let (lock, sem, ratios) = alternate(&locks, 1, per_block).await;
-    println!(
-        "  F1 1 task:   lock {lock:.0} pairs/s, semaphore(4) {sem:.0} pairs/s: {:.2}x (rounds {:.2}-{:.2})",
-        sem / lock,
-        ratios[0],
-        ratios[ratios.len() - 1]
-    );
-    let (lock, sem, ratios) = alternate(&locks, cfg.w2_tasks, cfg.w2_pairs / 10).await;
-    println!(
-        "  F2 {} tasks: lock {lock:.0} pairs/s, semaphore(4) {sem:.0} pairs/s: {:.2}x (rounds {:.2}-{:.2})",
-        cfg.w2_tasks,
-        sem / lock,
-        ratios[0],
-        ratios[ratios.len() - 1]
-    );
+    for (name, tasks, per_block) in [
+        ("F1 1 task:  ", 1, cfg.w1_pairs / 10),
+        ("F2 64 tasks:", cfg.w2_tasks, cfg.w2_pairs / 10),
+    ] {
+        let [lock, sem, read] = alternate(&locks, tasks, per_block).await;
+        println!(
+            "  {name} lock {lock:.0} pairs/s, semaphore(4) {sem:.0} ({:.2}x), read lock {read:.0} ({:.2}x)",
+            sem / lock,
+            read / lock
+        );
+    }
     let (rate, ideal, gaps) = contended(&locks, cfg.w3_acquisitions).await;
     let at = |q: f64| {
         gaps.get((gaps.len() as f64 * q) as usize)
@@ -165,5 +214,22 @@ pub(crate) async fn run_family(cfg: &Config, url: &str) {
         rate / ideal,
         at(0.5),
         at(0.99)
+    );
+    let (lock_rate, _) = read_mostly(&locks, cfg.w3_acquisitions, false).await;
+    let (rw_rate, waits) = read_mostly(&locks, cfg.w3_acquisitions, true).await;
+    let at = |q: f64| {
+        waits
+            .get((waits.len() as f64 * q) as usize)
+            .copied()
+            .unwrap_or(0) as f64
+            / 1e6
+    };
+    println!(
+        "  F4 15 readers + 1 writer (a write every 10 ms), 1 ms hold: read/write lock {rw_rate:.0} acquisitions/s, one plain lock {lock_rate:.0}: {:.2}x; the writer took it {} times, waiting p50 {:.2} ms, p99 {:.2} ms, most {:.2} ms",
+        rw_rate / lock_rate,
+        waits.len(),
+        at(0.5),
+        at(0.99),
+        waits.last().copied().unwrap_or(0) as f64 / 1e6
     );
 }

@@ -27,8 +27,10 @@ struct State {
     fenced: HashMap<String, (Option<String>, u64)>,
     /// Semaphores and read locks' readers: each holder's token and when its lease ends.
     permits: HashMap<String, Vec<(String, Instant)>>,
-    /// Read/write locks: the token of a writer that waits, until when.
+    /// Read/write locks: the token of a writer that waits, until when; until when
+    /// readers wait behind a writer that holds.
     writer_waits: HashMap<String, (String, Instant)>,
+    readers_wait: HashMap<String, Instant>,
 }
 
 impl MemoryBackend {
@@ -114,7 +116,7 @@ impl MemoryBackend {
     }
 
     /// As `read_acquire.lua`.
-    fn take_read(&self, key: &str, token: &str, ttl: Duration) -> Try {
+    fn take_read(&self, key: &str, token: &str, ttl: Duration, waiting: Duration) -> Try {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
         let set = crate::key::companion(key, ":readers");
@@ -125,11 +127,19 @@ impl MemoryBackend {
             return Try::Taken;
         }
         if let Some((_, until)) = st.held.get(key).filter(|(_, until)| *until > now) {
+            let left = *until - now;
+            if !waiting.is_zero() {
+                st.readers_wait.insert(key.to_owned(), now + waiting);
+            }
+            return Try::Busy(Some(left));
+        }
+        let readers_turn = st.readers_wait.get(key).is_some_and(|until| *until > now);
+        if let Some((_, until)) = st.writer_waits.get(key).filter(|(_, until)| *until > now)
+            && !readers_turn
+        {
             return Try::Busy(Some(*until - now));
         }
-        if let Some((_, until)) = st.writer_waits.get(key).filter(|(_, until)| *until > now) {
-            return Try::Busy(Some(*until - now));
-        }
+        st.readers_wait.remove(key);
         let set = crate::key::companion(key, ":readers");
         st.permits
             .entry(set)
@@ -148,9 +158,18 @@ impl MemoryBackend {
             readers.retain(|(_, until)| *until > now);
             readers.iter().map(|(_, until)| *until).min()
         };
-        let tried = match first_reader {
-            Some(until) => Try::Busy(Some(until - now)),
-            None => self.take(key, token, ttl),
+        let readers_turn = {
+            let st = crate::util::lock(&self.state);
+            let mine = st.held.get(key).is_some_and(|(held, _)| held == token);
+            st.readers_wait
+                .get(key)
+                .filter(|until| **until > now && !mine)
+                .copied()
+        };
+        let tried = match (first_reader, readers_turn) {
+            (Some(until), _) => Try::Busy(Some(until - now)),
+            (None, Some(until)) => return Try::Busy(Some(until - now)),
+            (None, None) => self.take(key, token, ttl),
         };
         let mut st = crate::util::lock(&self.state);
         match tried {
@@ -298,8 +317,9 @@ impl Locking for MemoryBackend {
         token: &str,
         ttl: Duration,
         _mark: bool,
+        waiting: Duration,
     ) -> Result<Try, BackendError> {
-        Ok(self.take_read(key, token, ttl))
+        Ok(self.take_read(key, token, ttl, waiting))
     }
 
     async fn try_write(

@@ -32,8 +32,8 @@
 //!   release publishes on the key's channel when someone listens.
 //! - a read/write lock (`try_read`, `try_write`; readers released and renewed as
 //!   permits of `{key}:readers`): the writer's token at the key, the readers in
-//!   `{key}:readers`, a waiting writer's mark in `{key}:writer`, as `read_acquire.lua`
-//!   and `write_acquire.lua`.
+//!   `{key}:readers`, a waiting writer's mark in `{key}:writer`, waiting readers' in
+//!   `{key}:readers-waiting`, as `read_acquire.lua` and `write_acquire.lua`.
 //! - the idempotency operations (`idem.rs`): claim, complete, release, renew, each
 //!   checking the owner token, as `idem_*.lua`.
 //! - replica acknowledgement (`replicas.rs`): a write, then `WAIT` on the same
@@ -193,13 +193,16 @@ pub(crate) trait Locking: Send + Sync {
     ) -> Result<Released, BackendError>;
 
     /// One try for a share of the read lock `key` (`read_acquire.lua`): busy while a
-    /// writer holds it or waits; `mark`: the caller will be woken by a message.
+    /// writer holds it or waits; `mark`: the caller will be woken by a message. Refused
+    /// by a writer that holds, it keeps the next writer out for `waiting` (zero: it will
+    /// not try again), until a waiting reader is in.
     async fn try_read(
         &self,
         key: &str,
         token: &str,
         ttl: Duration,
         mark: bool,
+        waiting: Duration,
     ) -> Result<Try, BackendError>;
 
     /// One try for the write lock `key` (`write_acquire.lua`): a lock's try once no
@@ -376,8 +379,9 @@ impl Locking for Backend {
         token: &str,
         ttl: Duration,
         mark: bool,
+        waiting: Duration,
     ) -> Result<Try, BackendError> {
-        each!(self, b => b.try_read(key, token, ttl, mark))
+        each!(self, b => b.try_read(key, token, ttl, mark, waiting))
     }
 
     async fn try_write(

@@ -374,6 +374,7 @@ impl Locking for RedlockBackend {
         _token: &str,
         _ttl: Duration,
         _mark: bool,
+        _waiting: Duration,
     ) -> Result<Try, BackendError> {
         Err(unsupported("read/write locks"))
     }

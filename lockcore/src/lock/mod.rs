@@ -724,13 +724,17 @@ impl<'a> LockRequest<'a> {
     ) -> Result<Try, BackendError> {
         let inner = &self.locks.inner;
         let mark = matches!(how, Attempt::Again(true));
+        // Refused, a reader or writer keeps the other side out while it may try again
+        // (see `read_acquire.lua`): its tries come at least every `LOCK_RETRY_CAP`, so
+        // three of them bound its mark.
+        let left = deadline.saturating_duration_since(Instant::now());
+        let waiting = left.min(3 * LOCK_RETRY_CAP);
         match self.shape {
-            Shape::Read => inner.backend.try_read(key, token, self.ttl, mark).await,
+            Shape::Read => {
+                let backend = &inner.backend;
+                backend.try_read(key, token, self.ttl, mark, waiting).await
+            }
             Shape::Write => {
-                // Refused, it keeps new readers out while it may try again: its tries
-                // come at least every `LOCK_RETRY_CAP`, so three of them bound the mark.
-                let left = deadline.saturating_duration_since(Instant::now());
-                let waiting = left.min(3 * LOCK_RETRY_CAP);
                 let who = (inner.client_id.as_str(), mark);
                 inner
                     .backend

@@ -2,18 +2,25 @@
 -- token (as acquire.lua; a read/write lock's writer never leaves a yield marker);
 -- KEYS[2] the readers: a sorted set of their tokens, each scored by when its lease ends
 -- (the server's clock, ms since the epoch); KEYS[3] the writer-waiting mark: the token of
--- a writer that waits, with a short ttl (see write_acquire.lua).
+-- a writer that waits, with a short ttl (see write_acquire.lua); KEYS[4] the
+-- readers-waiting mark, set by readers that wait behind a writer that holds.
 -- ARGV[1] token, ARGV[2] ttl in ms, ARGV[3] '1' when the caller will be woken by a
 -- message: it then marks a writer's value (`<token> waiting`), so the writer's release
--- wakes it.
+-- wakes it; ARGV[4] how long the readers-waiting mark lasts, in ms (0: this caller will
+-- not try again, so it sets none).
 -- Returns 0 when taken (also when the readers hold this token already: an earlier try
 -- of the same caller took it, its reply lost); else how long until it may be free, in ms
--- (-1 when unknown). A writer that waits comes first: a reader queues behind it.
+-- (-1 when unknown).
+-- Turns alternate. A writer that waits comes before new readers: they queue behind it
+-- (its mark). Readers that waited behind a writer come before the next writer once it
+-- releases: their mark keeps writers out until the first of them is in, and lets them
+-- past a waiting writer's mark meanwhile.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local ttl = tonumber(ARGV[2])
 local function take()
+  redis.call('DEL', KEYS[4])
   redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
   if redis.call('PTTL', KEYS[2]) < ttl then
     redis.call('PEXPIRE', KEYS[2], ttl)
@@ -28,6 +35,9 @@ if held then
   if ARGV[3] == '1' and string.sub(held, -8) ~= ' waiting' then
     redis.call('APPEND', KEYS[1], ' waiting')
   end
+  if tonumber(ARGV[4]) > 0 then
+    redis.call('SET', KEYS[4], '1', 'PX', ARGV[4])
+  end
   local left = redis.call('PTTL', KEYS[1])
   if left < 1 then
     return -1
@@ -35,7 +45,7 @@ if held then
   return left
 end
 local writer = redis.call('PTTL', KEYS[3])
-if writer > 0 then
+if writer > 0 and redis.call('EXISTS', KEYS[4]) == 0 then
   return writer
 end
 return take()

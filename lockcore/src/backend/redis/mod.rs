@@ -478,14 +478,21 @@ impl Locking for RedisBackend {
         token: &str,
         ttl: Duration,
         mark: bool,
+        waiting: Duration,
     ) -> Result<Try, BackendError> {
-        let mut cmd = evalsha(&READ_ACQUIRE, 3, 3, 3 * key.len() + token.len() + 32);
+        let mut cmd = evalsha(&READ_ACQUIRE, 4, 4, 4 * key.len() + token.len() + 48);
         cmd.arg(key)
             .arg(Companion(key, ":readers"))
             .arg(Companion(key, ":writer"))
+            .arg(Companion(key, ":readers-waiting"))
             .arg(token)
             .arg(millis(ttl))
-            .arg(u8::from(mark));
+            .arg(u8::from(mark))
+            .arg(if waiting.is_zero() {
+                0
+            } else {
+                millis(waiting)
+            });
         let reply: i64 = self.evalsha_call(&READ_ACQUIRE, &cmd).await?;
         Ok(busy_for(reply))
     }
@@ -501,10 +508,11 @@ impl Locking for RedisBackend {
         waiting: Duration,
     ) -> Result<Try, BackendError> {
         let data = 3 * key.len() + token.len() + client.len() + 32;
-        let mut cmd = evalsha(&WRITE_ACQUIRE, 3, 5, data);
+        let mut cmd = evalsha(&WRITE_ACQUIRE, 4, 5, data + key.len() + 16);
         cmd.arg(key)
             .arg(Companion(key, ":readers"))
             .arg(Companion(key, ":writer"))
+            .arg(Companion(key, ":readers-waiting"))
             .arg(token)
             .arg(millis(ttl))
             .arg(client)
