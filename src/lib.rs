@@ -237,7 +237,7 @@
 //! |---|---|---|---|
 //! | lock | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>`, `<token> waiting` while a waiter listens, `yield: <client ids> ` for a yield window | `:fence` (counter, no ttl), `:turns` (recent turns), `:released` (the wake-up channel) |
 //! | semaphore | `lock:gpu:eu` (sorted set) | each holder's token, scored by when its lease ends (ms since the epoch, the server's clock); the key expires with the last lease | `:released` (the channel) |
-//! | read/write lock | `lock:catalog:7` (string) | the writer's token, as a lock's | `:readers` (sorted set of the readers' tokens, as a semaphore's), `:writer` (a waiting writer's token, a few hundred ms), `:readers-waiting` (`1` while readers wait behind a writer), `:released` |
+//! | read/write lock | `lock:catalog:7` (string) | the writer's token, as a lock's | `:readers` (sorted set of the readers' tokens, as a semaphore's), `:writer` (a waiting writer's token, a few hundred ms), `:readers-waiting` (the tokens of readers that wait behind a writer, scored by when each stops counting), `:released` |
 //! | fenced value | the key given | the value | `:fence-seen` (the highest fence) |
 //!
 //! A name is one kind: a lock, a semaphore or a read/write lock. Redis refuses a key

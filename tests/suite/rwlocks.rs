@@ -26,6 +26,7 @@ both!(
     what_a_task_may_take_again,
     misuse_is_refused_before_redis,
     the_attribute_takes_either_side,
+    readers_that_waited_go_before_the_next_writer,
 );
 
 const LONG: Duration = Duration::from_secs(10);
@@ -530,4 +531,34 @@ fn runtimes_sharing_a_client_keep_writers_alone() {
     };
     assert!(!run(true), "a writer ran beside someone");
     assert!(run(false), "the control never overlapped");
+}
+
+/// Readers that waited behind a writer go before the next writer, even one of the same
+/// client queued before them: turns alternate.
+async fn readers_that_waited_go_before_the_next_writer(locks: Locks) {
+    let w1 = locks.write_lock("cfg:p").acquire().await.unwrap();
+    let took = |write: bool| {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let request = match write {
+                true => locks.write_lock("cfg:p"),
+                false => locks.read_lock("cfg:p"),
+            };
+            let g = request.wait(LONG).acquire().await.unwrap();
+            let at = Instant::now();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            g.release().await.unwrap();
+            at
+        })
+    };
+    let w2 = took(true);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let readers: Vec<_> = (0..3).map(|_| took(false)).collect();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    w1.release().await.unwrap();
+    let w2 = w2.await.unwrap();
+    for r in readers {
+        let r = r.await.unwrap();
+        assert!(r < w2, "a reader that waited came after the next writer");
+    }
 }

@@ -30,7 +30,7 @@ struct State {
     /// Read/write locks: the token of a writer that waits, until when; until when
     /// readers wait behind a writer that holds.
     writer_waits: HashMap<String, (String, Instant)>,
-    readers_wait: HashMap<String, Instant>,
+    readers_wait: HashMap<String, Vec<(String, Instant)>>,
 }
 
 impl MemoryBackend {
@@ -126,20 +126,32 @@ impl MemoryBackend {
             mine.1 = now + ttl;
             return Try::Taken;
         }
+        let waited = st.readers_wait.entry(key.to_owned()).or_default();
+        waited.retain(|(_, until)| *until > now);
+        let my_turn = waited.iter().any(|(t, _)| t == token);
+        if waited.is_empty() {
+            st.readers_wait.remove(key);
+        }
         if let Some((_, until)) = st.held.get(key).filter(|(_, until)| *until > now) {
             let left = *until - now;
             if !waiting.is_zero() {
-                st.readers_wait.insert(key.to_owned(), now + waiting);
+                let waited = st.readers_wait.entry(key.to_owned()).or_default();
+                waited.retain(|(t, _)| t != token);
+                waited.push((token.to_owned(), now + waiting));
             }
             return Try::Busy(Some(left));
         }
-        let readers_turn = st.readers_wait.get(key).is_some_and(|until| *until > now);
         if let Some((_, until)) = st.writer_waits.get(key).filter(|(_, until)| *until > now)
-            && !readers_turn
+            && !my_turn
         {
             return Try::Busy(Some(*until - now));
         }
-        st.readers_wait.remove(key);
+        if let Some(waited) = st.readers_wait.get_mut(key) {
+            waited.retain(|(t, _)| t != token);
+            if waited.is_empty() {
+                st.readers_wait.remove(key);
+            }
+        }
         let set = crate::key::companion(key, ":readers");
         st.permits
             .entry(set)
@@ -163,8 +175,8 @@ impl MemoryBackend {
             let mine = st.held.get(key).is_some_and(|(held, _)| held == token);
             st.readers_wait
                 .get(key)
-                .filter(|until| **until > now && !mine)
-                .copied()
+                .and_then(|w| w.iter().map(|(_, until)| *until).filter(|u| *u > now).min())
+                .filter(|_| !mine)
         };
         let tried = match (first_reader, readers_turn) {
             (Some(until), _) => Try::Busy(Some(until - now)),

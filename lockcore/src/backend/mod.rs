@@ -33,7 +33,7 @@
 //! - a read/write lock (`try_read`, `try_write`; readers released and renewed as
 //!   permits of `{key}:readers`): the writer's token at the key, the readers in
 //!   `{key}:readers`, a waiting writer's mark in `{key}:writer`, waiting readers' in
-//!   `{key}:readers-waiting`, as `read_acquire.lua` and `write_acquire.lua`.
+//!   `{key}:readers-waiting` (a sorted set), as `read_acquire.lua` and `write_acquire.lua`.
 //! - the idempotency operations (`idem.rs`): claim, complete, release, renew, each
 //!   checking the owner token, as `idem_*.lua`.
 //! - replica acknowledgement (`replicas.rs`): a write, then `WAIT` on the same

@@ -289,7 +289,9 @@ impl Releasing {
         }
         let mut result = None;
         loop {
-            if self.next.is_none() {
+            // A write lock is never handed down the local queue: readers that waited
+            // behind it go first (`write_acquire.lua`); the next local writer contends.
+            if self.next.is_none() && self.info.shape != Shape::Write {
                 self.next = self.turn.as_ref().and_then(Turn::next);
             }
             let inner = &self.locks.inner;

@@ -663,8 +663,9 @@ impl<'a> LockRequest<'a> {
         let deadline = started + self.wait;
         let mut token = self.new_token();
         if self.shape.set(&key).is_some() {
-            // Waiters line up; one that does not wait tries at once.
-            let line = if self.wait.is_zero() {
+            // A semaphore's waiters line up; one that does not wait, and readers (who
+            // share), try at once.
+            let line = if self.wait.is_zero() || self.shape == Shape::Read {
                 None
             } else {
                 // One line per count: a caller that counts more permits than the head

@@ -1,14 +1,14 @@
 -- A writer's try: `lock_try` (acquire.lua, above) once no reader holds.
 -- KEYS[1] the lock key; KEYS[2] the readers (see read_acquire.lua); KEYS[3] the
--- writer-waiting mark; KEYS[4] the readers-waiting mark. ARGV[1..4] as acquire.lua; ARGV[5] how long the mark lasts, in
+-- writer-waiting mark; KEYS[4] the readers that wait behind a writer (read_acquire.lua). ARGV[1..4] as acquire.lua; ARGV[5] how long the mark lasts, in
 -- ms (0: this caller will not try again, so it sets none).
 -- A writer refused (by readers, or by another writer) sets the mark, which keeps new
 -- readers out until it takes the lock or stops trying (its tries renew the mark, at
 -- least every 100 ms while it waits): a stream of readers never starves a writer. Taken,
 -- the writer removes its mark and marks its own value `waiting`, so its release wakes
 -- the readers its mark kept out. Readers that waited behind the previous writer go
--- first: while their mark lasts and none of them is in yet, the writer is refused
--- without a mark of its own.
+-- first: while one of them is not in yet, the writer is refused without a mark of its
+-- own.
 -- Returns as acquire.lua; refused by readers, how long until the first reader's lease
 -- ends (ms, at least 1).
 local t = redis.call('TIME')
@@ -24,11 +24,12 @@ if first[1] then
   wait_mark()
   return math.max(tonumber(first[2]) - now, 1)
 end
-local readers_wait = redis.call('PTTL', KEYS[4])
-if readers_wait > 0 then
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+local waiting = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+if waiting[1] then
   local held = redis.call('GET', KEYS[1])
   if held ~= ARGV[1] and held ~= ARGV[1] .. ' waiting' then
-    return readers_wait
+    return math.max(tonumber(waiting[2]) - now, 1)
   end
 end
 local taken = lock_try()
