@@ -12,6 +12,12 @@
 //! | the writer's try | `write_acquire.lua`: expired readers removed; a live reader → the mark set, busy; else the lock taken (its own token refreshed), its mark removed |
 //! | releases, renewals, retries | as `model/permits.rs` (a reader) and `model/lock.rs` (the writer, compare-and-delete) |
 //!
+//! Not modelled: the readers that waited behind a writer (`{key}:readers-waiting`), who
+//! go before the next writer. They only make a writer's try refuse more, and let those
+//! readers past a waiting writer's mark, never past a writer's key: safety does not
+//! depend on them (`rwlocks::readers_that_waited_go_before_the_next_writer` tests the
+//! order).
+//!
 //! Invariants: never a writer that believes it holds beside a reader that believes it
 //! does (each by its own lease and clock); a client told its release succeeded never
 //! had its lease end at the server first.
