@@ -133,6 +133,63 @@ impl<T, E: From<Error>> LockOutput for Result<T, E> {
     }
 }
 
+/// [`run_locked`] for `keys = [..]`: every lock, or none, through `Locks::multi_lock`.
+pub async fn run_multi_locked<R, F>(
+    client: Result<Locks, Error>,
+    keys: Vec<String>,
+    spec: LockSpec,
+    body: F,
+) -> R
+where
+    R: LockOutput,
+    F: Future<Output = R>,
+{
+    let locks = match client {
+        Ok(locks) => locks,
+        Err(e) => return R::from_lock_error(e),
+    };
+    let mut request = locks
+        .multi_lock(keys)
+        .ttl(Duration::from_millis(spec.ttl_ms))
+        .wait(Duration::from_millis(spec.wait_ms))
+        .renew(spec.renew);
+    if spec.max_hold_ms > 0 {
+        request = request.max_hold(Duration::from_millis(spec.max_hold_ms));
+    }
+    if spec.min_hold_ms > 0 {
+        request = request.min_hold(Duration::from_millis(spec.min_hold_ms));
+    }
+    if let Some(replicas) = spec.replicas {
+        request = request.replicas(replicas);
+    }
+    let guard = match request.acquire().await {
+        Ok(guard) => guard,
+        Err(e) => return R::from_lock_error(e),
+    };
+    let out = if spec.renew && spec.cancel_on_lost {
+        tokio::select! {
+            biased;
+            out = guard.scope(body) => out,
+            () = guard.lost() => {
+                let key = guard.keys().join(", ");
+                tracing::warn!(target: "distlock", key, "a lock of the set was lost while held: the body was cancelled");
+                let _ = guard.release().await;
+                return R::from_lock_error(Error::Lost { key });
+            }
+        }
+    } else {
+        guard.scope(body).await
+    };
+    match guard.release().await {
+        Ok(()) => out,
+        Err(e) if out.is_ok() => R::from_lock_error(e),
+        Err(e) => {
+            tracing::warn!(target: "distlock", error = %e, "the body failed and its locks were not held to the end");
+            out
+        }
+    }
+}
+
 /// Acquire, run `body` with the lock visible to `current_lock()`, always release.
 ///
 /// A loss found at release replaces an `Ok` with `Err(Lost)`; an `Err` from the body is

@@ -74,7 +74,9 @@ pub use error::{BackendError, BackendErrorKind, Error, Result};
 pub use events::Event;
 pub use idempotency::http::{IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS};
 pub use idempotency::record::{Captured, REPLAYED_HEADER};
-pub use lock::{DEFAULT_TTL, LockGuard, LockInfo, LockRequest, current_lock};
+pub use lock::{
+    DEFAULT_TTL, LockGuard, LockInfo, LockRequest, MultiLockGuard, MultiLockRequest, current_lock,
+};
 
 /// Makes `locks` the client that attributes without `client = ...` use, replacing any
 /// earlier one; returns the one it replaced.

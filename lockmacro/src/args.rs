@@ -255,6 +255,74 @@ impl<'a> ArgSlots<'a> {
         arg
     }
 
+    /// `name = ["tmpl", ...]`: a non-empty array of key templates, each parsed and its
+    /// placeholders checked against `bindings`, none written twice.
+    pub(crate) fn templates(
+        &mut self,
+        name: &str,
+        bindings: Option<&[String]>,
+        errors: &mut Errors,
+    ) -> Arg<Vec<Template>> {
+        let arg = self.parsed(name, errors, |arg| {
+            let Expr::Array(array) = &arg.value else {
+                return Err(syn::Error::new(
+                    arg.value.span(),
+                    format!("`{name}` expects an array of key templates, e.g. `{name} = [\"account:<from>\", \"account:<to>\"]`"),
+                ));
+            };
+            if array.elems.is_empty() {
+                return Err(syn::Error::new(
+                    array.span(),
+                    format!("`{name}` is empty: name at least one key (or use `key = \"...\"` for one)"),
+                ));
+            }
+            let mut templates: Vec<Template> = Vec::new();
+            let mut errs: Option<syn::Error> = None;
+            let mut push = |e: syn::Error| match &mut errs {
+                Some(all) => all.combine(e),
+                None => errs = Some(e),
+            };
+            for elem in &array.elems {
+                let lit = match elem {
+                    Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(lit),
+                        ..
+                    }) => lit,
+                    other => {
+                        push(syn::Error::new(
+                            other.span(),
+                            "each key is a string literal template, e.g. `\"account:<from>\"`",
+                        ));
+                        continue;
+                    }
+                };
+                if templates.iter().any(|t| t.lit.value() == lit.value()) {
+                    push(syn::Error::new(
+                        lit.span(),
+                        "this key is named twice in `keys`: remove the duplicate",
+                    ));
+                    continue;
+                }
+                match Template::parse(lit, name) {
+                    Ok(t) => templates.push(t),
+                    Err(e) => push(e),
+                }
+            }
+            match errs {
+                Some(e) => Err(e),
+                None => Ok(templates),
+            }
+        });
+        if let (Some(ts), Some(bindings)) = (arg.value(), bindings) {
+            for t in ts {
+                if let Err(e) = crate::check::check_placeholders(t, "the key template", bindings) {
+                    errors.push(e);
+                }
+            }
+        }
+        arg
+    }
+
     /// `on_lost = "cancel" | "continue"` as whether to cancel the body.
     pub(crate) fn on_lost(&mut self, errors: &mut Errors) -> Arg<bool> {
         self.parsed("on_lost", errors, |arg| {

@@ -4,7 +4,7 @@ use proc_macro2::{Delimiter, Span, TokenStream};
 use quote::{ToTokens, quote};
 use syn::{Expr, ItemFn, Type};
 
-use crate::args::{ArgSlots, Errors, RawArgs, replicas_tokens};
+use crate::args::{Arg, ArgSlots, Errors, RawArgs, replicas_tokens};
 use crate::names::Names;
 use crate::shape::{
     Shape, parse_fn, shape_and_config, typed_body, with_error, wrap_async_trait_body,
@@ -15,8 +15,8 @@ use crate::template::Template;
 use crate::valid;
 
 pub(crate) const LOCK_ARGS: &[&str] = &[
-    "key", "ttl", "wait", "renew", "max_hold", "min_hold", "on_lost", "replicas", "permits",
-    "mode", "client", "crate",
+    "key", "keys", "ttl", "wait", "renew", "max_hold", "min_hold", "on_lost", "replicas",
+    "permits", "mode", "client", "crate",
 ];
 
 /// What the attribute takes (`permits`, `mode`).
@@ -31,7 +31,9 @@ pub(crate) enum Kind {
 /// A validated `#[distributed_lock]`.
 struct LockConfig {
     krate: syn::Path,
-    key: Template,
+    /// One template for `key`; those of `keys` (a multi-lock) otherwise.
+    keys: Vec<Template>,
+    multi: bool,
     ttl_ms: u64,
     wait_ms: u64,
     renew: bool,
@@ -78,10 +80,11 @@ fn lock_config(
     let mut slots = ArgSlots::sort(raw, LOCK_ARGS, errors);
     let krate = slots.krate(errors);
     let key = slots.template("key", "the key template", bindings, errors);
-    if key.is_absent() {
+    let keys = slots.templates("keys", bindings, errors);
+    if key.is_absent() && keys.is_absent() {
         errors.push(syn::Error::new(
             Span::call_site(),
-            "missing required argument `key`, e.g. `#[distributed_lock(key = \"order:<id>\")]`",
+            "missing required argument `key`, e.g. `#[distributed_lock(key = \"order:<id>\")]` (or `keys = [..]` for several locks at once)",
         ));
     }
     let ttl = slots.duration("ttl", "", errors);
@@ -105,9 +108,17 @@ fn lock_config(
     valid::lock_options(&renew, &max_hold, &on_lost, errors);
     valid::min_hold(&min_hold, &ttl, 30_000, errors);
     let kind = valid::lock_kind(&permits, &mode, &min_hold, errors);
+    valid::one_source_of_keys(&key, &keys, &permits, &mode, errors);
+    let multi = !keys.is_absent();
+    let keys = match (key, keys) {
+        (Arg::Given(_, key), Arg::Absent) => vec![key],
+        (Arg::Absent, Arg::Given(_, keys)) => keys,
+        _ => return None,
+    };
     Some(LockConfig {
         krate: krate.or(syn::parse_quote!(::distlock))?,
-        key: key.required()?,
+        keys,
+        multi,
         ttl_ms: ttl.or(30_000)?,
         wait_ms: wait.or(0)?,
         renew: renew.or(false)?,
@@ -145,7 +156,25 @@ fn locked_call(
 ) -> TokenStream {
     let krate = &config.krate;
     let (key_var, client_var) = (&config.names.key, &config.names.client);
-    let key = key_expr(krate, &config.key, &config.names.buf, async_trait);
+    let keys: Vec<TokenStream> = config
+        .keys
+        .iter()
+        .map(|key| key_expr(krate, key, &config.names.buf, async_trait))
+        .collect();
+    let (key, key_ty, run) = if config.multi {
+        (
+            quote!(::std::vec![#(#keys),*]),
+            quote!(::std::vec::Vec<::std::string::String>),
+            quote!(run_multi_locked),
+        )
+    } else {
+        let key = &keys[0];
+        (
+            quote!(#key),
+            quote!(::std::string::String),
+            quote!(run_locked),
+        )
+    };
     let client = client_expr(krate, config.client.as_ref(), async_trait);
     let LockConfig {
         ttl_ms,
@@ -169,7 +198,7 @@ fn locked_call(
     // return type, a return type that is not `Result<T, E: From<Error>>` is reported
     // there, once, rather than on the whole attribute.
     let at = output_span(ret);
-    let run = respan(quote!(#krate::__private::run_locked), at);
+    let run = respan(quote!(#krate::__private::#run), at);
     let args = group(
         Delimiter::Parenthesis,
         quote! {
@@ -191,7 +220,7 @@ fn locked_call(
     );
     let dot_await = respan(quote!(.await), at);
     quote! {
-        let #key_var: ::std::string::String = #key;
+        let #key_var: #key_ty = #key;
         let #client_var = #client;
         #run #args #dot_await
     }

@@ -109,6 +109,37 @@ pub(crate) fn lock_kind(
     kind_of(permits, mode)
 }
 
+/// `#[distributed_lock]`: `key` or `keys`, not both; `keys` takes locks, so neither
+/// `permits` nor `mode` (a missing key is reported where the keys are parsed).
+pub(crate) fn one_source_of_keys(
+    key: &Arg<Template>,
+    keys: &Arg<Vec<Template>>,
+    permits: &Arg<u32>,
+    mode: &Arg<bool>,
+    errors: &mut Errors,
+) {
+    let Some(many) = keys.name() else {
+        return;
+    };
+    if let Some(one) = key.name() {
+        let mut e = syn::Error::new(
+            many.span(),
+            "`keys` and `key` exclude each other: `keys = [..]` takes several locks at once, `key` one",
+        );
+        e.combine(syn::Error::new(
+            one.span(),
+            "`key` is given here; keep one of the two",
+        ));
+        errors.push(e);
+    }
+    for other in [permits.name(), mode.name()].into_iter().flatten() {
+        errors.push(syn::Error::new(
+            other.span(),
+            format!("`{other}` does not apply to `keys`: a multi-lock takes plain locks"),
+        ));
+    }
+}
+
 fn kind_of(permits: &Arg<u32>, mode: &Arg<bool>) -> Option<Kind> {
     match (permits, mode) {
         (Arg::Invalid(_), _) | (_, Arg::Invalid(_)) => None,

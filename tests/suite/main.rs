@@ -21,6 +21,7 @@ mod idempotent_examples;
 mod idempotent_fns;
 mod idempotent_http;
 mod jobs;
+mod multilocks;
 mod proxy;
 mod redlock;
 mod replicas;

@@ -355,6 +355,31 @@ impl Locking for MemoryBackend {
             .collect())
     }
 
+    fn one_call(&self, _keys: &[&str]) -> bool {
+        true
+    }
+
+    async fn try_all(
+        &self,
+        keys: &[&str],
+        tokens: &[&str],
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let now = Instant::now();
+        let mut st = crate::util::lock(&self.state);
+        if keys
+            .iter()
+            .any(|k| st.held.get(*k).is_some_and(|(_, until)| *until > now))
+        {
+            return Ok(false);
+        }
+        for (key, token) in keys.iter().zip(tokens) {
+            st.held
+                .insert((*key).to_owned(), ((*token).to_owned(), now + ttl));
+        }
+        Ok(true)
+    }
+
     async fn ping(&self) -> Result<(), BackendError> {
         Ok(())
     }

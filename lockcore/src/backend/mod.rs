@@ -27,6 +27,8 @@
 //!   The key gone or holding another token is `NotOurs` (the caller reads it, see
 //!   `lock/guard.rs`); the key holding the successor's token is `Handed`.
 //! - `extend_many`: compare-and-extend many leases in one round trip.
+//! - `try_all` (where `one_call` says the keys are on one node): a multi-lock's locks
+//!   all set if all are free, else none, as `multi_acquire.lua`.
 //! - a semaphore's permits (`try_permit`, `release_permit`, `extend_permits`): a sorted
 //!   set of the holders' tokens scored by their leases' ends, as `permit_*.lua`; a
 //!   release publishes on the key's channel when someone listens.
@@ -223,6 +225,23 @@ pub(crate) trait Locking: Send + Sync {
         leases: &[(&str, &str, Duration)],
     ) -> Result<Vec<bool>, BackendError>;
 
+    /// Whether [`try_all`](Self::try_all) can run over `keys`: all on one server, or
+    /// in one slot of a cluster.
+    fn one_call(&self, _keys: &[&str]) -> bool {
+        false
+    }
+
+    /// Every lock `keys[i]` set to `tokens[i]` with the ttl if all are free, else none
+    /// (`multi_acquire.lua`): `true` when taken.
+    async fn try_all(
+        &self,
+        _keys: &[&str],
+        _tokens: &[&str],
+        _ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        Ok(false)
+    }
+
     /// Compare-and-extend of many locks in one round trip: `true` where extended.
     async fn extend_many(
         &self,
@@ -362,6 +381,19 @@ impl Locking for Backend {
         permits: u32,
     ) -> Result<Try, BackendError> {
         each!(self, b => b.try_permit(key, token, ttl, permits))
+    }
+
+    fn one_call(&self, keys: &[&str]) -> bool {
+        each!(sync self, b => b.one_call(keys))
+    }
+
+    async fn try_all(
+        &self,
+        keys: &[&str],
+        tokens: &[&str],
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        each!(self, b => b.try_all(keys, tokens, ttl))
     }
 
     async fn release_permit(

@@ -28,6 +28,8 @@ pub const WRITE_ACQUIRE: &str = concat!(
     "end\n",
     include_str!("../scripts/write_acquire.lua")
 );
+/// Every lock of a multi-lock at once, or none.
+pub const MULTI_ACQUIRE: &str = include_str!("../scripts/multi_acquire.lua");
 /// Claim an idempotency record.
 pub const IDEM_CLAIM: &str = include_str!("../scripts/idem_claim.lua");
 /// After a store whose `APPEND` found something else than its claim: whose result is
@@ -81,6 +83,7 @@ mod tests {
             PERMIT_EXTEND,
             READ_ACQUIRE,
             WRITE_ACQUIRE,
+            MULTI_ACQUIRE,
             IDEM_CLAIM,
             IDEM_RENEW,
         ] {

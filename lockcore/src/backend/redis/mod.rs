@@ -58,6 +58,8 @@ static PERMIT_RELEASE: LazyLock<[Script; 2]> =
     LazyLock::new(|| super::scripts::both(super::scripts::PERMIT_RELEASE));
 static PERMIT_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(super::scripts::PERMIT_EXTEND));
+static MULTI_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(super::scripts::MULTI_ACQUIRE));
 static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::READ_ACQUIRE));
 static WRITE_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(super::scripts::WRITE_ACQUIRE));
@@ -469,6 +471,32 @@ impl Locking for RedisBackend {
         } else {
             Released::NotOurs
         })
+    }
+
+    /// One server, or one slot of a cluster.
+    fn one_call(&self, keys: &[&str]) -> bool {
+        let slot = |k: &str| crate::key::slot(k.as_bytes());
+        !self.sharded || keys.iter().all(|k| slot(k) == slot(keys[0]))
+    }
+
+    /// `multi_acquire.lua`.
+    async fn try_all(
+        &self,
+        keys: &[&str],
+        tokens: &[&str],
+        ttl: Duration,
+    ) -> Result<bool, BackendError> {
+        let data: usize = keys.iter().chain(tokens).map(|s| s.len()).sum();
+        let mut cmd = evalsha(&MULTI_ACQUIRE, keys.len(), 1 + tokens.len(), data + 16);
+        for key in keys {
+            cmd.arg(*key);
+        }
+        cmd.arg(millis(ttl));
+        for token in tokens {
+            cmd.arg(*token);
+        }
+        let reply: i64 = self.evalsha_call(&MULTI_ACQUIRE, &cmd).await?;
+        Ok(reply == 1)
     }
 
     /// `read_acquire.lua`: the lock key, the readers and the writer's mark share a slot.
