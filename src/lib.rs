@@ -228,6 +228,22 @@
 //! wait for its own share. No `min_hold`, no fence for a read share (compile errors
 //! for `mode` with `permits` or `min_hold`), not over Redlock.
 //!
+//! ## Several locks at once
+//!
+//! `#[distributed_lock(keys = ["account:<from>", "account:<to>"])]`, or
+//! [`Locks::multi_lock`](crate::Locks::multi_lock): every lock or none, whatever the
+//! order they are named in, without deadlock. Where the keys live on one server (or
+//! one slot of a cluster: a common hash tag, `{acct}:7`), the first try is one script
+//! that takes all of them if all are free; otherwise, and once a key is found held,
+//! they are taken one by one in the order of their full keys (so two callers never
+//! hold one each while waiting for the other's), within one `wait`, and a key that
+//! cannot be had gives back those taken.
+//! [`MultiLockGuard::taken_at_once`](crate::MultiLockGuard::taken_at_once) says which
+//! way a call went. The guard renews every key, is lost when any key is (`lost()`, and `Lost` at release), and releases
+//! them all at once. A key named twice (`from == to`) is taken once. Compile errors: an
+//! empty `keys`, a key written twice, an unknown placeholder in any key, `keys` with
+//! `key`, `permits` or `mode`. Over Redlock, the ordered way on a quorum per key.
+//!
 //! ## What each primitive writes
 //!
 //! Every value is plain UTF-8 that `redis-cli` reads, every companion key shares the
@@ -380,7 +396,7 @@
 pub use lockcore::{
     BackendError, BackendErrorKind, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_PREFIX, DEFAULT_TTL, Error, Event, LockGuard, LockInfo, LockRequest, Locks,
-    LocksBuilder, Result, current_lock, fencing, install, key,
+    LocksBuilder, MultiLockGuard, MultiLockRequest, Result, current_lock, fencing, install, key,
 };
 pub use lockcore::{
     Captured, IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS, REPLAYED_HEADER,

@@ -127,6 +127,38 @@ async fn read_write_locks_on_every_primary() {
     }
 }
 
+/// A multi-lock on a cluster: keys in several slots (on different primaries) are taken
+/// one by one in order, keys sharing a hash tag in one script; both exclude a plain lock
+/// of any of their keys and leave nothing held when one key is busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_locks_across_slots_and_in_one() {
+    let cluster = shared();
+    let locks = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    let apart = spread_keys(cluster, "multi", 1);
+    let together = [
+        "{acct}:1".to_owned(),
+        "{acct}:2".to_owned(),
+        "{acct}:3".to_owned(),
+    ];
+    for (keys, at_once) in [(apart, false), (together.to_vec(), true)] {
+        let all = locks.multi_lock(keys.clone()).acquire().await.unwrap();
+        assert_eq!(all.taken_at_once(), at_once, "{keys:?}");
+        for key in &keys {
+            let one = locks.lock(key).acquire().await;
+            assert!(matches!(one, Err(Error::Busy { .. })), "{one:?}");
+        }
+        all.release().await.unwrap();
+        let last = locks.lock(&keys[2]).acquire().await.unwrap();
+        let busy = locks.multi_lock(keys.clone()).acquire().await;
+        assert!(matches!(busy, Err(Error::Busy { .. })), "{busy:?}");
+        for key in &keys[..2] {
+            let free = locks.lock(key).acquire().await.unwrap();
+            free.release().await.unwrap();
+        }
+        last.release().await.unwrap();
+    }
+}
+
 /// `per_primary` keys on each primary's slots, named `<tag>-<i>` (the lock key as the
 /// client writes it has the default prefix `lock:`).
 fn spread_keys(cluster: &RedisCluster, tag: &str, per_primary: usize) -> Vec<String> {

@@ -220,6 +220,7 @@ fn child_entry() {
         "scheduler" => scheduler_role(&rt, &url),
         "permits" => permits_role(&rt, &url),
         "rw" => rw_role(&rt, &url),
+        "transfer" => transfer_role(&rt, &url),
         other => panic!("unknown child role `{other}`"),
     }
 }
@@ -876,5 +877,108 @@ async fn a_read_write_lock_keeps_writers_alone_across_processes() {
     assert!(
         bad > 0,
         "the control never overlapped: the workload does not race"
+    );
+}
+
+/// Env: `DISTLOCK_LOCKED` (1: both accounts with a multi-lock; 0: the control, which
+/// locks only the account it takes from), `DISTLOCK_TASKS`, `DISTLOCK_ITERS`. Prints
+/// `@@ready`, waits for `go`; then each task moves 1 between `data:acct:<i>` (3 accounts)
+/// in both directions, a read of both balances and a write of both with a pause
+/// between; prints `@@done`.
+fn transfer_role(rt: &tokio::runtime::Runtime, url: &str) {
+    let locked = env_u64("DISTLOCK_LOCKED") == 1;
+    let (tasks, iters) = (env_u64("DISTLOCK_TASKS"), env_u64("DISTLOCK_ITERS"));
+    let (locks, conn) = rt.block_on(async {
+        let locks = Locks::connect(url).await.expect("Locks::connect");
+        let conn = redis::Client::open(url)
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connect");
+        (locks, conn)
+    });
+    println!("@@ready");
+    assert_eq!(wait_for_parent(), "go", "parent did not say go");
+    rt.block_on(async {
+        let runs = (0..tasks).map(|t| {
+            let (locks, mut conn) = (locks.clone(), conn.clone());
+            tokio::spawn(async move {
+                for i in 0..iters {
+                    let from = (t + i) % 3;
+                    let to = (from + 1 + (t % 2)) % 3;
+                    let names = [format!("acct:{from}"), format!("acct:{to}")];
+                    let wait = Duration::from_secs(10);
+                    let guard = if locked {
+                        let g = locks.multi_lock(names).wait(wait).acquire().await;
+                        (Some(g.expect("multi-lock")), None)
+                    } else {
+                        let g = locks.lock(&names[0]).wait(wait).acquire().await;
+                        (None, Some(g.expect("lock")))
+                    };
+                    let (a, b) = (format!("data:acct:{from}"), format!("data:acct:{to}"));
+                    let x: i64 = conn.get(&a).await.expect("GET");
+                    let y: i64 = conn.get(&b).await.expect("GET");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let () = conn.set(&a, x - 1).await.expect("SET");
+                    let () = conn.set(&b, y + 1).await.expect("SET");
+                    match guard {
+                        (Some(g), _) => g.release().await.expect("release"),
+                        (_, Some(g)) => g.release().await.expect("release"),
+                        _ => {}
+                    }
+                }
+            })
+        });
+        for run in futures_util::future::join_all(runs).await {
+            run.expect("task panicked");
+        }
+    });
+    println!("@@done");
+}
+
+/// The total of the three accounts after 3 processes of 6 tasks moved money between
+/// them (each account starts at 1000).
+async fn total_after_transfers(server: &RedisServer, locked: bool) -> i64 {
+    let mut raw = server.raw().await;
+    for i in 0..3 {
+        let () = raw.set(format!("data:acct:{i}"), 1000).await.unwrap();
+    }
+    let env = [
+        ("DISTLOCK_LOCKED", u8::from(locked).to_string()),
+        ("DISTLOCK_TASKS", "6".to_owned()),
+        ("DISTLOCK_ITERS", "10".to_owned()),
+    ];
+    let mut children: Vec<ChildProc> = (0..3)
+        .map(|_| ChildProc::spawn("transfer", &server.url(), &env))
+        .collect();
+    for c in &mut children {
+        c.expect("ready", START_TIMEOUT);
+    }
+    for c in &mut children {
+        c.send("go");
+    }
+    for c in &mut children {
+        c.expect("done", Duration::from_secs(90));
+        assert!(c.wait_exit(Duration::from_secs(10)).success());
+    }
+    let mut total = 0;
+    for i in 0..3 {
+        let v: i64 = raw.get(format!("data:acct:{i}")).await.unwrap();
+        total += v;
+    }
+    total
+}
+
+/// Transfers between three accounts in 3 processes, each taking both accounts with a
+/// multi-lock, in both directions (no deadlock): no money made or lost. Control: the
+/// same transfers locking only the account they take from lose updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_locks_keep_transfers_whole_across_processes() {
+    let server = RedisServer::start();
+    assert_eq!(total_after_transfers(&server, true).await, 3000);
+    let control = total_after_transfers(&server, false).await;
+    assert_ne!(
+        control, 3000,
+        "the control lost nothing: the workload does not race"
     );
 }

@@ -13,6 +13,10 @@
 //!   same 16 tasks on one plain lock: the
 //!   acquisitions/s of each, and the writer's waits (p50, p99, most), which a stream of
 //!   readers must not stretch.
+//! - F5: a multi-lock of two keys against the same two plain locks taken one after the
+//!   other, one task, 2,000 pairs in alternating blocks: on one server (the one-script
+//!   way), and on a local 3-primary cluster with the two keys in different slots (the
+//!   ordered way) and sharing a hash tag (one script again).
 #![allow(clippy::wildcard_imports)]
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -189,6 +193,69 @@ async fn read_mostly(locks: &distlock::Locks, acquisitions: u64, rw: bool) -> (f
     (rate, waits)
 }
 
+/// F5: `n` pairs of two keys (`{tag}a` and `{tag}b` style names from `name`), as one
+/// multi-lock (`multi`) or two plain locks in turn; returns elapsed.
+async fn two_keys(
+    locks: &distlock::Locks,
+    name: fn(usize) -> [String; 2],
+    multi: bool,
+    n: usize,
+) -> Duration {
+    let start = Instant::now();
+    for i in 0..n {
+        let [a, b] = name(i % 100);
+        if multi {
+            let g = locks
+                .multi_lock([a, b])
+                .ttl(TTL)
+                .acquire()
+                .await
+                .expect("multi");
+            g.release().await.expect("release");
+        } else {
+            let ga = locks.lock(a).ttl(TTL).acquire().await.expect("a");
+            let gb = locks.lock(b).ttl(TTL).acquire().await.expect("b");
+            let (ra, rb) = tokio::join!(ga.release(), gb.release());
+            ra.expect("release a");
+            rb.expect("release b");
+        }
+    }
+    start.elapsed()
+}
+
+/// F5 in 10 alternating rounds: (multi-lock pairs/s, two locks pairs/s, taken at once).
+async fn f5(locks: &distlock::Locks, name: fn(usize) -> [String; 2], n: usize) -> (f64, f64, bool) {
+    let (mut multi, mut two) = (Duration::ZERO, Duration::ZERO);
+    two_keys(locks, name, true, n / 4).await;
+    for round in 0..10 {
+        if round % 2 == 0 {
+            multi += two_keys(locks, name, true, n).await;
+            two += two_keys(locks, name, false, n).await;
+        } else {
+            two += two_keys(locks, name, false, n).await;
+            multi += two_keys(locks, name, true, n).await;
+        }
+    }
+    let [a, b] = name(0);
+    let g = locks.multi_lock([a, b]).acquire().await.expect("probe");
+    let at_once = g.taken_at_once();
+    g.release().await.expect("probe release");
+    let pairs = (n * 10) as f64;
+    (
+        pairs / multi.as_secs_f64(),
+        pairs / two.as_secs_f64(),
+        at_once,
+    )
+}
+
+fn print_f5(label: &str, (multi, two, at_once): (f64, f64, bool)) {
+    let how = if at_once { "one script" } else { "in order" };
+    println!(
+        "  F5 {label}: multi-lock ({how}) {multi:.0} pairs/s, two locks in turn {two:.0}: {:.2}x",
+        multi / two
+    );
+}
+
 pub(crate) async fn run_family(cfg: &Config, url: &str) {
     let locks = distlock::Locks::connect(url).await.expect("connect");
     for (name, tasks, per_block) in [
@@ -232,4 +299,19 @@ pub(crate) async fn run_family(cfg: &Config, url: &str) {
         at(0.99),
         waits.last().copied().unwrap_or(0) as f64 / 1e6
     );
+    let n = cfg.w1_pairs / 10;
+    print_f5(
+        "one server",
+        f5(&locks, |i| [format!("f5:{i}:a"), format!("f5:{i}:b")], n).await,
+    );
+    let cluster = testkit::RedisCluster::start(3, 0);
+    let on_cluster = distlock::Locks::cluster(cluster.urls())
+        .connect()
+        .await
+        .expect("cluster");
+    // `f5:<i>:a` and `f5:<i>:b` hash to different slots for most `i`.
+    let apart = |i: usize| [format!("f5:{i}:a"), format!("f5:{i}:b")];
+    let tagged = |i: usize| [format!("{{f5:{i}}}:a"), format!("{{f5:{i}}}:b")];
+    print_f5("cluster, two slots", f5(&on_cluster, apart, n).await);
+    print_f5("cluster, one slot", f5(&on_cluster, tagged, n).await);
 }
