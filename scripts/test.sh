@@ -19,13 +19,15 @@ cargo test --workspace --all-features "$@"
 # servers the tests start get that user, and the URLs distlock is given name it. The
 # single-topic tests are modules of the `suite` binary; a filter picks the modules.
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
-  behaviour:: waiting:: hardening:: hardening_locks:: jobs:: fencing:: semaphores:: rwlocks::
+  behaviour:: waiting:: hardening:: hardening_locks:: jobs:: fencing:: semaphores:: rwlocks:: \
+  multilocks::
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test chaos
 
 # On Valkey 9.1, whose native `SET ... IFEQ` and `DELIFEQ` distlock then uses: the lock
 # suites, then the same as the least-privilege user (native commands found through HELLO).
 REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test suite -- \
-  behaviour:: waiting:: hardening:: hardening_locks:: idempotent_fns:: jobs:: fencing:: semaphores:: rwlocks::
+  behaviour:: waiting:: hardening:: hardening_locks:: idempotent_fns:: jobs:: fencing:: semaphores:: \
+  rwlocks:: multilocks:: family_faults::
 REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test processes --test cluster
 REDIS_SERVER_BIN="$valkey" DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
-  behaviour:: hardening_locks:: semaphores:: rwlocks::
+  behaviour:: hardening_locks:: semaphores:: rwlocks:: multilocks::

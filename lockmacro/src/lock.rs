@@ -252,7 +252,7 @@ mod tests {
     #[test]
     fn defaults() {
         let c = config(quote!(key = "order:<id>"), &["id"]).unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(c.key.lit.value(), "order:<id>");
+        assert_eq!(c.keys[0].lit.value(), "order:<id>");
         assert_eq!((c.ttl_ms, c.wait_ms, c.max_hold_ms), (30_000, 0, 0));
         assert!(!c.renew && c.cancel_on_lost);
         assert_eq!(c.replicas, None);
@@ -283,6 +283,41 @@ mod tests {
         assert_eq!(c.replicas, Some(2));
         assert_eq!(c.client.to_token_stream().to_string(), "app . locks");
         assert_eq!(c.krate.to_token_stream().to_string(), "my :: dl");
+    }
+
+    #[test]
+    fn what_it_takes() {
+        let kind =
+            |args: TokenStream| config(args, &["a", "b"]).map(|c| (c.kind, c.multi, c.keys.len()));
+        assert_eq!(kind(quote!(key = "k")), Ok((Kind::Lock, false, 1)));
+        assert_eq!(
+            kind(quote!(key = "k", permits = 4)),
+            Ok((Kind::Permits(4), false, 1))
+        );
+        assert_eq!(
+            kind(quote!(key = "k", mode = "read")),
+            Ok((Kind::Read, false, 1))
+        );
+        assert_eq!(
+            kind(quote!(key = "k", mode = "write")),
+            Ok((Kind::Write, false, 1))
+        );
+        assert_eq!(
+            kind(quote!(keys = ["x:<a>", "x:<b>"])),
+            Ok((Kind::Lock, true, 2))
+        );
+        let e = errors(quote!(keys = ["x:<a>", "x:<a>"], permits = 2), &["a"]);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].starts_with("this key is named twice"), "{e:?}");
+        assert!(
+            e[1].starts_with("`permits` does not apply to `keys`"),
+            "{e:?}"
+        );
+        let e = errors(quote!(key = "k", mode = "read", permits = 2), &[]);
+        assert!(
+            e[0].starts_with("`mode` and `permits` exclude each other"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod http;
 
 mod behaviour;
 mod cluster_faults;
+mod family_faults;
 mod fencing;
 mod hardening;
 mod hardening_locks;
