@@ -33,16 +33,10 @@ struct State {
     readers_wait: HashMap<String, Vec<(String, Instant)>>,
 }
 
-impl MemoryBackend {
-    /// How this backend's waiters are woken: by its own registry, as Pub/Sub would.
-    pub(crate) fn wakeups(&self) -> Wakeups {
-        Wakeups::Local(self.waiters.clone())
-    }
-
-    fn take(&self, key: &str, token: &str, ttl: Duration) -> Try {
-        let now = Instant::now();
-        let mut st = crate::util::lock(&self.state);
-        if let Some((held, until)) = st.held.get_mut(key)
+impl State {
+    /// A lock's try at `now` (see acquire.lua).
+    fn take(&mut self, key: &str, token: &str, ttl: Duration, now: Instant) -> Try {
+        if let Some((held, until)) = self.held.get_mut(key)
             && *until > now
         {
             if held != token {
@@ -52,9 +46,21 @@ impl MemoryBackend {
             *until = now + ttl;
             return Try::Taken;
         }
-        st.held
+        self.held
             .insert(key.to_owned(), (token.to_owned(), now + ttl));
         Try::Taken
+    }
+}
+
+impl MemoryBackend {
+    /// How this backend's waiters are woken: by its own registry, as Pub/Sub would.
+    pub(crate) fn wakeups(&self) -> Wakeups {
+        Wakeups::Local(self.waiters.clone())
+    }
+
+    fn take(&self, key: &str, token: &str, ttl: Duration) -> Try {
+        let mut st = crate::util::lock(&self.state);
+        st.take(key, token, ttl, Instant::now())
     }
 
     /// The next fence of `key` while it holds `token` (see `RedisBackend::fence`).
@@ -163,27 +169,24 @@ impl MemoryBackend {
     /// As `write_acquire.lua`.
     fn take_write(&self, key: &str, token: &str, ttl: Duration, waiting: Duration) -> Try {
         let now = Instant::now();
-        let first_reader = {
-            let mut st = crate::util::lock(&self.state);
-            let set = crate::key::companion(key, ":readers");
-            let readers = st.permits.entry(set).or_default();
-            readers.retain(|(_, until)| *until > now);
-            readers.iter().map(|(_, until)| *until).min()
-        };
-        let readers_turn = {
-            let st = crate::util::lock(&self.state);
-            let mine = st.held.get(key).is_some_and(|(held, _)| held == token);
-            st.readers_wait
-                .get(key)
-                .and_then(|w| w.iter().map(|(_, until)| *until).filter(|u| *u > now).min())
-                .filter(|_| !mine)
-        };
+        // One critical section, as one script: a reader cannot come in between the
+        // look at the readers and the take.
+        let mut st = crate::util::lock(&self.state);
+        let set = crate::key::companion(key, ":readers");
+        let readers = st.permits.entry(set).or_default();
+        readers.retain(|(_, until)| *until > now);
+        let first_reader = readers.iter().map(|(_, until)| *until).min();
+        let mine = st.held.get(key).is_some_and(|(held, _)| held == token);
+        let readers_turn = st
+            .readers_wait
+            .get(key)
+            .and_then(|w| w.iter().map(|(_, until)| *until).filter(|u| *u > now).min())
+            .filter(|_| !mine);
         let tried = match (first_reader, readers_turn) {
             (Some(until), _) => Try::Busy(Some(until - now)),
             (None, Some(until)) => return Try::Busy(Some(until - now)),
-            (None, None) => self.take(key, token, ttl),
+            (None, None) => st.take(key, token, ttl, now),
         };
-        let mut st = crate::util::lock(&self.state);
         match tried {
             Try::Busy(_) if !waiting.is_zero() => {
                 let mark = (token.to_owned(), now + waiting);
@@ -219,8 +222,9 @@ impl MemoryBackend {
         } else {
             holders[at].1 = now + ttl;
         }
-        let empty = holders.is_empty();
-        if empty {
+        // Leases that ended count as gone: the last live holder wakes the waiter.
+        let empty = holders.iter().all(|(_, until)| *until <= now);
+        if holders.is_empty() {
             st.permits.remove(key);
         }
         drop(st);

@@ -390,6 +390,10 @@ impl Locks {
     /// reader to leave wakes a waiting writer by message; a writer's release wakes the
     /// readers.
     ///
+    /// A caller that stops waiting (its `wait` ran out, or it was cancelled) leaves its
+    /// mark (a waiting writer's, or a reader's place before the next writer) until it
+    /// ends, 300 ms at most.
+    ///
     /// In one task: a holder of the write lock may take the read lock of the same name
     /// (it passes through, under the write lock), and a reader may take the read lock
     /// again; a reader asking for the write lock is refused with

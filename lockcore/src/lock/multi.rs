@@ -9,7 +9,8 @@
 //! one in a canonical order (sorted by the full key), each waiting as a lock does, all
 //! within the one `wait`: two callers never hold one key each while waiting for the
 //! other's, since both take the smaller first. A key that cannot be had by the deadline
-//! gives back the ones taken.
+//! gives back the ones taken. A task that holds some of the keys already (not all) is
+//! refused: it would wait for the others while holding those.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,6 +140,23 @@ impl<'a> MultiLockRequest<'a> {
         for name in &names {
             keys.push(self.one(name, deadline).full_key()?);
         }
+        // A task holding some of the keys (not all: those re-enter) would wait for the
+        // others while holding them, which the order cannot make safe.
+        let inner = &self.template.locks.inner;
+        let client = Arc::as_ptr(inner) as usize;
+        let held = keys
+            .iter()
+            .filter(|k| held_in_task(k, client).is_some())
+            .count();
+        if held > 0 && held < keys.len() {
+            return Err(Error::Unsupported {
+                key: keys.join(", "),
+                reason: "this task holds some of these locks: taking the others while \
+                         holding them could deadlock; take them all together, or release \
+                         those first"
+                    .to_owned(),
+            });
+        }
         if let Some(guards) = self.all_at_once(&names, &keys, deadline).await? {
             return Ok(MultiLockGuard {
                 guards,
@@ -201,6 +219,9 @@ impl<'a> MultiLockRequest<'a> {
         match tried {
             Ok(true) => {}
             Ok(false) => return Ok(None),
+            // A cluster slot migrating with the keys split between its nodes: the
+            // ordered way sends each key where it is.
+            Err(source) if source.is_split() => return Ok(None),
             Err(source) => {
                 if source.is_transient() {
                     cleanup();

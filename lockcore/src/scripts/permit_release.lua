@@ -15,8 +15,12 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 if tonumber(ends) <= now then
   return 0
 end
-if ARGV[3] == '1' and redis.call('EXISTS', KEYS[1]) == 1 then
-  return 1
+if ARGV[3] == '1' then
+  -- Leases that ended count as gone: the last live holder wakes the waiter.
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return 1
+  end
 end
 if redis.call('PUBSUB', 'NUMSUB', ARGV[2])[2] > 0 then
   redis.call('PUBLISH', ARGV[2], '1')
