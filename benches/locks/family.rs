@@ -7,12 +7,13 @@
 //! - F3: 16 tasks share one semaphore of 4 permits: 2,000 acquisitions, each held 1 ms
 //!   (`tokio::time::sleep`); acquisitions/s against the ideal (4 holders at once, each
 //!   for the hold plus one round trip to release), and how long a freed permit takes to
-//!   reach a waiter (p50, p99).
+//!   reach a waiter (p50, p99), and each task's share.
 //! - F4: read-mostly, 15 readers and 1 writer on one read/write lock, each holding 1 ms
 //!   (the writer pausing 10 ms between writes), 2,000 acquisitions in all, against the
-//!   same 16 tasks on one plain lock: the
-//!   acquisitions/s of each, and the writer's waits (p50, p99, most), which a stream of
-//!   readers must not stretch.
+//!   same 16 tasks on one plain lock: the acquisitions/s of each, the handoff (a
+//!   release to the next acquisition by a task that asked before it, p50, p99), the
+//!   writer's waits (p50, p99, most), which a stream of readers must not stretch, and
+//!   each task's share.
 //! - F5: a multi-lock of two keys against the same two plain locks taken one after the
 //!   other, one task, 2,000 pairs in alternating blocks: on one server (the one-script
 //!   way), and on a local 3-primary cluster with the two keys in different slots (the
@@ -83,9 +84,9 @@ async fn alternate(locks: &distlock::Locks, tasks: usize, per_block: usize) -> [
     took.map(|t| n / t.as_secs_f64())
 }
 
-/// F3: acquisitions/s, the ideal, and the handoff gaps (ns) from a release to the next
-/// acquisition.
-async fn contended(locks: &distlock::Locks, acquisitions: u64) -> (f64, f64, Vec<u64>) {
+/// F3: (acquisitions/s, the ideal, the handoff gaps in ns sorted, each task's
+/// acquisitions sorted).
+async fn contended(locks: &distlock::Locks, acquisitions: u64) -> (f64, f64, Vec<u64>, Vec<u64>) {
     let tickets = Arc::new(AtomicU64::new(0));
     let released = Arc::new(std::sync::Mutex::new(Vec::<Instant>::new()));
     let gaps = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
@@ -94,14 +95,11 @@ async fn contended(locks: &distlock::Locks, acquisitions: u64) -> (f64, f64, Vec
         let (locks, tickets) = (locks.clone(), tickets.clone());
         let (released, gaps) = (released.clone(), gaps.clone());
         tokio::spawn(async move {
+            let mut mine = 0u64;
             while tickets.fetch_add(1, Ordering::Relaxed) < acquisitions {
-                let g = locks
-                    .semaphore("f3", 4)
-                    .ttl(TTL)
-                    .wait(WAIT)
-                    .acquire()
-                    .await
-                    .expect("acquire");
+                mine += 1;
+                let request = locks.semaphore("f3", 4).ttl(TTL).wait(WAIT);
+                let g = request.acquire().await.expect("acquire");
                 let at = Instant::now();
                 if let Some(freed) = released.lock().unwrap().pop() {
                     gaps.lock().unwrap().push((at - freed).as_nanos() as u64);
@@ -110,11 +108,14 @@ async fn contended(locks: &distlock::Locks, acquisitions: u64) -> (f64, f64, Vec
                 g.release().await.expect("release");
                 released.lock().unwrap().push(Instant::now());
             }
+            mine
         })
     });
+    let mut shares = Vec::new();
     for run in futures_util::future::join_all(runs).await {
-        run.expect("task");
+        shares.push(run.expect("task"));
     }
+    shares.sort_unstable();
     let elapsed = start.elapsed();
     // The ideal: 4 holders, each holding for the measured sleep plus one release round
     // trip (measured as an uncontended pair's half).
@@ -135,28 +136,42 @@ async fn contended(locks: &distlock::Locks, acquisitions: u64) -> (f64, f64, Vec
     let hold = slept.elapsed().as_secs_f64() / 50.0;
     let mut gaps = std::mem::take(&mut *gaps.lock().unwrap());
     gaps.sort_unstable();
-    (
-        acquisitions as f64 / elapsed.as_secs_f64(),
-        4.0 / (hold + rtt),
-        gaps,
-    )
+    let rate = acquisitions as f64 / elapsed.as_secs_f64();
+    (rate, 4.0 / (hold + rtt), gaps, shares)
 }
 
 /// F4's writer pauses this long between writes.
 const WRITE_EVERY: Duration = Duration::from_millis(10);
 
-/// F4: (acquisitions/s, the writer's waits in ns, sorted) for 15 readers and a writer
-/// on one read/write lock (`rw`), or the same tasks on one plain lock.
-async fn read_mostly(locks: &distlock::Locks, acquisitions: u64, rw: bool) -> (f64, Vec<u64>) {
+/// What F4 measured.
+struct ReadMostly {
+    rate: f64,
+    /// The writer's waits, ns, sorted.
+    waits: Vec<u64>,
+    /// From a release to an acquisition by a task that asked before it, ns, sorted.
+    gaps: Vec<u64>,
+    /// Acquisitions by each reader, sorted; by the writer.
+    readers: Vec<u64>,
+    writer: u64,
+}
+
+/// F4 for 15 readers and a writer on one read/write lock (`rw`), or the same tasks on
+/// one plain lock.
+async fn read_mostly(locks: &distlock::Locks, acquisitions: u64, rw: bool) -> ReadMostly {
     let tickets = Arc::new(AtomicU64::new(0));
     let waits = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let released = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let gaps = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
     let name = if rw { "f4:rw" } else { "f4:lock" };
     let start = Instant::now();
     let runs = (0..16).map(|t| {
         let (locks, tickets, waits) = (locks.clone(), tickets.clone(), waits.clone());
+        let (released, gaps) = (released.clone(), gaps.clone());
         tokio::spawn(async move {
             let writer = t == 0;
+            let mut mine = 0u64;
             while tickets.fetch_add(1, Ordering::Relaxed) < acquisitions {
+                mine += 1;
                 let asked = Instant::now();
                 let request = match (rw, writer) {
                     (false, _) => locks.lock(name),
@@ -169,28 +184,50 @@ async fn read_mostly(locks: &distlock::Locks, acquisitions: u64, rw: bool) -> (f
                     .acquire()
                     .await
                     .expect("acquire");
+                let at = Instant::now();
                 if writer {
-                    waits
-                        .lock()
-                        .unwrap()
-                        .push(asked.elapsed().as_nanos() as u64);
+                    waits.lock().unwrap().push((at - asked).as_nanos() as u64);
+                }
+                // A handoff: this task asked before the latest release.
+                let freed = *released.lock().unwrap();
+                if let Some(freed) = freed.filter(|f| *f > asked) {
+                    gaps.lock().unwrap().push((at - freed).as_nanos() as u64);
                 }
                 tokio::time::sleep(HOLD).await;
                 g.release().await.expect("release");
+                *released.lock().unwrap() = Some(Instant::now());
                 if writer {
                     // Read-mostly: the writer writes every 10 ms or so.
                     tokio::time::sleep(WRITE_EVERY).await;
                 }
             }
+            mine
         })
     });
+    let mut shares = Vec::new();
     for run in futures_util::future::join_all(runs).await {
-        run.expect("task");
+        shares.push(run.expect("task"));
     }
     let rate = acquisitions as f64 / start.elapsed().as_secs_f64();
     let mut waits = std::mem::take(&mut *waits.lock().unwrap());
     waits.sort_unstable();
-    (rate, waits)
+    let mut gaps = std::mem::take(&mut *gaps.lock().unwrap());
+    gaps.sort_unstable();
+    let writer = shares.remove(0);
+    shares.sort_unstable();
+    ReadMostly {
+        rate,
+        waits,
+        gaps,
+        readers: shares,
+        writer,
+    }
+}
+
+/// The `q` quantile of sorted nanoseconds, in ms.
+fn ms_at(sorted: &[u64], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(i).copied().unwrap_or(0) as f64 / 1e6
 }
 
 /// F5: `n` pairs of two keys (`{tag}a` and `{tag}b` style names from `name`), as one
@@ -269,35 +306,35 @@ pub(crate) async fn run_family(cfg: &Config, url: &str) {
             read / lock
         );
     }
-    let (rate, ideal, gaps) = contended(&locks, cfg.w3_acquisitions).await;
-    let at = |q: f64| {
-        gaps.get((gaps.len() as f64 * q) as usize)
-            .copied()
-            .unwrap_or(0) as f64
-            / 1e6
-    };
+    let (rate, ideal, gaps, shares) = contended(&locks, cfg.w3_acquisitions).await;
     println!(
-        "  F3 16 tasks, 4 permits, 1 ms hold: {rate:.0} acquisitions/s, ideal {ideal:.0}: {:.2} of ideal; a freed permit reached a waiter in p50 {:.2} ms, p99 {:.2} ms",
+        "  F3 16 tasks, 4 permits, 1 ms hold: {rate:.0} acquisitions/s, ideal {ideal:.0}: {:.2} of ideal; a freed permit reached a waiter in p50 {:.2} ms, p99 {:.2} ms; per task {}-{} of {}",
         rate / ideal,
-        at(0.5),
-        at(0.99)
+        ms_at(&gaps, 0.5),
+        ms_at(&gaps, 0.99),
+        shares[0],
+        shares[shares.len() - 1],
+        cfg.w3_acquisitions
     );
-    let (lock_rate, _) = read_mostly(&locks, cfg.w3_acquisitions, false).await;
-    let (rw_rate, waits) = read_mostly(&locks, cfg.w3_acquisitions, true).await;
-    let at = |q: f64| {
-        waits
-            .get((waits.len() as f64 * q) as usize)
-            .copied()
-            .unwrap_or(0) as f64
-            / 1e6
-    };
+    let plain = read_mostly(&locks, cfg.w3_acquisitions, false).await;
+    let rw = read_mostly(&locks, cfg.w3_acquisitions, true).await;
+    for (name, f) in [("read/write lock", &rw), ("one plain lock", &plain)] {
+        println!(
+            "  F4 {name}: {:.0} acquisitions/s; handoff p50 {:.2} ms, p99 {:.2} ms; the writer {} times (waits p50 {:.2} ms, p99 {:.2} ms, most {:.2} ms), each reader {}-{}",
+            f.rate,
+            ms_at(&f.gaps, 0.5),
+            ms_at(&f.gaps, 0.99),
+            f.writer,
+            ms_at(&f.waits, 0.5),
+            ms_at(&f.waits, 0.99),
+            ms_at(&f.waits, 1.0),
+            f.readers[0],
+            f.readers[f.readers.len() - 1]
+        );
+    }
     println!(
-        "  F4 15 readers + 1 writer (a write every 10 ms), 1 ms hold: read/write lock {rw_rate:.0} acquisitions/s, one plain lock {lock_rate:.0}: {:.2}x; the writer took it {} times, waiting p50 {:.2} ms, p99 {:.2} ms, most {:.2} ms",
-        rw_rate / lock_rate,
-        waits.len(),
-        at(0.5),
-        at(0.99),
-        waits.last().copied().unwrap_or(0) as f64 / 1e6
+        "  F4 15 readers + 1 writer (a write every 10 ms), 1 ms hold: read/write lock / plain lock {:.2}x",
+        rw.rate / plain.rate
     );
     let n = cfg.w1_pairs / 10;
     print_f5(
