@@ -225,6 +225,17 @@ fn child_entry() {
     }
 }
 
+/// A client and a plain connection for the workload's own data.
+async fn connect_both(url: &str) -> (Locks, MultiplexedConnection) {
+    let locks = Locks::connect(url).await.expect("Locks::connect");
+    let conn = redis::Client::open(url)
+        .expect("redis url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connect");
+    (locks, conn)
+}
+
 fn env_u64(name: &str) -> u64 {
     std::env::var(name)
         .unwrap_or_else(|_| panic!("{name} not set"))
@@ -276,15 +287,7 @@ fn counter_role(rt: &tokio::runtime::Runtime, url: &str) {
     let locked = env_u64("DISTLOCK_LOCKED") == 1;
     let tasks = env_u64("DISTLOCK_TASKS");
     let iters = env_u64("DISTLOCK_ITERS");
-    let (locks, conn) = rt.block_on(async {
-        let locks = Locks::connect(url).await.expect("Locks::connect");
-        let conn = redis::Client::open(url)
-            .expect("redis url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis connect");
-        (locks, conn)
-    });
+    let (locks, conn) = rt.block_on(connect_both(url));
     println!("@@ready");
     assert_eq!(wait_for_parent(), "go", "parent did not say go");
     let started = Instant::now();
@@ -658,15 +661,7 @@ async fn a_scheduled_job_runs_once_per_period_with_min_hold() {
 fn permits_role(rt: &tokio::runtime::Runtime, url: &str) {
     let permits = u32::try_from(env_u64("DISTLOCK_PERMITS")).expect("permits fit");
     let (tasks, iters) = (env_u64("DISTLOCK_TASKS"), env_u64("DISTLOCK_ITERS"));
-    let (locks, conn) = rt.block_on(async {
-        let locks = Locks::connect(url).await.expect("Locks::connect");
-        let conn = redis::Client::open(url)
-            .expect("redis url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis connect");
-        (locks, conn)
-    });
+    let (locks, conn) = rt.block_on(connect_both(url));
     if env_u64("DISTLOCK_HOLD") == 1 {
         let request = locks
             .semaphore("render", permits)
@@ -774,15 +769,7 @@ async fn a_semaphore_bounds_holders_across_processes() {
 fn rw_role(rt: &tokio::runtime::Runtime, url: &str) {
     let locked = env_u64("DISTLOCK_LOCKED") == 1;
     let (tasks, iters) = (env_u64("DISTLOCK_TASKS"), env_u64("DISTLOCK_ITERS"));
-    let (locks, conn) = rt.block_on(async {
-        let locks = Locks::connect(url).await.expect("Locks::connect");
-        let conn = redis::Client::open(url)
-            .expect("redis url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis connect");
-        (locks, conn)
-    });
+    let (locks, conn) = rt.block_on(connect_both(url));
     println!("@@ready");
     assert_eq!(wait_for_parent(), "go", "parent did not say go");
     let (bad, most) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -839,15 +826,16 @@ fn rw_role(rt: &tokio::runtime::Runtime, url: &str) {
     );
 }
 
-/// (writers seen beside anyone, most readers at once) across 3 processes of 8 tasks.
-async fn rw_across_processes(server: &RedisServer, locked: bool) -> (u64, u64) {
-    let env = [
-        ("DISTLOCK_LOCKED", u8::from(locked).to_string()),
-        ("DISTLOCK_TASKS", "8".to_owned()),
-        ("DISTLOCK_ITERS", "10".to_owned()),
-    ];
-    let mut children: Vec<ChildProc> = (0..3)
-        .map(|_| ChildProc::spawn("rw", &server.url(), &env))
+/// Runs `n` children of `role` with `env` at once: each says it is ready, is told to
+/// go, and its `@@done` line is returned once it has exited cleanly.
+fn run_children(
+    server: &RedisServer,
+    role: &'static str,
+    env: &[(&str, String)],
+    n: usize,
+) -> Vec<String> {
+    let mut children: Vec<ChildProc> = (0..n)
+        .map(|_| ChildProc::spawn(role, &server.url(), env))
         .collect();
     for c in &mut children {
         c.expect("ready", START_TIMEOUT);
@@ -855,12 +843,27 @@ async fn rw_across_processes(server: &RedisServer, locked: bool) -> (u64, u64) {
     for c in &mut children {
         c.send("go");
     }
+    children
+        .iter_mut()
+        .map(|c| {
+            let done = c.expect("done", Duration::from_secs(90));
+            assert!(c.wait_exit(Duration::from_secs(10)).success());
+            done
+        })
+        .collect()
+}
+
+/// (writers seen beside anyone, most readers at once) across 3 processes of 8 tasks.
+async fn rw_across_processes(server: &RedisServer, locked: bool) -> (u64, u64) {
+    let env = [
+        ("DISTLOCK_LOCKED", u8::from(locked).to_string()),
+        ("DISTLOCK_TASKS", "8".to_owned()),
+        ("DISTLOCK_ITERS", "10".to_owned()),
+    ];
     let (mut bad, mut most) = (0, 0);
-    for c in &mut children {
-        let done = c.expect("done", Duration::from_secs(90));
+    for done in run_children(server, "rw", &env, 3) {
         bad += field(&done, "bad");
         most = most.max(field(&done, "most"));
-        assert!(c.wait_exit(Duration::from_secs(10)).success());
     }
     (bad, most)
 }
@@ -888,15 +891,7 @@ async fn a_read_write_lock_keeps_writers_alone_across_processes() {
 fn transfer_role(rt: &tokio::runtime::Runtime, url: &str) {
     let locked = env_u64("DISTLOCK_LOCKED") == 1;
     let (tasks, iters) = (env_u64("DISTLOCK_TASKS"), env_u64("DISTLOCK_ITERS"));
-    let (locks, conn) = rt.block_on(async {
-        let locks = Locks::connect(url).await.expect("Locks::connect");
-        let conn = redis::Client::open(url)
-            .expect("redis url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis connect");
-        (locks, conn)
-    });
+    let (locks, conn) = rt.block_on(connect_both(url));
     println!("@@ready");
     assert_eq!(wait_for_parent(), "go", "parent did not say go");
     rt.block_on(async {
@@ -948,19 +943,7 @@ async fn total_after_transfers(server: &RedisServer, locked: bool) -> i64 {
         ("DISTLOCK_TASKS", "6".to_owned()),
         ("DISTLOCK_ITERS", "10".to_owned()),
     ];
-    let mut children: Vec<ChildProc> = (0..3)
-        .map(|_| ChildProc::spawn("transfer", &server.url(), &env))
-        .collect();
-    for c in &mut children {
-        c.expect("ready", START_TIMEOUT);
-    }
-    for c in &mut children {
-        c.send("go");
-    }
-    for c in &mut children {
-        c.expect("done", Duration::from_secs(90));
-        assert!(c.wait_exit(Duration::from_secs(10)).success());
-    }
+    run_children(server, "transfer", &env, 3);
     let mut total = 0;
     for i in 0..3 {
         let v: i64 = raw.get(format!("data:acct:{i}")).await.unwrap();

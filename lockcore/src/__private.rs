@@ -133,6 +133,101 @@ impl<T, E: From<Error>> LockOutput for Result<T, E> {
     }
 }
 
+/// The request `spec` describes for `key`, before its kind: ttl, wait, lease keeping,
+/// `min_hold` and replicas set.
+fn configured<'a>(request: crate::LockRequest<'a>, spec: &LockSpec) -> crate::LockRequest<'a> {
+    let mut request = request
+        .ttl(Duration::from_millis(spec.ttl_ms))
+        .wait(Duration::from_millis(spec.wait_ms))
+        .renew(spec.renew);
+    if spec.max_hold_ms > 0 {
+        request = request.max_hold(Duration::from_millis(spec.max_hold_ms));
+    }
+    if spec.min_hold_ms > 0 {
+        request = request.min_hold(Duration::from_millis(spec.min_hold_ms));
+    }
+    if let Some(replicas) = spec.replicas {
+        request = request.replicas(replicas);
+    }
+    request
+}
+
+/// What `run_held` needs of a guard: a lock's, or a multi-lock's.
+trait Held: Sized {
+    /// The key (or keys) for errors and logs.
+    fn named(&self) -> String;
+    async fn scope<F: Future>(&self, fut: F) -> F::Output;
+    async fn lost(&self);
+    async fn release(self) -> Result<(), Error>;
+}
+
+impl Held for crate::LockGuard {
+    fn named(&self) -> String {
+        self.key().to_owned()
+    }
+    async fn scope<F: Future>(&self, fut: F) -> F::Output {
+        crate::LockGuard::scope(self, fut).await
+    }
+    async fn lost(&self) {
+        crate::LockGuard::lost(self).await
+    }
+    async fn release(self) -> Result<(), Error> {
+        crate::LockGuard::release(self).await
+    }
+}
+
+impl Held for crate::MultiLockGuard {
+    fn named(&self) -> String {
+        self.keys().join(", ")
+    }
+    async fn scope<F: Future>(&self, fut: F) -> F::Output {
+        crate::MultiLockGuard::scope(self, fut).await
+    }
+    async fn lost(&self) {
+        crate::MultiLockGuard::lost(self).await
+    }
+    async fn release(self) -> Result<(), Error> {
+        crate::MultiLockGuard::release(self).await
+    }
+}
+
+/// Runs `body` with `guard`'s locks visible to `current_lock()`, then releases them:
+/// with `renew` and `on_lost = "cancel"`, a loss found while it runs drops the body at
+/// its next await point.
+async fn run_held<R, F, G>(acquired: Result<G, Error>, spec: &LockSpec, body: F) -> R
+where
+    R: LockOutput,
+    F: Future<Output = R>,
+    G: Held,
+{
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(e) => return R::from_lock_error(e),
+    };
+    let out = if spec.renew && spec.cancel_on_lost {
+        tokio::select! {
+            biased;
+            out = guard.scope(body) => out,
+            () = guard.lost() => {
+                let key = guard.named();
+                tracing::warn!(target: "distlock", key, "lock lost while held: the body was cancelled");
+                let _ = guard.release().await;
+                return R::from_lock_error(Error::Lost { key });
+            }
+        }
+    } else {
+        guard.scope(body).await
+    };
+    match guard.release().await {
+        Ok(()) => out,
+        Err(e) if out.is_ok() => R::from_lock_error(e),
+        Err(e) => {
+            tracing::warn!(target: "distlock", error = %e, "the body failed and its lock was not held to the end");
+            out
+        }
+    }
+}
+
 /// [`run_locked`] for `keys = [..]`: every lock, or none, through `Locks::multi_lock`.
 pub async fn run_multi_locked<R, F>(
     client: Result<Locks, Error>,
@@ -148,46 +243,9 @@ where
         Ok(locks) => locks,
         Err(e) => return R::from_lock_error(e),
     };
-    let mut request = locks
-        .multi_lock(keys)
-        .ttl(Duration::from_millis(spec.ttl_ms))
-        .wait(Duration::from_millis(spec.wait_ms))
-        .renew(spec.renew);
-    if spec.max_hold_ms > 0 {
-        request = request.max_hold(Duration::from_millis(spec.max_hold_ms));
-    }
-    if spec.min_hold_ms > 0 {
-        request = request.min_hold(Duration::from_millis(spec.min_hold_ms));
-    }
-    if let Some(replicas) = spec.replicas {
-        request = request.replicas(replicas);
-    }
-    let guard = match request.acquire().await {
-        Ok(guard) => guard,
-        Err(e) => return R::from_lock_error(e),
-    };
-    let out = if spec.renew && spec.cancel_on_lost {
-        tokio::select! {
-            biased;
-            out = guard.scope(body) => out,
-            () = guard.lost() => {
-                let key = guard.keys().join(", ");
-                tracing::warn!(target: "distlock", key, "a lock of the set was lost while held: the body was cancelled");
-                let _ = guard.release().await;
-                return R::from_lock_error(Error::Lost { key });
-            }
-        }
-    } else {
-        guard.scope(body).await
-    };
-    match guard.release().await {
-        Ok(()) => out,
-        Err(e) if out.is_ok() => R::from_lock_error(e),
-        Err(e) => {
-            tracing::warn!(target: "distlock", error = %e, "the body failed and its locks were not held to the end");
-            out
-        }
-    }
+    let request = configured(locks.lock(String::new()), &spec);
+    let acquired = crate::MultiLockRequest::like(request, keys).acquire().await;
+    run_held(acquired, &spec, body).await
 }
 
 /// Acquire, run `body` with the lock visible to `current_lock()`, always release.
@@ -214,44 +272,6 @@ where
         LockKind::Read => locks.read_lock(key),
         LockKind::Write => locks.write_lock(key),
     };
-    let mut request = request
-        .ttl(Duration::from_millis(spec.ttl_ms))
-        .wait(Duration::from_millis(spec.wait_ms))
-        .renew(spec.renew);
-    if spec.max_hold_ms > 0 {
-        request = request.max_hold(Duration::from_millis(spec.max_hold_ms));
-    }
-    if spec.min_hold_ms > 0 {
-        request = request.min_hold(Duration::from_millis(spec.min_hold_ms));
-    }
-    if let Some(replicas) = spec.replicas {
-        request = request.replicas(replicas);
-    }
-    let guard = match request.acquire().await {
-        Ok(guard) => guard,
-        Err(e) => return R::from_lock_error(e),
-    };
-    let out = if spec.renew && spec.cancel_on_lost {
-        // Lease keeping found the lock lost: drop the body at its next await point.
-        tokio::select! {
-            biased;
-            out = guard.scope(body) => out,
-            () = guard.lost() => {
-                let key = guard.key().to_owned();
-                tracing::warn!(target: "distlock", key, "lock lost while held: the body was cancelled");
-                let _ = guard.release().await;
-                return R::from_lock_error(Error::Lost { key });
-            }
-        }
-    } else {
-        guard.scope(body).await
-    };
-    match guard.release().await {
-        Ok(()) => out,
-        Err(e) if out.is_ok() => R::from_lock_error(e),
-        Err(e) => {
-            tracing::warn!(target: "distlock", error = %e, "the body failed and its lock was not held to the end");
-            out
-        }
-    }
+    let acquired = configured(request, &spec).acquire().await;
+    run_held(acquired, &spec, body).await
 }

@@ -46,6 +46,31 @@ pub async fn cancelled_in_flight(fut: impl std::future::Future) -> bool {
     std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await
 }
 
+/// After a try that was cancelled in flight: `count` (a command answering how many of
+/// the try's writes are there) comes to 0 within 5 s, and is still 0 once both
+/// clean-ups have run (the second comes a command timeout, 1 s, later, for a try that
+/// landed after the first); the ttl, 30 s, is the control.
+pub async fn nothing_left_after_cleanups(
+    raw: &mut redis::aio::MultiplexedConnection,
+    count: &redis::Cmd,
+) {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let n: u32 = count.query_async(raw).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the cancelled try kept what it took ({n})"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let n: u32 = count.query_async(raw).await.unwrap();
+    assert_eq!(n, 0, "left held after both clean-ups");
+}
+
 /// `n` acquire + release of `key` through `locks`, one after another.
 pub async fn cycles(locks: &distlock::Locks, key: &str, n: usize) {
     for _ in 0..n {

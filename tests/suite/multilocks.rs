@@ -237,33 +237,11 @@ async fn a_try_cancelled_in_flight_gives_every_key_back() {
     warm.release().await.unwrap();
     proxy.set_latency(common::proxy::Dir::ToClient, Duration::from_millis(50));
     assert!(cancelled_in_flight(locks.multi_lock(["acct:j", "acct:k"]).acquire()).await);
-    let until = Instant::now() + Duration::from_secs(5);
-    loop {
-        let n: u32 = redis::cmd("EXISTS")
-            .arg("lock:acct:j")
-            .arg("lock:acct:k")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        if n == 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "the cancelled try kept its locks ({n})"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // Past both clean-ups (the second comes a command timeout later, for a try that
-    // landed after the first): nothing is left.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let n: u32 = redis::cmd("EXISTS")
-        .arg("lock:acct:j")
-        .arg("lock:acct:k")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(n, 0, "left held after both clean-ups");
+    nothing_left_after_cleanups(
+        &mut raw,
+        &redis::cmd("EXISTS").arg("lock:acct:j").arg("lock:acct:k"),
+    )
+    .await;
 }
 
 /// A task holding some of the keys is refused (it would wait for the others while

@@ -332,28 +332,7 @@ async fn a_try_cancelled_in_flight_gives_its_permit_back() {
     proxy.set_latency(common::proxy::Dir::ToClient, Duration::from_millis(50));
     let cancelled = cancelled_in_flight(locks.semaphore("gpu:k", 1).acquire()).await;
     assert!(cancelled, "the try was not in flight when cancelled");
-    let until = Instant::now() + Duration::from_secs(5);
-    loop {
-        let n: u32 = redis::cmd("ZCARD")
-            .arg("lock:gpu:k")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        if n == 0 {
-            break;
-        }
-        assert!(Instant::now() < until, "the cancelled try kept its permit");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // Past both clean-ups (the second comes a command timeout later, for a try that
-    // landed after the first): nothing is left.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let n: u32 = redis::cmd("ZCARD")
-        .arg("lock:gpu:k")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    assert_eq!(n, 0, "left held after both clean-ups");
+    nothing_left_after_cleanups(&mut raw, &redis::cmd("ZCARD").arg("lock:gpu:k")).await;
 }
 
 /// A reply that comes after the command timeout: the caller is told `Backend` within the

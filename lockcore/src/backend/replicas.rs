@@ -193,6 +193,34 @@ impl RedisBackend {
     fn replica_wait(&self) -> u64 {
         millis(self.timeout() / 2).max(1)
     }
+
+    /// A compare-and-extend `script` (`extend.lua`, `permit_extend.lua`) of `key`
+    /// holding `token` (lease `ttl` again), then `WAIT` for `replicas`, pipelined on one
+    /// connection: `value` is whether the key still held the token.
+    async fn extend_acked(
+        &self,
+        script: &str,
+        key: &str,
+        token: &str,
+        (ttl, replicas): (Duration, u32),
+    ) -> Result<Acked<bool>, BackendError> {
+        let mut pipe = redis::pipe();
+        // EVAL, not EVALSHA: a NOSCRIPT inside a pipeline would leave the WAIT alone.
+        pipe.cmd("EVAL")
+            .arg(script)
+            .arg(1)
+            .arg(key)
+            .arg(token)
+            .arg(millis(ttl))
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(self.replica_wait());
+        let (held, acked): (i64, u32) = self.query_pipe_alone(&pipe).await?;
+        Ok(Acked {
+            value: held == 1,
+            replicas: acked,
+        })
+    }
 }
 
 impl Acknowledging for RedisBackend {
@@ -211,22 +239,8 @@ impl Acknowledging for RedisBackend {
         ttl: Duration,
         replicas: u32,
     ) -> Result<Acked<bool>, BackendError> {
-        let mut pipe = redis::pipe();
-        // EVAL, not EVALSHA: a NOSCRIPT inside a pipeline would leave the WAIT alone.
-        pipe.cmd("EVAL")
-            .arg(super::scripts::EXTEND)
-            .arg(1)
-            .arg(key)
-            .arg(token)
-            .arg(millis(ttl))
-            .cmd("WAIT")
-            .arg(replicas)
-            .arg(self.replica_wait());
-        let (held, acked): (i64, u32) = self.query_pipe_alone(&pipe).await?;
-        Ok(Acked {
-            value: held == 1,
-            replicas: acked,
-        })
+        self.extend_acked(super::scripts::EXTEND, key, token, (ttl, replicas))
+            .await
     }
 
     async fn confirm_permit(
@@ -236,22 +250,8 @@ impl Acknowledging for RedisBackend {
         ttl: Duration,
         replicas: u32,
     ) -> Result<Acked<bool>, BackendError> {
-        let mut pipe = redis::pipe();
-        // EVAL, not EVALSHA, as in `confirm_lock`.
-        pipe.cmd("EVAL")
-            .arg(super::scripts::PERMIT_EXTEND)
-            .arg(1)
-            .arg(set)
-            .arg(token)
-            .arg(millis(ttl))
-            .cmd("WAIT")
-            .arg(replicas)
-            .arg(self.replica_wait());
-        let (held, acked): (i64, u32) = self.query_pipe_alone(&pipe).await?;
-        Ok(Acked {
-            value: held == 1,
-            replicas: acked,
-        })
+        self.extend_acked(super::scripts::PERMIT_EXTEND, set, token, (ttl, replicas))
+            .await
     }
 
     async fn fence_acked(

@@ -65,6 +65,11 @@ pub struct MultiLockRequest<'a> {
 }
 
 impl<'a> MultiLockRequest<'a> {
+    /// A multi-lock of `names` with `template`'s settings (its name is not used).
+    pub(crate) fn like(template: LockRequest<'a>, names: Vec<String>) -> Self {
+        MultiLockRequest { template, names }
+    }
+
     /// The lease of each lock (default 30 s); see [`LockRequest::ttl`].
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.template.ttl = ttl;
