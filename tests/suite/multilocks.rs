@@ -8,7 +8,7 @@ use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use distlock::{Error, Locks, distributed_lock};
