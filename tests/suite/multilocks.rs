@@ -239,7 +239,7 @@ async fn a_try_cancelled_in_flight_gives_every_key_back() {
     assert!(cancelled_in_flight(locks.multi_lock(["acct:j", "acct:k"]).acquire()).await);
     nothing_left_after_cleanups(
         &mut raw,
-        &redis::cmd("EXISTS").arg("lock:acct:j").arg("lock:acct:k"),
+        redis::cmd("EXISTS").arg("lock:acct:j").arg("lock:acct:k"),
     )
     .await;
 }

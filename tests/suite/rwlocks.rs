@@ -456,7 +456,7 @@ async fn a_read_try_cancelled_in_flight_gives_its_share_back() {
         .unwrap();
     proxy.set_latency(common::proxy::Dir::ToClient, Duration::from_millis(50));
     assert!(cancelled_in_flight(locks.read_lock("cfg:l").acquire()).await);
-    nothing_left_after_cleanups(&mut raw, &redis::cmd("ZCARD").arg("{lock:cfg:l}:readers")).await;
+    nothing_left_after_cleanups(&mut raw, redis::cmd("ZCARD").arg("{lock:cfg:l}:readers")).await;
 }
 
 /// A restart that loses the lock: the reader and the writer are told `Lost` at release.

@@ -332,7 +332,7 @@ async fn a_try_cancelled_in_flight_gives_its_permit_back() {
     proxy.set_latency(common::proxy::Dir::ToClient, Duration::from_millis(50));
     let cancelled = cancelled_in_flight(locks.semaphore("gpu:k", 1).acquire()).await;
     assert!(cancelled, "the try was not in flight when cancelled");
-    nothing_left_after_cleanups(&mut raw, &redis::cmd("ZCARD").arg("lock:gpu:k")).await;
+    nothing_left_after_cleanups(&mut raw, redis::cmd("ZCARD").arg("lock:gpu:k")).await;
 }
 
 /// A reply that comes after the command timeout: the caller is told `Backend` within the
