@@ -19,7 +19,7 @@ cargo test --workspace --all-features "$@"
 # servers the tests start get that user, and the URLs distlock is given name it. The
 # single-topic tests are modules of the `suite` binary; a filter picks the modules.
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
-  behaviour:: waiting:: hardening:: hardening_locks:: jobs:: fencing:: semaphores:: rwlocks:: \
+  behaviour:: waiting:: hardening:: hardening_locks:: jobs:: fencing:: semaphores:: rwlocks:: inspect:: \
   multilocks::
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test chaos
 
@@ -27,7 +27,7 @@ DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test chaos
 # suites, then the same as the least-privilege user (native commands found through HELLO).
 REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test suite -- \
   behaviour:: waiting:: hardening:: hardening_locks:: idempotent_fns:: jobs:: fencing:: semaphores:: \
-  rwlocks:: multilocks:: family_faults::
+  rwlocks:: multilocks:: family_faults:: inspect::
 REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test processes --test cluster
 REDIS_SERVER_BIN="$valkey" DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
-  behaviour:: hardening_locks:: semaphores:: rwlocks:: multilocks::
+  behaviour:: hardening_locks:: semaphores:: rwlocks:: multilocks:: inspect::

@@ -244,6 +244,26 @@
 //! empty `keys`, a key written twice, an unknown placeholder in any key, `keys` with
 //! `key`, `permits` or `mode`. Over Redlock, the ordered way on a quorum per key.
 //!
+//! ## Looking at locks, and releasing a stuck one
+//!
+//! [`Locks::inspect`](crate::Locks::inspect) shows what holds a lock, a semaphore or a
+//! read/write lock, in one atomic read-only look: the holder (its token's UUID, host
+//! and pid), the lease left, the last fence, whether waiters listen and marked the
+//! holder's value, a yield marker, the permits and readers with their leases, a
+//! waiting writer. [`Locks::force_release`](crate::Locks::force_release) deletes
+//! whatever holds it and wakes other clients' waiters; the holders find their lock
+//! gone at their release or next renewal and get `Lost`, as for any lock lost while
+//! held.
+//!
+//! ```no_run
+//! # async fn f(locks: distlock::Locks) -> Result<(), distlock::Error> {
+//! let state = locks.inspect("order:42").await?;
+//! if let Some(holder) = &state.holder {
+//!     println!("held by {:?} pid {:?}, {:?} left", holder.host, holder.pid, state.lease_left);
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! ## What each primitive writes
 //!
 //! Every value is plain UTF-8 that `redis-cli` reads, every companion key shares the
@@ -402,6 +422,7 @@ pub use lockcore::{
     Captured, IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS, REPLAYED_HEADER,
     idempotency,
 };
+pub use lockcore::{Holder, LockState, Share};
 
 /// Runs an `async fn` alone across every process that shares one Redis.
 ///

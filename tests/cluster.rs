@@ -159,6 +159,24 @@ async fn multi_locks_across_slots_and_in_one() {
     }
 }
 
+/// Inspecting and releasing by force on every primary: the script runs on the key's
+/// node, counting the listeners of its sharded channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_force_release_on_every_primary() {
+    let cluster = shared();
+    let locks = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    for key in spread_keys(cluster, "ops", 1) {
+        let g = locks.lock(&key).acquire().await.unwrap();
+        let fence = g.fence().await.unwrap();
+        let state = locks.inspect(&key).await.unwrap();
+        assert_eq!(state.holder.unwrap().token, g.token());
+        assert_eq!(state.last_fence, fence);
+        assert!(locks.force_release(&key).await.unwrap());
+        assert!(!locks.inspect(&key).await.unwrap().is_held());
+        assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+    }
+}
+
 /// `per_primary` keys on each primary's slots, named `<tag>-<i>` (the lock key as the
 /// client writes it has the default prefix `lock:`).
 fn spread_keys(cluster: &RedisCluster, tag: &str, per_primary: usize) -> Vec<String> {

@@ -75,7 +75,8 @@ pub use events::Event;
 pub use idempotency::http::{IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS};
 pub use idempotency::record::{Captured, REPLAYED_HEADER};
 pub use lock::{
-    DEFAULT_TTL, LockGuard, LockInfo, LockRequest, MultiLockGuard, MultiLockRequest, current_lock,
+    DEFAULT_TTL, Holder, LockGuard, LockInfo, LockRequest, LockState, MultiLockGuard,
+    MultiLockRequest, Share, current_lock,
 };
 
 /// Makes `locks` the client that attributes without `client = ...` use, replacing any

@@ -101,6 +101,13 @@ impl Registry {
         }
     }
 
+    /// How many waiters hold `channel` (in memory, what `PUBSUB NUMSUB` counts).
+    pub(crate) fn waiters(&self, channel: &str) -> usize {
+        crate::util::lock(&self.channels)
+            .get(channel)
+            .map_or(0, |c| c.refs)
+    }
+
     /// Number of channels with waiters (for tests and metrics).
     pub(crate) fn len(&self) -> usize {
         crate::util::lock(&self.channels).len()

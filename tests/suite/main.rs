@@ -21,6 +21,7 @@ mod hardening_locks;
 mod idempotent_examples;
 mod idempotent_fns;
 mod idempotent_http;
+mod inspect;
 mod jobs;
 mod multilocks;
 mod proxy;

@@ -363,6 +363,53 @@ impl Locking for MemoryBackend {
         true
     }
 
+    async fn inspect(&self, key: &str) -> Result<super::Seen, BackendError> {
+        let now = Instant::now();
+        let st = crate::util::lock(&self.state);
+        let live = |set: &str| -> Vec<(String, Duration)> {
+            st.permits.get(set).map_or_else(Vec::new, |holders| {
+                holders
+                    .iter()
+                    .filter(|(_, until)| *until > now)
+                    .map(|(token, until)| (token.clone(), *until - now))
+                    .collect()
+            })
+        };
+        let held = st.held.get(key).filter(|(_, until)| *until > now);
+        let permits = live(key);
+        let left = held
+            .map(|(_, until)| *until - now)
+            .or_else(|| permits.iter().map(|(_, left)| *left).max());
+        Ok(super::Seen {
+            value: held.map(|(token, _)| token.clone()),
+            left,
+            fence: st.fences.get(key).copied(),
+            readers: live(&crate::key::companion(key, ":readers")),
+            permits,
+            writer_waiting: st
+                .writer_waits
+                .get(key)
+                .filter(|(_, until)| *until > now)
+                .map(|(token, _)| token.clone()),
+            listening: self.waiters.waiters(&crate::notify::channel_of(key)) as u64,
+        })
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, BackendError> {
+        let mut st = crate::util::lock(&self.state);
+        let readers = crate::key::companion(key, ":readers");
+        let mut found = st.held.remove(key).is_some();
+        found |= st.permits.remove(key).is_some();
+        found |= st.permits.remove(&readers).is_some();
+        found |= st.writer_waits.remove(key).is_some();
+        found |= st.readers_wait.remove(key).is_some();
+        drop(st);
+        if found {
+            self.waiters.publish(&crate::notify::channel_of(key));
+        }
+        Ok(found)
+    }
+
     async fn try_all(
         &self,
         keys: &[&str],

@@ -91,6 +91,26 @@ pub(crate) enum Released {
     Handed,
 }
 
+/// What one look at a key found (`inspect.lua`): the raw values, read by
+/// `crate::lock::inspect`.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Seen {
+    /// A string key's value: a holder's token (maybe marked ` waiting`) or a yield marker.
+    pub(crate) value: Option<String>,
+    /// The key's ttl (`None`: no key, or no ttl).
+    pub(crate) left: Option<Duration>,
+    /// The last fence given.
+    pub(crate) fence: Option<u64>,
+    /// A semaphore's holders at the key, and a read/write lock's readers: each token
+    /// and its lease left.
+    pub(crate) permits: Vec<(String, Duration)>,
+    pub(crate) readers: Vec<(String, Duration)>,
+    /// A waiting writer's token.
+    pub(crate) writer_waiting: Option<String>,
+    /// Clients listening on the key's channel.
+    pub(crate) listening: u64,
+}
+
 /// How one acquire try is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
@@ -242,6 +262,13 @@ pub(crate) trait Locking: Send + Sync {
         Ok(false)
     }
 
+    /// One atomic look at what holds `key` and its companions.
+    async fn inspect(&self, key: &str) -> Result<Seen, BackendError>;
+
+    /// Deletes whatever holds `key` (the key, its readers and marks) and wakes its
+    /// waiters: `true` when something did.
+    async fn force_release(&self, key: &str) -> Result<bool, BackendError>;
+
     /// Compare-and-extend of many locks in one round trip: `true` where extended.
     async fn extend_many(
         &self,
@@ -385,6 +412,14 @@ impl Locking for Backend {
 
     fn one_call(&self, keys: &[&str]) -> bool {
         each!(sync self, b => b.one_call(keys))
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Seen, BackendError> {
+        each!(self, b => b.inspect(key))
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, BackendError> {
+        each!(self, b => b.force_release(key))
     }
 
     async fn try_all(

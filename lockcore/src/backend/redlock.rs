@@ -368,6 +368,14 @@ impl Locking for RedlockBackend {
         Err(unsupported("semaphores and read/write locks"))
     }
 
+    async fn inspect(&self, _key: &str) -> Result<super::Seen, BackendError> {
+        Err(unsupported("inspecting a lock"))
+    }
+
+    async fn force_release(&self, _key: &str) -> Result<bool, BackendError> {
+        Err(unsupported("releasing a lock by force"))
+    }
+
     async fn try_read(
         &self,
         _key: &str,

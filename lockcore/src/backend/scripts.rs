@@ -30,6 +30,10 @@ pub const WRITE_ACQUIRE: &str = concat!(
 );
 /// Every lock of a multi-lock at once, or none.
 pub const MULTI_ACQUIRE: &str = include_str!("../scripts/multi_acquire.lua");
+/// One atomic, read-only look at what holds a key.
+pub const INSPECT: &str = include_str!("../scripts/inspect.lua");
+/// Release whatever holds a key and wake its waiters.
+pub const FORCE_RELEASE: &str = include_str!("../scripts/force_release.lua");
 /// Claim an idempotency record.
 pub const IDEM_CLAIM: &str = include_str!("../scripts/idem_claim.lua");
 /// After a store whose `APPEND` found something else than its claim: whose result is
@@ -66,7 +70,13 @@ mod tests {
 
     #[test]
     fn the_cluster_forms_publish_and_count_in_the_slot() {
-        for script in [RELEASE, PERMIT_RELEASE, IDEM_RELEASE, IDEM_SETTLE] {
+        for script in [
+            RELEASE,
+            PERMIT_RELEASE,
+            FORCE_RELEASE,
+            IDEM_RELEASE,
+            IDEM_SETTLE,
+        ] {
             assert!(script.contains("'PUBLISH'"));
             let cluster = sharded(script);
             assert!(!cluster.contains("'PUBLISH'") && cluster.contains("'SPUBLISH'"));

@@ -2,6 +2,7 @@
 //! guard and its release in `guard.rs`.
 
 mod guard;
+mod inspect;
 mod multi;
 
 use std::fmt;
@@ -22,6 +23,7 @@ use crate::local::{Entered, Next, Turn};
 use crate::watchdog::{HeldState, RenewedLease, Taking};
 pub use guard::LockGuard;
 use guard::release_raw;
+pub use inspect::{Holder, LockState, Share};
 pub use multi::{MultiLockGuard, MultiLockRequest};
 
 /// What a request takes and its guard holds: a lock, or one of a semaphore's permits.

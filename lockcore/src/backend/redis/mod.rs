@@ -58,6 +58,10 @@ static PERMIT_RELEASE: LazyLock<[Script; 2]> =
     LazyLock::new(|| super::scripts::both(super::scripts::PERMIT_RELEASE));
 static PERMIT_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(super::scripts::PERMIT_EXTEND));
+static INSPECT: LazyLock<[Script; 2]> =
+    LazyLock::new(|| super::scripts::both(super::scripts::INSPECT));
+static FORCE_RELEASE: LazyLock<[Script; 2]> =
+    LazyLock::new(|| super::scripts::both(super::scripts::FORCE_RELEASE));
 static MULTI_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(super::scripts::MULTI_ACQUIRE));
 static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::READ_ACQUIRE));
@@ -471,6 +475,63 @@ impl Locking for RedisBackend {
         } else {
             Released::NotOurs
         })
+    }
+
+    /// `inspect.lua`, in its cluster form on a cluster.
+    async fn inspect(&self, key: &str) -> Result<super::Seen, BackendError> {
+        type Reply = (
+            String,
+            Option<String>,
+            i64,
+            Option<u64>,
+            Vec<String>,
+            Vec<String>,
+            Option<String>,
+            u64,
+            u64,
+        );
+        let script = self.script(&INSPECT);
+        let channel = crate::notify::channel_of(key);
+        let mut cmd = evalsha(script, 4, 1, 4 * key.len() + channel.len() + 48);
+        cmd.arg(key)
+            .arg(Companion(key, ":fence"))
+            .arg(Companion(key, ":readers"))
+            .arg(Companion(key, ":writer"))
+            .arg(&channel);
+        let reply: Reply = self.evalsha_call(script, &cmd).await?;
+        let (_kind, value, pttl, fence, permits, readers, writer, listening, now) = reply;
+        let shares = |flat: Vec<String>| {
+            flat.chunks(2)
+                .filter_map(|pair| {
+                    let end: f64 = pair.get(1)?.parse().ok()?;
+                    let left = (end - now as f64).max(0.0) as u64;
+                    Some((pair[0].clone(), Duration::from_millis(left)))
+                })
+                .collect()
+        };
+        Ok(super::Seen {
+            value,
+            left: (pttl > 0).then(|| Duration::from_millis(pttl.unsigned_abs())),
+            fence,
+            permits: shares(permits),
+            readers: shares(readers),
+            writer_waiting: writer,
+            listening,
+        })
+    }
+
+    /// `force_release.lua`, in its cluster form on a cluster.
+    async fn force_release(&self, key: &str) -> Result<bool, BackendError> {
+        let script = self.script(&FORCE_RELEASE);
+        let channel = crate::notify::channel_of(key);
+        let mut cmd = evalsha(script, 4, 1, 4 * key.len() + channel.len() + 64);
+        cmd.arg(key)
+            .arg(Companion(key, ":readers"))
+            .arg(Companion(key, ":writer"))
+            .arg(Companion(key, ":readers-waiting"))
+            .arg(&channel);
+        let deleted: i64 = self.evalsha_call(script, &cmd).await?;
+        Ok(deleted > 0)
     }
 
     /// One server, or one slot of a cluster.

@@ -1,0 +1,203 @@
+//! Looking at a lock from the outside, and releasing a stuck one: what an on-call
+//! engineer needs to see who holds a key, for how long, and who waits.
+
+use std::time::Duration;
+
+use super::*;
+
+/// Who holds a lock, as its token tells: `<uuid>:<host>:<pid>` (the holder id is
+/// `host:pid` unless the client set another with `LocksBuilder::holder_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The whole token, as stored.
+    pub token: String,
+    /// The acquisition's UUID.
+    pub uuid: String,
+    /// The holder id after the UUID (`host:pid` by default).
+    pub id: String,
+    /// The host, when the id is `host:pid`.
+    pub host: Option<String>,
+    /// The process id, when the id is `host:pid`.
+    pub pid: Option<u32>,
+}
+
+impl Holder {
+    /// Reads a token; `None` for a value that is not one (empty, or without a `:`).
+    pub fn from_token(token: &str) -> Option<Holder> {
+        let (uuid, id) = token.split_once(':')?;
+        if uuid.is_empty() || id.is_empty() {
+            return None;
+        }
+        let (host, pid) = match id.rsplit_once(':') {
+            Some((host, pid)) => match pid.parse::<u32>() {
+                Ok(pid) => (Some(host.to_owned()), Some(pid)),
+                Err(_) => (None, None),
+            },
+            None => (None, None),
+        };
+        Some(Holder {
+            token: token.to_owned(),
+            uuid: uuid.to_owned(),
+            id: id.to_owned(),
+            host,
+            pid,
+        })
+    }
+}
+
+/// One holder of a semaphore's permit or a read lock's share, and its lease left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Share {
+    /// Who holds it.
+    pub holder: Holder,
+    /// Its lease left, by the server's clock.
+    pub lease_left: Duration,
+}
+
+/// What holds a lock, a semaphore or a read/write lock, seen in one atomic look
+/// ([`Locks::inspect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockState {
+    /// The full Redis key.
+    pub key: String,
+    /// The holder of a lock, or the writer of a read/write lock.
+    pub holder: Option<Holder>,
+    /// The clients a release left the lock to for a yield window (their ids), while
+    /// that window lasts.
+    pub yielded_to: Vec<String>,
+    /// The key's lease left (the lock's; for a semaphore, its last permit's).
+    pub lease_left: Option<Duration>,
+    /// The last fence given for the key (0 before any).
+    pub last_fence: u64,
+    /// A waiter marked the holder's value: its release will wake the waiters.
+    pub marked_waiting: bool,
+    /// Clients listening on the key's wake-up channel (in memory: waiting tasks).
+    pub listening: u64,
+    /// A semaphore's holders.
+    pub permits: Vec<Share>,
+    /// A read/write lock's readers.
+    pub readers: Vec<Share>,
+    /// A writer waiting for the readers to leave (new readers queue behind it).
+    pub writer_waiting: Option<Holder>,
+}
+
+impl LockState {
+    /// Whether anything holds the key: a holder, a permit or a reader.
+    pub fn is_held(&self) -> bool {
+        self.holder.is_some() || !self.permits.is_empty() || !self.readers.is_empty()
+    }
+}
+
+impl Locks {
+    /// What holds the lock named `name` (a lock, a semaphore or a read/write lock), in
+    /// one atomic, read-only look: its holder (the token's UUID, host and pid), the
+    /// lease left, the last fence, whether waiters listen, a yield marker, a semaphore's
+    /// permits and a read/write lock's readers with their leases, a waiting writer.
+    /// One round trip (a script, on the key's node of a cluster); not over Redlock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let guard = locks.lock("order:42").acquire().await.unwrap();
+    /// let state = locks.inspect("order:42").await.unwrap();
+    /// assert_eq!(state.holder.unwrap().token, guard.token());
+    /// assert!(state.lease_left.unwrap() > std::time::Duration::from_secs(29));
+    /// # guard.release().await.unwrap();
+    /// # }
+    /// ```
+    pub async fn inspect(&self, name: &str) -> Result<LockState> {
+        let key = self.lock(name).full_key()?;
+        let seen = self
+            .inner
+            .backend
+            .inspect(&key)
+            .await
+            .map_err(|e| Error::backend(&key, e))?;
+        let value = seen.value.unwrap_or_default();
+        let (yielded_to, holder, marked) = match value.strip_prefix("yield: ") {
+            Some(ids) => (
+                ids.split_whitespace().map(str::to_owned).collect(),
+                None,
+                false,
+            ),
+            None => {
+                let (token, marked) = match value.strip_suffix(" waiting") {
+                    Some(token) => (token, true),
+                    None => (value.as_str(), false),
+                };
+                (Vec::new(), Holder::from_token(token), marked)
+            }
+        };
+        let shares = |all: Vec<(String, Duration)>| {
+            all.into_iter()
+                .filter_map(|(token, lease_left)| {
+                    Some(Share {
+                        holder: Holder::from_token(&token)?,
+                        lease_left,
+                    })
+                })
+                .collect()
+        };
+        Ok(LockState {
+            key: key.to_string(),
+            holder,
+            yielded_to,
+            lease_left: seen.left,
+            last_fence: seen.fence.unwrap_or(0),
+            marked_waiting: marked,
+            listening: seen.listening,
+            permits: shares(seen.permits),
+            readers: shares(seen.readers),
+            writer_waiting: seen.writer_waiting.as_deref().and_then(Holder::from_token),
+        })
+    }
+
+    /// Releases whatever holds the lock named `name` (a lock's holder, a semaphore's
+    /// permits, a read/write lock's readers and writer marks) and wakes its waiters:
+    /// `true` when something held it. The holders are not told at once: each finds its
+    /// lock gone at its release or next renewal and gets [`Error::Lost`], as for any
+    /// lock lost while held. Other clients' waiters are woken at once; the stuck
+    /// holder's own client's waiters queue behind it until its lease ends (by that
+    /// client's clock) or a renewal finds it lost. An operator's last resort for a
+    /// holder that is stuck (its process hung with a long ttl, or renewing without end);
+    /// not over Redlock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let stuck = locks.lock("report").acquire().await.unwrap();
+    /// assert!(locks.force_release("report").await.unwrap());
+    /// let next = locks.lock("report").acquire().await.unwrap();
+    /// assert!(matches!(stuck.release().await, Err(lockcore::Error::Lost { .. })));
+    /// # next.release().await.unwrap();
+    /// # }
+    /// ```
+    pub async fn force_release(&self, name: &str) -> Result<bool> {
+        let key = self.lock(name).full_key()?;
+        let released = self.inner.backend.force_release(&key).await;
+        let released = released.map_err(|e| Error::backend(&key, e))?;
+        if released {
+            tracing::warn!(target: "distlock", key = &*key, "lock released by force: its holders will find it lost");
+        }
+        Ok(released)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Holder;
+
+    #[test]
+    fn tokens_name_their_holder() {
+        let h = Holder::from_token("6f1c:web-1:4242").unwrap();
+        assert_eq!((h.uuid.as_str(), h.id.as_str()), ("6f1c", "web-1:4242"));
+        assert_eq!((h.host.as_deref(), h.pid), (Some("web-1"), Some(4242)));
+        let custom = Holder::from_token("6f1c:billing").unwrap();
+        assert_eq!((custom.host, custom.pid), (None, None));
+        assert!(Holder::from_token("no-colon").is_none());
+        assert!(Holder::from_token(":x").is_none());
+    }
+}
