@@ -42,6 +42,12 @@ pub(crate) enum Shape {
 }
 
 impl Shape {
+    /// Whether holders share: a permit or a read share, whose token is in a sorted set
+    /// ([`set`](Self::set)), not at the key.
+    pub(crate) fn shares(self) -> bool {
+        matches!(self, Shape::Permit(_) | Shape::Read)
+    }
+
     /// The sorted set the holder's token is in, for a permit or a read share.
     pub(crate) fn set(self, key: &str) -> Option<String> {
         match self {
@@ -194,7 +200,7 @@ impl LockInfo {
         let lost = || Error::Lost {
             key: self.key.to_string(),
         };
-        if self.shape.set(&self.key).is_some() {
+        if self.shape.shares() {
             return Err(Error::Unsupported {
                 key: self.key.to_string(),
                 reason: "a semaphore's permits and a read lock's shares are held side by \
@@ -670,7 +676,7 @@ impl<'a> LockRequest<'a> {
         let started = Instant::now();
         let deadline = started + self.wait;
         let mut token = self.new_token();
-        if self.shape.set(&key).is_some() {
+        if self.shape.shares() {
             // A semaphore's waiters line up; one that does not wait, and readers (who
             // share), try at once.
             let line = if self.wait.is_zero() || self.shape == Shape::Read {

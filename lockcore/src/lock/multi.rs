@@ -162,7 +162,10 @@ impl<'a> MultiLockRequest<'a> {
                     .to_owned(),
             });
         }
-        if let Some(guards) = self.all_at_once(&names, &keys, deadline).await? {
+        // Held already (all of them), they are re-entered one by one.
+        if held == 0
+            && let Some(guards) = self.all_at_once(&names, &keys, deadline).await?
+        {
             return Ok(MultiLockGuard {
                 guards,
                 at_once: true,
@@ -192,9 +195,9 @@ impl<'a> MultiLockRequest<'a> {
         })
     }
 
-    /// The one-script try, where the backend can run it over these keys and none of
-    /// them is held by this task already: the guards when it took them all, `None` when
-    /// one was held (or it cannot run): the ordered way follows.
+    /// The one-script try, for keys none of which this task holds, where the backend
+    /// can run it over them: the guards when it took them all, `None` when one was held
+    /// (or it cannot run): the ordered way follows.
     async fn all_at_once(
         &self,
         names: &[String],
@@ -203,12 +206,8 @@ impl<'a> MultiLockRequest<'a> {
     ) -> Result<Option<Vec<LockGuard>>> {
         let locks = self.template.locks;
         let inner = &locks.inner;
-        let client = Arc::as_ptr(inner) as usize;
         let keys_str: Vec<&str> = keys.iter().map(|k| &**k).collect();
-        if keys.len() < 2
-            || !inner.backend.one_call(&keys_str)
-            || keys.iter().any(|k| held_in_task(k, client).is_some())
-        {
+        if keys.len() < 2 || !inner.backend.one_call(&keys_str) {
             return Ok(None);
         }
         let tokens: Vec<Arc<str>> = names.iter().map(|_| self.template.new_token()).collect();

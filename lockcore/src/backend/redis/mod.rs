@@ -363,11 +363,7 @@ impl Locking for RedisBackend {
             .arg(client)
             .arg(u8::from(mark));
         let reply: i64 = self.evalsha_call(&ACQUIRE, &cmd).await?;
-        Ok(match reply {
-            0 => Try::Taken,
-            left @ 1.. => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
-            _ => Try::Busy(None),
-        })
+        Ok(busy_for(reply))
     }
 
     /// `INCR` of the counter, then `GET` of the key, pipelined (one round trip, two
@@ -451,10 +447,7 @@ impl Locking for RedisBackend {
         let mut cmd = evalsha(&PERMIT_ACQUIRE, 1, 3, key.len() + token.len() + 24);
         cmd.arg(key).arg(token).arg(millis(ttl)).arg(permits);
         let reply: i64 = self.evalsha_call(&PERMIT_ACQUIRE, &cmd).await?;
-        Ok(match reply {
-            0 => Try::Taken,
-            left => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
-        })
+        Ok(busy_for(reply))
     }
 
     /// `permit_release.lua`, in its cluster form on a cluster (the channel lives in the
