@@ -112,7 +112,7 @@
 //! (a stale write lands after the next holder's), and an equal fence refused (a retry of
 //! a write that landed is told it is stale).
 //!
-//! # Semaphores (`model/permits.rs`)
+//! # Semaphores (`model/permits.rs`, on the clients and faults of `model/leases.rs`)
 //!
 //! `permit_*.lua` and the guard over them, with three clients and two permits, tries and
 //! releases that time out and may run later, lost replies, a renewal, and the clean-up
@@ -122,7 +122,7 @@
 //! then the token added, as two commands; a release that ignores an ended lease; a
 //! release retry that reports success whatever the lease.
 //!
-//! # Read/write locks (`model/rw.rs`)
+//! # Read/write locks (`model/rw.rs`, on the same)
 //!
 //! `read_acquire.lua` and `write_acquire.lua` with two readers and a writer, the same
 //! faults: never a writer believing it holds beside a reader that believes it does, and
@@ -164,6 +164,7 @@ mod model {
     pub(crate) mod explore;
     pub(crate) mod fenced;
     pub(crate) mod idem;
+    pub(crate) mod leases;
     pub(crate) mod lock;
     pub(crate) mod permits;
     pub(crate) mod rw;
@@ -172,9 +173,10 @@ mod model {
 use model::explore::{Counterexample, Explored, Model, REACHED, explore};
 use model::fenced::{FencedBugs, FencedModel};
 use model::idem::{IdemBugs, IdemModel, IdemStep};
+use model::leases::Leases;
 use model::lock::{Found, LockBugs, LockChecks, LockModel, LockStep, Rel, Reply};
-use model::permits::{PermitBugs, PermitModel};
-use model::rw::{RwBugs, RwModel};
+use model::permits::{PermitBugs, PermitModel, Permits};
+use model::rw::{ReadWrite, RwBugs, RwModel};
 
 /// Far more than any exploration here needs: a model whose bounds were loosened by
 /// mistake fails instead of running for minutes.
@@ -833,7 +835,7 @@ fn model_semaphore_holds() {
 }
 
 fn permit_bug(bugs: PermitBugs) -> PermitModel {
-    PermitModel { bugs }
+    Leases(Permits { bugs })
 }
 
 /// The lease counted from the reply: a holder believes it holds after the server let
@@ -898,7 +900,7 @@ fn model_read_write_lock_holds() {
 }
 
 fn rw_bug(bugs: RwBugs) -> RwModel {
-    RwModel { bugs }
+    Leases(ReadWrite { bugs })
 }
 
 #[test]
