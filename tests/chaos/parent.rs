@@ -221,6 +221,9 @@ fn run_on(mut servers: Servers, seed: u64, secs: u64) {
     let stop_monitor = AtomicBool::new(false);
     let (faults, monitor) = std::thread::scope(|s| {
         let watcher = s.spawn(|| monitor(sampled, &stop_monitor));
+        // A panic below (a fault that could not be injected) must stop the monitor too:
+        // the scope waits for it, and the run would hang instead of failing.
+        let _stop = StopOnDrop(&stop_monitor);
         let faults = match &mut servers {
             Servers::One(server) => inject(server, &pids, seed, stop_ms, &log),
             Servers::Cluster(cluster, slot) => {
@@ -339,6 +342,15 @@ fn run_on(mut servers: Servers, seed: u64, secs: u64) {
 }
 
 /// The value of `name=` in a `k=v k=v` line (empty when absent).
+/// Sets its flag when dropped, whether the scope ended or unwound.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 fn field<'a>(rest: &'a str, name: &str) -> &'a str {
     rest.split_whitespace()
         .find_map(|w| w.strip_prefix(name).and_then(|w| w.strip_prefix('=')))
