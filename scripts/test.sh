@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Disk: one clean build, no incremental caches (they double the workspace's artifacts),
+# and trybuild's separate build of the UI cases (it does not read the workspace's
+# profiles, but cargo reads these) without full debug info.
+export CARGO_INCREMENTAL=0
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
+
 scripts/ensure-redis.sh
 scripts/ensure-postgres.sh
 valkey="$(scripts/ensure-valkey.sh)"
