@@ -177,6 +177,44 @@ async fn inspect_and_force_release_on_every_primary() {
     }
 }
 
+/// A list walks every primary: locks held on each come once each, read locks held by
+/// readers alone too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_walks_every_primary() {
+    use futures_util::TryStreamExt;
+    let cluster = shared();
+    let locks = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    let keys = spread_keys(cluster, "listed", 3);
+    let mut guards = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        guards.push(match i % 3 {
+            0 => locks.lock(key).acquire().await.unwrap(),
+            1 => locks.read_lock(key).acquire().await.unwrap(),
+            _ => locks.semaphore(key, 2).acquire().await.unwrap(),
+        });
+    }
+    let listed: Vec<distlock::LockState> = locks.list("listed-*").try_collect().await.unwrap();
+    let mut found: Vec<String> = listed
+        .iter()
+        .map(|s| s.key["lock:".len()..].to_owned())
+        .collect();
+    found.sort();
+    let mut want = keys.clone();
+    want.sort();
+    assert_eq!(found, want);
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    assert!(
+        locks
+            .list("listed-*")
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// `per_primary` keys on each primary's slots, named `<tag>-<i>` (the lock key as the
 /// client writes it has the default prefix `lock:`).
 fn spread_keys(cluster: &RedisCluster, tag: &str, per_primary: usize) -> Vec<String> {

@@ -103,3 +103,91 @@ pub(crate) fn erased<'a, T>(
 ) -> std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>> {
     Box::pin(fut)
 }
+
+/// Whether `key` matches the glob `pattern` as Redis's `SCAN MATCH` and `KEYS` read it:
+/// `*` any run of bytes, `?` one byte, `[abc]`, `[^abc]` and `[a-z]` one byte of a set,
+/// `\` the next byte as itself.
+pub(crate) fn glob_match(pattern: &[u8], key: &[u8]) -> bool {
+    let (mut p, mut k) = (0, 0);
+    // Where to resume after the last `*`: the pattern past it, and the key's position.
+    let mut star: Option<(usize, usize)> = None;
+    while k < key.len() {
+        let step = match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p + 1, k));
+                p += 1;
+                continue;
+            }
+            Some(b'?') => Some(p + 1),
+            Some(b'[') => one_of(pattern, p + 1, key[k]),
+            Some(b'\\') if p + 1 < pattern.len() => (pattern[p + 1] == key[k]).then_some(p + 2),
+            Some(&c) => (c == key[k]).then_some(p + 1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                p = next;
+                k += 1;
+            }
+            (None, Some((after, from))) => {
+                p = after;
+                k = from + 1;
+                star = Some((after, from + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    pattern[p.min(pattern.len())..].iter().all(|&c| c == b'*')
+}
+
+/// A `[...]` set that starts at `at` (past the `[`): the pattern's position past its `]`
+/// when `byte` is in it.
+fn one_of(pattern: &[u8], mut at: usize, byte: u8) -> Option<usize> {
+    let negate = matches!(pattern.get(at), Some(b'^'));
+    if negate {
+        at += 1;
+    }
+    let mut found = false;
+    while let Some(&c) = pattern.get(at) {
+        match c {
+            b']' => return (found != negate).then_some(at + 1),
+            b'\\' if at + 1 < pattern.len() => {
+                found |= pattern[at + 1] == byte;
+                at += 2;
+            }
+            _ if pattern.get(at + 1) == Some(&b'-')
+                && at + 2 < pattern.len()
+                && pattern[at + 2] != b']' =>
+            {
+                let (lo, hi) = (c.min(pattern[at + 2]), c.max(pattern[at + 2]));
+                found |= (lo..=hi).contains(&byte);
+                at += 3;
+            }
+            _ => {
+                found |= c == byte;
+                at += 1;
+            }
+        }
+    }
+    // No closing `]`: Redis reads the set to the pattern's end.
+    (found != negate).then_some(at)
+}
+
+#[cfg(test)]
+mod glob_tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs_read_as_redis_reads_them() {
+        let m = |p: &str, k: &str| glob_match(p.as_bytes(), k.as_bytes());
+        assert!(m("*", "") && m("*", "lock:a"));
+        assert!(m("lock:*", "lock:order:42") && !m("lock:*", "idem:x"));
+        assert!(m("lock:order:?2", "lock:order:42") && !m("lock:order:?", "lock:order:42"));
+        assert!(m("*:42", "lock:order:42") && m("l*r*2", "lock:order:42"));
+        assert!(m("a[bc]d", "acd") && !m("a[bc]d", "aed") && m("a[^bc]d", "aed"));
+        assert!(m("a[0-9]", "a7") && !m("a[0-9]", "ax"));
+        assert!(m(r"a\*", "a*") && !m(r"a\*", "ab"));
+        assert!(m("{lock:*}:readers", "{lock:doc}:readers"));
+        assert!(!m("a*b", "a") && m("a**", "a"));
+    }
+}

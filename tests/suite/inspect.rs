@@ -7,7 +7,9 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use distlock::{Error, Locks};
+use distlock::idempotency::RecordState;
+use distlock::{Error, Locks, idempotent};
+use futures_util::TryStreamExt;
 
 both!(
     a_held_lock_shows_its_holder_lease_and_fence,
@@ -16,6 +18,9 @@ both!(
     a_read_write_lock_shows_readers_and_a_waiting_writer,
     a_forced_release_makes_the_holder_lost,
     a_forced_release_frees_permits_and_readers,
+    a_list_finds_every_held_lock_and_nothing_else,
+    a_list_walks_many_keys_once_each,
+    a_record_shows_its_claim_then_its_result,
 );
 
 const LONG: Duration = Duration::from_secs(10);
@@ -186,4 +191,240 @@ async fn a_waiter_shows_as_a_mark_and_a_listener() {
     assert_eq!(state.holder.unwrap().token, g.token());
     g.release().await.unwrap();
     waiter.await.unwrap();
+}
+
+async fn names(locks: &Locks, pattern: &str) -> Vec<String> {
+    let listed: Vec<distlock::LockState> = locks.list(pattern).try_collect().await.unwrap();
+    let mut names: Vec<String> = listed
+        .iter()
+        .map(|state| state.key.strip_prefix("lock:").unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+async fn a_list_finds_every_held_lock_and_nothing_else(locks: Locks) {
+    let a = locks.lock("ls:a").acquire().await.unwrap();
+    let b = locks.lock("ls:b").acquire().await.unwrap();
+    b.fence().await.unwrap();
+    let permit = locks.semaphore("ls:gpu", 2).acquire().await.unwrap();
+    // Held by readers alone: no key at `lock:ls:doc`, only its readers' set.
+    let reader = locks.read_lock("ls:doc").acquire().await.unwrap();
+    let tagged = locks.read_lock("ls:{t}:doc").acquire().await.unwrap();
+    // Released, with a fence left behind: not listed.
+    let gone = locks.lock("ls:gone").acquire().await.unwrap();
+    gone.fence().await.unwrap();
+    gone.release().await.unwrap();
+    // An idempotency record under the same prefix: not a lock.
+    record_one(&locks, "ls-rec").await;
+    let other = locks.lock("other:x").acquire().await.unwrap();
+
+    assert_eq!(
+        names(&locks, "ls:*").await,
+        ["ls:a", "ls:b", "ls:doc", "ls:gpu", "ls:{t}:doc"]
+    );
+    assert_eq!(names(&locks, "ls:?").await, ["ls:a", "ls:b"]);
+    assert_eq!(names(&locks, "*").await.len(), 6);
+    let doc: Vec<distlock::LockState> = locks.list("ls:doc").try_collect().await.unwrap();
+    assert_eq!(doc[0].readers[0].holder.token, reader.token());
+    assert!(names(&locks, "nothing:*").await.is_empty());
+    for g in [a, b, permit, reader, tagged, other] {
+        g.release().await.unwrap();
+    }
+    assert!(names(&locks, "*").await.is_empty());
+}
+
+async fn a_list_walks_many_keys_once_each(locks: Locks) {
+    // More than one SCAN step's worth (500 a step).
+    let mut guards = Vec::new();
+    for i in 0..1_200 {
+        guards.push(locks.lock(format!("bulk:{i}")).acquire().await.unwrap());
+    }
+    let listed = names(&locks, "bulk:*").await;
+    let mut unique = listed.clone();
+    unique.dedup();
+    assert_eq!((listed.len(), unique.len()), (1_200, 1_200));
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
+
+#[idempotent(key = "<k>", client = locks, lease = "20s", skip = [gate, runs])]
+async fn gated(
+    locks: &Locks,
+    k: &str,
+    gate: &tokio::sync::Semaphore,
+    runs: &Runs,
+) -> Result<u32, Error> {
+    runs.bump();
+    drop(gate.acquire().await);
+    Ok(7)
+}
+
+/// One completed record under `k`.
+async fn record_one(locks: &Locks, k: &str) {
+    let gate = tokio::sync::Semaphore::new(1);
+    gated(locks, k, &gate, &Runs::default()).await.unwrap();
+}
+
+/// The one record whose key ends with `:<k>`.
+async fn record_of(locks: &Locks, k: &str) -> Option<distlock::idempotency::IdemRecord> {
+    let all: Vec<_> = locks.idem_records("*").try_collect().await.unwrap();
+    let mut of_k = all
+        .into_iter()
+        .filter(|r| r.key.ends_with(&format!(":{k}")));
+    let found = of_k.next();
+    assert!(of_k.next().is_none());
+    found
+}
+
+async fn a_record_shows_its_claim_then_its_result(locks: Locks) {
+    assert!(locks.idem_record("idem:nothing").await.unwrap().is_none());
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let runs = std::sync::Arc::new(Runs::default());
+    let call = tokio::spawn({
+        let (locks, gate, runs) = (locks.clone(), gate.clone(), runs.clone());
+        async move { gated(&locks, "rec-1", &gate, &runs).await }
+    });
+    let deadline = Instant::now() + LONG;
+    let claim = loop {
+        if let Some(record) = record_of(&locks, "rec-1").await {
+            break record;
+        }
+        assert!(Instant::now() < deadline, "no record while the body runs");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(claim.key.starts_with("lock:idem:") && claim.key.ends_with("::gated:rec-1"));
+    assert_eq!(claim.state, RecordState::InProgress);
+    assert_eq!(claim.owner.as_ref().unwrap().pid, Some(std::process::id()));
+    let lease = claim.lease_left.unwrap();
+    assert!(
+        lease > Duration::from_secs(10) && lease <= Duration::from_secs(20),
+        "{lease:?}"
+    );
+    assert!(!claim.is_stuck() && claim.fingerprint.is_some() && claim.stored.is_none());
+    // The same record by its key without the prefix, as an operator would type it.
+    let short = claim.key.strip_prefix("lock:").unwrap();
+    assert_eq!(
+        locks.idem_record(short).await.unwrap().unwrap().state,
+        RecordState::InProgress
+    );
+
+    gate.add_permits(1);
+    assert_eq!(call.await.unwrap().unwrap(), 7);
+    let done = locks.idem_record(&claim.key).await.unwrap().unwrap();
+    assert_eq!(done.state, RecordState::Completed);
+    assert_eq!(done.stored.as_deref(), Some(r#"{"value":7}"#));
+    assert_eq!(
+        (done.owner.clone(), done.lease_left, done.status),
+        (None, None, None)
+    );
+    assert_eq!(done.fingerprint, claim.fingerprint);
+    assert!(done.expires_in.unwrap() > Duration::from_secs(23 * 3600));
+    assert!(done.raw.contains(r#""status":"completed""#));
+
+    // A replay does not run the body; once forgotten, the next call does.
+    gate.add_permits(2);
+    gated(&locks, "rec-1", &gate, &runs).await.unwrap();
+    assert_eq!(runs.get(), 1);
+    assert!(locks.forget_idem(&claim.key).await.unwrap());
+    assert!(!locks.forget_idem(&claim.key).await.unwrap());
+    assert!(locks.idem_record(&claim.key).await.unwrap().is_none());
+    gated(&locks, "rec-1", &gate, &runs).await.unwrap();
+    assert_eq!(runs.get(), 2);
+}
+
+/// A repeat that waits behind a claim whose caller hangs (another instance, its lease
+/// renewed) runs the body once an operator forgets the record: the forget wakes it.
+/// Control: without the forget, the repeat is still waiting a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgetting_a_record_wakes_a_waiting_repeat() {
+    let server = RedisServer::start();
+    let hung = Locks::connect(&server.url()).await.unwrap();
+    let other = Locks::connect(&server.url()).await.unwrap();
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let runs = std::sync::Arc::new(Runs::default());
+    let first = tokio::spawn({
+        let (locks, gate, runs) = (hung.clone(), gate.clone(), runs.clone());
+        async move { waiting_gated(&locks, "w-1", &gate, &runs).await }
+    });
+    while runs.get() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let repeat = tokio::spawn({
+        let (locks, gate, runs) = (other.clone(), gate.clone(), runs.clone());
+        async move { waiting_gated(&locks, "w-1", &gate, &runs).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !repeat.is_finished(),
+        "control: the repeat waits for the claim"
+    );
+    assert_eq!(runs.get(), 1);
+    let key = record_of(&other, "w-1").await.unwrap().key;
+    gate.add_permits(1); // for the repeat's own body
+    let forgot_at = Instant::now();
+    assert!(other.forget_idem(&key).await.unwrap());
+    assert_eq!(repeat.await.unwrap().unwrap(), 7);
+    assert!(forgot_at.elapsed() < LONG, "woken, not polled out");
+    assert_eq!(runs.get(), 2);
+    // The hung call's claim was taken from it: it is told when it ends.
+    gate.add_permits(1);
+    assert!(matches!(first.await.unwrap(), Err(Error::Lost { .. })));
+    let record = other.idem_record(&key).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+}
+
+#[idempotent(key = "<k>", client = locks, lease = "20s", wait = "30s", skip = [gate, runs])]
+async fn waiting_gated(
+    locks: &Locks,
+    k: &str,
+    gate: &tokio::sync::Semaphore,
+    runs: &Runs,
+) -> Result<u32, Error> {
+    runs.bump();
+    drop(gate.acquire().await);
+    Ok(7)
+}
+
+/// A claim whose process died (its lease ended, written as a dead instance leaves it)
+/// shows as stuck; a forget clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_claim_shows_as_stuck() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let claim = r#"{"claimed_at_ms":1764485970000,"fp":"ab","lease_until_ms":1764486000000,"owner":"6f1c:web-9:4242","retention_ms":86400000,"status":"in_progress"}"#;
+    let key = "lock:idem:app::pay:K9";
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(claim)
+        .arg("EX")
+        .arg(3600)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let record = locks
+        .idem_record("idem:app::pay:K9")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(record.is_stuck());
+    let owner = record.owner.unwrap();
+    assert_eq!(
+        (owner.host.as_deref(), owner.pid),
+        (Some("web-9"), Some(4242))
+    );
+    assert_eq!(record.claimed_at_ms, Some(1764485970000));
+    let stuck: Vec<_> = locks.idem_records("app::*").try_collect().await.unwrap();
+    assert_eq!(stuck.len(), 1);
+    assert!(locks.forget_idem(key).await.unwrap());
+    assert!(
+        locks
+            .idem_records("*")
+            .try_collect::<Vec<_>>()
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -27,13 +27,16 @@ static SETTLE: LazyLock<[Script; 2]> =
 static RELEASE: LazyLock<[Script; 2]> =
     LazyLock::new(|| super::scripts::both(super::scripts::IDEM_RELEASE));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RENEW));
+static LOOK: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_LOOK));
+static FORGET: LazyLock<[Script; 2]> =
+    LazyLock::new(|| super::scripts::both(super::scripts::IDEM_FORGET));
 
 /// How every completed record begins (see [`crate::idempotency::record`]); it cannot occur
 /// inside an in-progress record, whose strings escape their quotes.
 const COMPLETED: &str = r#"{"status":"completed","fp":""#;
 
 /// Where the stored result begins in a record's value: the first completed record.
-fn completed_at(raw: &str) -> Option<usize> {
+pub(crate) fn completed_at(raw: &str) -> Option<usize> {
     raw.find(COMPLETED)
 }
 
@@ -134,6 +137,23 @@ pub(crate) trait Records: Send + Sync {
         lease: Duration,
         lifetime: Duration,
     ) -> Result<bool, BackendError>;
+
+    /// One read-only look at `key` (`idem_look.lua`): its value, its ttl, and the
+    /// server's time in ms.
+    async fn idem_look(&self, key: &str) -> Result<Looked, BackendError>;
+
+    /// Deletes `key` and wakes the repeats waiting on `channel` (`idem_forget.lua`):
+    /// `true` when there was a record.
+    async fn idem_forget(&self, key: &str, channel: &str) -> Result<bool, BackendError>;
+}
+
+/// What [`Records::idem_look`] saw: the raw value, its ttl (`None`: no key or no ttl)
+/// and the server's time in ms.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Looked {
+    pub(crate) value: Option<String>,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) now_ms: u64,
 }
 
 impl Records for Backend {
@@ -170,6 +190,14 @@ impl Records for Backend {
         lifetime: Duration,
     ) -> Result<bool, BackendError> {
         each!(self, b => b.idem_renew(key, owner, lease, lifetime))
+    }
+
+    async fn idem_look(&self, key: &str) -> Result<Looked, BackendError> {
+        each!(self, b => b.idem_look(key))
+    }
+
+    async fn idem_forget(&self, key: &str, channel: &str) -> Result<bool, BackendError> {
+        each!(self, b => b.idem_forget(key, channel))
     }
 }
 
@@ -318,6 +346,23 @@ impl Records for RedisBackend {
             .arg(millis(lifetime));
         Ok(self.eval::<i64>(&inv).await? == 1)
     }
+
+    async fn idem_look(&self, key: &str) -> Result<Looked, BackendError> {
+        let mut inv = LOOK.prepare_invoke();
+        inv.key(key);
+        let (value, pttl, now_ms): (Option<String>, i64, u64) = self.eval(&inv).await?;
+        Ok(Looked {
+            value,
+            ttl: (pttl > 0).then(|| Duration::from_millis(pttl.unsigned_abs())),
+            now_ms,
+        })
+    }
+
+    async fn idem_forget(&self, key: &str, channel: &str) -> Result<bool, BackendError> {
+        let mut inv = self.script(&FORGET).prepare_invoke();
+        inv.key(key).arg(channel);
+        Ok(self.eval::<i64>(&inv).await? == 1)
+    }
 }
 
 /// The parts of a record the state machine reads.
@@ -375,7 +420,7 @@ fn in_progress(
 }
 
 impl MemoryBackend {
-    fn records(
+    pub(super) fn records(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (String, Instant)>> {
         let mut map = crate::util::lock(&self.records);
@@ -536,6 +581,29 @@ impl Records for MemoryBackend {
         lifetime: Duration,
     ) -> Result<bool, BackendError> {
         Ok(self.renew(key, owner, lease, lifetime))
+    }
+
+    async fn idem_look(&self, key: &str) -> Result<Looked, BackendError> {
+        let now = Instant::now();
+        Ok(match self.records().get(key) {
+            Some((raw, until)) => Looked {
+                value: Some(raw.clone()),
+                ttl: Some(*until - now),
+                now_ms: now_ms(),
+            },
+            None => Looked {
+                now_ms: now_ms(),
+                ..Looked::default()
+            },
+        })
+    }
+
+    async fn idem_forget(&self, key: &str, channel: &str) -> Result<bool, BackendError> {
+        let found = self.records().remove(key).is_some();
+        if found {
+            self.waiters.publish(channel);
+        }
+        Ok(found)
     }
 }
 

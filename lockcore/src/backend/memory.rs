@@ -410,6 +410,50 @@ impl Locking for MemoryBackend {
         Ok(found)
     }
 
+    async fn scan_nodes(&self) -> Result<Vec<super::ScanNode>, BackendError> {
+        Ok(vec![super::ScanNode(None)])
+    }
+
+    /// Every live key at once (cursor 0): the locks, semaphores and readers' sets, the
+    /// waiting writers' marks, the fences and the idempotency records, as Redis keeps
+    /// them.
+    async fn scan(
+        &self,
+        _node: &super::ScanNode,
+        _cursor: u64,
+        pattern: &str,
+    ) -> Result<(u64, Vec<String>), BackendError> {
+        let now = Instant::now();
+        let st = crate::util::lock(&self.state);
+        let mut keys: Vec<String> = st
+            .held
+            .iter()
+            .filter(|(_, (_, until))| *until > now)
+            .map(|(key, _)| key.clone())
+            .chain(
+                st.permits
+                    .iter()
+                    .filter(|(_, holders)| holders.iter().any(|(_, until)| *until > now))
+                    .map(|(key, _)| key.clone()),
+            )
+            .chain(
+                st.writer_waits
+                    .iter()
+                    .filter(|(_, (_, until))| *until > now)
+                    .map(|(key, _)| crate::key::companion(key, ":writer")),
+            )
+            .chain(
+                st.fences
+                    .keys()
+                    .map(|key| crate::key::companion(key, ":fence")),
+            )
+            .collect();
+        drop(st);
+        keys.extend(self.records().keys().cloned());
+        keys.retain(|key| crate::util::glob_match(pattern.as_bytes(), key.as_bytes()));
+        Ok((0, keys))
+    }
+
     async fn try_all(
         &self,
         keys: &[&str],

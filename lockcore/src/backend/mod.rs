@@ -111,6 +111,11 @@ pub(crate) struct Seen {
     pub(crate) listening: u64,
 }
 
+/// Where one SCAN runs (see [`Locking::scan_nodes`]): the one server (`None`), or a
+/// cluster's primary at this host and port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct ScanNode(pub(crate) Option<(String, u16)>);
+
 /// How one acquire try is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
@@ -269,6 +274,19 @@ pub(crate) trait Locking: Send + Sync {
     /// waiters: `true` when something did.
     async fn force_release(&self, key: &str) -> Result<bool, BackendError>;
 
+    /// The nodes a walk over the keys must visit: every primary of a cluster (as last
+    /// read, `CLUSTER SLOTS`), the one server elsewhere.
+    async fn scan_nodes(&self) -> Result<Vec<ScanNode>, BackendError>;
+
+    /// One `SCAN cursor MATCH pattern` step on `node`: the next cursor (0: the walk is
+    /// over) and the keys it found (a key may come twice in one walk).
+    async fn scan(
+        &self,
+        node: &ScanNode,
+        cursor: u64,
+        pattern: &str,
+    ) -> Result<(u64, Vec<String>), BackendError>;
+
     /// Compare-and-extend of many locks in one round trip: `true` where extended.
     async fn extend_many(
         &self,
@@ -420,6 +438,19 @@ impl Locking for Backend {
 
     async fn force_release(&self, key: &str) -> Result<bool, BackendError> {
         each!(self, b => b.force_release(key))
+    }
+
+    async fn scan_nodes(&self) -> Result<Vec<ScanNode>, BackendError> {
+        each!(self, b => b.scan_nodes())
+    }
+
+    async fn scan(
+        &self,
+        node: &ScanNode,
+        cursor: u64,
+        pattern: &str,
+    ) -> Result<(u64, Vec<String>), BackendError> {
+        each!(self, b => b.scan(node, cursor, pattern))
     }
 
     async fn try_all(

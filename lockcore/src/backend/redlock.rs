@@ -275,6 +275,14 @@ impl Records for RedlockBackend {
             .await;
         self.decide(&votes)
     }
+
+    async fn idem_look(&self, _key: &str) -> Result<super::idem::Looked, BackendError> {
+        Err(unsupported("showing an idempotency record"))
+    }
+
+    async fn idem_forget(&self, _key: &str, _channel: &str) -> Result<bool, BackendError> {
+        Err(unsupported("forgetting an idempotency record"))
+    }
 }
 
 impl Locking for RedlockBackend {
@@ -374,6 +382,19 @@ impl Locking for RedlockBackend {
 
     async fn force_release(&self, _key: &str) -> Result<bool, BackendError> {
         Err(unsupported("releasing a lock by force"))
+    }
+
+    async fn scan_nodes(&self) -> Result<Vec<super::ScanNode>, BackendError> {
+        Err(unsupported("listing locks"))
+    }
+
+    async fn scan(
+        &self,
+        _node: &super::ScanNode,
+        _cursor: u64,
+        _pattern: &str,
+    ) -> Result<(u64, Vec<String>), BackendError> {
+        Err(unsupported("listing locks"))
     }
 
     async fn try_read(

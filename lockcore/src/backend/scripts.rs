@@ -47,6 +47,11 @@ pub const IDEM_RENEW: &str = concat!(
     include_str!("../scripts/idem_renew.lua")
 );
 
+/// One read-only look at an idempotency record, with the server's time.
+pub const IDEM_LOOK: &str = include_str!("../scripts/idem_look.lua");
+/// Forget an idempotency record and wake the repeats that wait on it.
+pub const IDEM_FORGET: &str = include_str!("../scripts/idem_forget.lua");
+
 /// The form of a script for a Redis Cluster: sharded Pub/Sub (`SPUBLISH` to, and
 /// `PUBSUB SHARDNUMSUB` of, the key's channel, which lives in the key's slot), since a
 /// cluster node counts and delivers plain Pub/Sub on its own connections only.
@@ -76,6 +81,7 @@ mod tests {
             FORCE_RELEASE,
             IDEM_RELEASE,
             IDEM_SETTLE,
+            IDEM_FORGET,
         ] {
             assert!(script.contains("'PUBLISH'"));
             let cluster = sharded(script);
@@ -96,6 +102,7 @@ mod tests {
             MULTI_ACQUIRE,
             IDEM_CLAIM,
             IDEM_RENEW,
+            IDEM_LOOK,
         ] {
             assert_eq!(sharded(script), script, "publishes nothing");
         }

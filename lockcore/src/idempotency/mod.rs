@@ -59,9 +59,11 @@ pub mod fingerprint;
 pub(crate) mod fns;
 pub(crate) mod http;
 pub(crate) mod record;
+pub(crate) mod show;
 
 pub use fingerprint::Fingerprint;
 pub(crate) use fns::{IdemFn, IdemSpec};
+pub use show::{IdemRecord, RecordState};
 
 /// Default lease of a claim: how long a crashed claimer blocks its key.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);

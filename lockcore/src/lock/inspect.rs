@@ -91,7 +91,155 @@ impl LockState {
     }
 }
 
+/// The companions a lock's key may have (see `crate::key::companion`): a key found by a
+/// walk that is one of them stands for the lock it belongs to.
+const COMPANIONS: &[&str] = &[
+    ":readers-waiting",
+    ":readers",
+    ":writer",
+    ":fence-seen",
+    ":fence",
+    ":waiting",
+    ":released",
+    ":acked",
+    ":done",
+];
+
+/// The lock a key found by a walk belongs to: `{<key>}<suffix>` and a hash-tagged
+/// `<key><suffix>` stand for `<key>`; any other key for itself.
+fn lock_of(found: &str) -> &str {
+    for suffix in COMPANIONS {
+        if let Some(base) = found.strip_suffix(suffix) {
+            if let Some(inner) = base.strip_prefix('{').and_then(|b| b.strip_suffix('}')) {
+                return inner;
+            }
+            if crate::key::hash_tag(base).is_some() {
+                return base;
+            }
+        }
+    }
+    found
+}
+
+/// Where a [`Locks::list`] walk is.
+struct Walk {
+    /// The full keys' glob: the prefix, then the caller's pattern.
+    pattern: String,
+    /// The nodes to walk (read at the first step), the one being walked, which of the
+    /// two globs (the keys, then the readers' sets of untagged keys), and its cursor.
+    nodes: Option<Vec<crate::backend::ScanNode>>,
+    node: usize,
+    glob: usize,
+    cursor: u64,
+    /// Locks found and not yet looked at, and every lock found so far.
+    pending: std::collections::VecDeque<String>,
+    seen: std::collections::HashSet<String>,
+    done: bool,
+}
+
 impl Locks {
+    /// Every lock whose name matches `pattern` (a glob as `SCAN MATCH` reads it: `*`,
+    /// `?`, `[abc]`; `*` for all) that something holds, as [`inspect`](Self::inspect)
+    /// sees each: a stream that walks the keys with `SCAN` (every primary of a cluster)
+    /// and looks at each lock it finds, one at a time, so that a walk over millions of
+    /// keys holds a few of them at once. Locks, semaphores and read/write locks (a lock
+    /// held by readers alone too); not idempotency records (`<prefix>idem:`), nor fences
+    /// and marks left by locks nobody holds. A lock taken or released during the walk
+    /// may or may not come; none comes twice. An error ends the stream. Not over Redlock.
+    ///
+    /// ```
+    /// use futures_util::TryStreamExt;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let a = locks.lock("order:1").acquire().await.unwrap();
+    /// let b = locks.semaphore("gpu:pool", 4).acquire().await.unwrap();
+    /// let held: Vec<_> = locks.list("order:*").try_collect().await.unwrap();
+    /// assert_eq!(held.len(), 1);
+    /// assert_eq!(held[0].holder.as_ref().unwrap().token, a.token());
+    /// assert_eq!(locks.list("*").try_collect::<Vec<_>>().await.unwrap().len(), 2);
+    /// # a.release().await.unwrap(); b.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn list(
+        &self,
+        pattern: &str,
+    ) -> impl futures_util::Stream<Item = Result<LockState>> + Send + '_ {
+        let walk = Walk {
+            pattern: format!("{}{pattern}", self.inner.prefix),
+            nodes: None,
+            node: 0,
+            glob: 0,
+            cursor: 0,
+            pending: Default::default(),
+            seen: Default::default(),
+            done: false,
+        };
+        futures_util::stream::unfold(walk, move |mut walk| async move {
+            let next = self.walk_on(&mut walk).await;
+            if next.is_none() || matches!(next, Some(Err(_))) {
+                walk.done = true;
+            }
+            next.map(|item| (item, walk))
+        })
+    }
+
+    /// The next lock of a [`list`](Self::list) walk that something holds.
+    async fn walk_on(&self, walk: &mut Walk) -> Option<Result<LockState>> {
+        if walk.done {
+            return None;
+        }
+        let failed = |e| Error::backend(&walk.pattern, e);
+        loop {
+            while let Some(key) = walk.pending.pop_front() {
+                let name = &key[self.inner.prefix.len()..];
+                match self.inspect(name).await {
+                    Ok(state) if state.is_held() || state.writer_waiting.is_some() => {
+                        return Some(Ok(state));
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            if walk.nodes.is_none() {
+                match self.inner.backend.scan_nodes().await {
+                    Ok(nodes) => walk.nodes = Some(nodes),
+                    Err(e) => return Some(Err(failed(e))),
+                }
+            }
+            let nodes = walk.nodes.as_deref().unwrap_or_default();
+            let node = nodes.get(walk.node)?;
+            let glob = match walk.glob {
+                0 => walk.pattern.clone(),
+                _ => format!("{{{}}}:readers", walk.pattern),
+            };
+            let (cursor, keys) = match self.inner.backend.scan(node, walk.cursor, &glob).await {
+                Ok(step) => step,
+                Err(e) => return Some(Err(failed(e))),
+            };
+            if cursor != 0 {
+                walk.cursor = cursor;
+            } else {
+                walk.cursor = 0;
+                walk.glob += 1;
+                if walk.glob == 2 {
+                    walk.glob = 0;
+                    walk.node += 1;
+                }
+            }
+            let records = format!("{}idem:", self.inner.prefix);
+            for found in keys {
+                let key = lock_of(&found);
+                let ours = key.starts_with(&*self.inner.prefix)
+                    && !key.starts_with(&records)
+                    && crate::util::glob_match(walk.pattern.as_bytes(), key.as_bytes());
+                if ours && !walk.seen.contains(key) {
+                    walk.seen.insert(key.to_owned());
+                    walk.pending.push_back(key.to_owned());
+                }
+            }
+        }
+    }
+
     /// What holds the lock named `name` (a lock, a semaphore or a read/write lock), in
     /// one atomic, read-only look: its holder (the token's UUID, host and pid), the
     /// lease left, the last fence, whether waiters listen, a yield marker, a semaphore's
@@ -189,6 +337,17 @@ impl Locks {
 #[cfg(test)]
 mod tests {
     use super::Holder;
+
+    #[test]
+    fn companions_stand_for_their_lock() {
+        use super::lock_of;
+        assert_eq!(lock_of("lock:doc"), "lock:doc");
+        assert_eq!(lock_of("{lock:doc}:readers"), "lock:doc");
+        assert_eq!(lock_of("{lock:doc}:fence"), "lock:doc");
+        assert_eq!(lock_of("lock:{t}:doc:readers-waiting"), "lock:{t}:doc");
+        // Untagged: a name that ends as a companion does is a lock of its own.
+        assert_eq!(lock_of("lock:job:fence"), "lock:job:fence");
+    }
 
     #[test]
     fn tokens_name_their_holder() {

@@ -527,6 +527,67 @@ impl Locking for RedisBackend {
         Ok(deleted > 0)
     }
 
+    /// The one server; on a cluster, every primary of the slot map (read now when it
+    /// is not known).
+    async fn scan_nodes(&self) -> Result<Vec<super::ScanNode>, BackendError> {
+        if !self.sharded {
+            return Ok(vec![super::ScanNode(None)]);
+        }
+        self.read_owners_now().await;
+        let owners = crate::util::lock(&self.owners).clone();
+        let Some(owners) = owners else {
+            return Err(BackendError::new(
+                BackendErrorKind::Connection,
+                "the cluster's slot map could not be read (CLUSTER SLOTS)",
+            ));
+        };
+        let mut nodes: Vec<_> = owners
+            .into_iter()
+            .map(|(_, _, host, port)| super::ScanNode(Some((host, port))))
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        Ok(nodes)
+    }
+
+    /// `SCAN` on the one server, or on a cluster's primary over a connection to it.
+    async fn scan(
+        &self,
+        node: &super::ScanNode,
+        cursor: u64,
+        pattern: &str,
+    ) -> Result<(u64, Vec<String>), BackendError> {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(500);
+        let Some((host, port)) = &node.0 else {
+            return self.query(&scan).await;
+        };
+        let at = AtNode {
+            host: host.clone(),
+            port: *port,
+            asking: false,
+        };
+        let step = async {
+            let mut conn = self.plain_kept(&at).await?;
+            scan.query_async::<(u64, Vec<String>)>(&mut conn).await
+        };
+        match tokio::time::timeout(self.timeout, step).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => {
+                self.forget_plain(&at);
+                Err(e.into())
+            }
+            Err(_) => {
+                self.forget_plain(&at);
+                Err(BackendError::timeout(self.timeout))
+            }
+        }
+    }
+
     /// One server, or one slot of a cluster.
     fn one_call(&self, keys: &[&str]) -> bool {
         let slot = |k: &str| crate::key::slot(k.as_bytes());

@@ -1,0 +1,265 @@
+//! Looking at an idempotency record from the outside, and forgetting one: what an
+//! on-call engineer needs when a key is stuck in progress or holds a result that must
+//! not be replayed.
+
+use std::time::Duration;
+
+use crate::backend::Locking;
+use crate::backend::idem::{Records, completed_at};
+use crate::client::Locks;
+use crate::error::{Error, Result};
+use crate::lock::Holder;
+
+/// Where an idempotency record stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecordState {
+    /// A call claimed the key and has not stored its result: it runs, or its lease has
+    /// ended (see [`IdemRecord::lease_left`]) and the next call with the same payload
+    /// takes it over.
+    InProgress,
+    /// The result is stored: calls with the same payload replay it until the record
+    /// expires.
+    Completed,
+    /// A value distlock cannot read as a record.
+    Unreadable,
+}
+
+/// One idempotency record as [`Locks::idem_record`] sees it, read from its plain JSON
+/// value (the layout is in the crate docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IdemRecord {
+    /// The full Redis key.
+    pub key: String,
+    /// Where the record stands.
+    pub state: RecordState,
+    /// The call that claimed it: its token's UUID, host and pid (`None` once completed,
+    /// or for a claim given back after a takeover: ownerless until the next call).
+    pub owner: Option<Holder>,
+    /// In progress: the claim's lease left, by the server's clock (zero once it ended:
+    /// the claim is stuck, or its caller died, and the next call takes it over).
+    pub lease_left: Option<Duration>,
+    /// The record's ttl: how long until Redis drops it.
+    pub expires_in: Option<Duration>,
+    /// When the call claimed it (ms since the Unix epoch).
+    pub claimed_at_ms: Option<u64>,
+    /// When the result was stored (ms since the Unix epoch).
+    pub completed_at_ms: Option<u64>,
+    /// The request's fingerprint (SHA-256, hex).
+    pub fingerprint: Option<String>,
+    /// A stored HTTP response's status.
+    pub status: Option<u16>,
+    /// The stored result as JSON text: a fn's `{"value":..}` or a handler's
+    /// `{"response":{"status":..,"headers":..,"body":..}}` (an `"unstorable"` reason
+    /// where the value could not be stored).
+    pub stored: Option<String>,
+    /// The whole value, as Redis holds it.
+    pub raw: String,
+}
+
+impl IdemRecord {
+    /// In progress with its lease ended: its caller died or hangs. The next call with
+    /// the same payload takes it over; [`Locks::forget_idem`] lets any next call run.
+    pub fn is_stuck(&self) -> bool {
+        self.state == RecordState::InProgress && self.lease_left == Some(Duration::ZERO)
+    }
+
+    fn read(key: &str, raw: String, expires_in: Option<Duration>, now_ms: u64) -> IdemRecord {
+        let mut record = IdemRecord {
+            key: key.to_owned(),
+            state: RecordState::Unreadable,
+            owner: None,
+            lease_left: None,
+            expires_in,
+            claimed_at_ms: None,
+            completed_at_ms: None,
+            fingerprint: None,
+            status: None,
+            stored: None,
+            raw: String::new(),
+        };
+        let first = |text: &str| {
+            serde_json::Deserializer::from_str(text)
+                .into_iter::<serde_json::Value>()
+                .next()
+                .and_then(|v| v.ok())
+        };
+        let text =
+            |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+        let int = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+        if let Some(at) = completed_at(&raw) {
+            if let Some(done) = first(&raw[at..]) {
+                record.state = RecordState::Completed;
+                record.fingerprint = text(&done, "fp");
+                record.completed_at_ms = int(&done, "completed_at_ms");
+                record.claimed_at_ms = first(&raw).and_then(|claim| int(&claim, "claimed_at_ms"));
+                let mut stored = done.clone();
+                if let Some(object) = stored.as_object_mut() {
+                    for meta in ["status", "fp", "completed_at_ms"] {
+                        object.remove(meta);
+                    }
+                }
+                record.status = done
+                    .get("response")
+                    .and_then(|r| r.get("status"))
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|s| u16::try_from(s).ok());
+                record.stored = Some(stored.to_string());
+            }
+        } else if let Some(claim) = first(&raw)
+            && claim.get("status").and_then(|s| s.as_str()) == Some("in_progress")
+        {
+            record.state = RecordState::InProgress;
+            record.owner = text(&claim, "owner")
+                .as_deref()
+                .and_then(Holder::from_token);
+            record.fingerprint = text(&claim, "fp");
+            record.claimed_at_ms = int(&claim, "claimed_at_ms");
+            let until = int(&claim, "lease_until_ms").unwrap_or(0);
+            record.lease_left = Some(Duration::from_millis(until.saturating_sub(now_ms)));
+        }
+        record.raw = raw;
+        record
+    }
+}
+
+impl Locks {
+    /// The idempotency record at `key`, in one read-only look: where it stands, who
+    /// claimed it and its lease left, its ttl, its fingerprint and its stored result.
+    /// `key` is the record's full Redis key (`lock:idem:app::pay:user-7:K1`) or that key
+    /// without the client's prefix. `None`: no record. Not over Redlock.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// // What `#[idempotent(key = "<k>")] async fn pay(k: &str)` in `app` writes for "K1":
+    /// let key = "idem:app::pay:K1";
+    /// match locks.idem_record(key).await.unwrap() {
+    ///     Some(record) if record.is_stuck() => println!("stuck: claimed by {:?}", record.owner),
+    ///     Some(record) => println!("{:?}, expires in {:?}", record.state, record.expires_in),
+    ///     None => println!("no record"),
+    /// }
+    /// assert!(!locks.forget_idem(key).await.unwrap());
+    /// # }
+    /// ```
+    pub async fn idem_record(&self, key: &str) -> Result<Option<IdemRecord>> {
+        let key = self.record_key(key);
+        let looked = self.inner.backend.idem_look(&key).await;
+        let looked = looked.map_err(|e| Error::backend(&key, e))?;
+        Ok(looked
+            .value
+            .map(|raw| IdemRecord::read(&key, raw, looked.ttl, looked.now_ms)))
+    }
+
+    /// Deletes the idempotency record at `key` (as for [`idem_record`](Self::idem_record))
+    /// and wakes the repeats that wait on it: the next call under its key runs the body,
+    /// whatever ran before. `true` when there was a record. An operator's tool for a
+    /// result that must not be replayed (stored by a bug) or a claim that must not be
+    /// waited for. A call still running under a forgotten claim gets [`Error::Lost`]
+    /// when it ends, as for any claim lost while its body ran (once another call has
+    /// claimed the key). Not over Redlock.
+    pub async fn forget_idem(&self, key: &str) -> Result<bool> {
+        let key = self.record_key(key);
+        let channel = super::done_channel(&key);
+        let forgot = self.inner.backend.idem_forget(&key, &channel).await;
+        let forgot = forgot.map_err(|e| Error::backend(&key, e))?;
+        if forgot {
+            tracing::warn!(target: "distlock", key = %key, "idempotency record forgotten: the next call under its key runs the body");
+        }
+        Ok(forgot)
+    }
+
+    /// Every idempotency record whose key, after `<prefix>idem:`, matches `pattern` (a
+    /// glob as `SCAN MATCH` reads it; `*` for all): a stream that walks the keys with
+    /// `SCAN` (every primary of a cluster) and reads each record it finds, one at a time.
+    /// A record that expires during the walk does not come. An error ends the stream. Not
+    /// over Redlock.
+    pub fn idem_records(
+        &self,
+        pattern: &str,
+    ) -> impl futures_util::Stream<Item = Result<IdemRecord>> + Send + '_ {
+        struct Walk {
+            glob: String,
+            nodes: Option<Vec<crate::backend::ScanNode>>,
+            node: usize,
+            cursor: u64,
+            pending: std::collections::VecDeque<String>,
+            seen: std::collections::HashSet<String>,
+            done: bool,
+        }
+        let walk = Walk {
+            glob: format!("{}idem:{pattern}", self.inner.prefix),
+            nodes: None,
+            node: 0,
+            cursor: 0,
+            pending: Default::default(),
+            seen: Default::default(),
+            done: false,
+        };
+        futures_util::stream::unfold(walk, move |mut walk| async move {
+            if walk.done {
+                return None;
+            }
+            let failed = |e| Error::backend(&walk.glob, e);
+            loop {
+                while let Some(key) = walk.pending.pop_front() {
+                    match self.idem_record(&key).await {
+                        Ok(Some(record)) => return Some((Ok(record), walk)),
+                        Ok(None) => {}
+                        Err(e) => {
+                            walk.done = true;
+                            return Some((Err(e), walk));
+                        }
+                    }
+                }
+                if walk.nodes.is_none() {
+                    match self.inner.backend.scan_nodes().await {
+                        Ok(nodes) => walk.nodes = Some(nodes),
+                        Err(e) => {
+                            walk.done = true;
+                            return Some((Err(failed(e)), walk));
+                        }
+                    }
+                }
+                let node = walk
+                    .nodes
+                    .as_deref()
+                    .unwrap_or_default()
+                    .get(walk.node)?
+                    .clone();
+                let step = self
+                    .inner
+                    .backend
+                    .scan(&node, walk.cursor, &walk.glob)
+                    .await;
+                let (cursor, keys) = match step {
+                    Ok(step) => step,
+                    Err(e) => {
+                        walk.done = true;
+                        return Some((Err(failed(e)), walk));
+                    }
+                };
+                walk.cursor = cursor;
+                if cursor == 0 {
+                    walk.node += 1;
+                }
+                for key in keys {
+                    if walk.seen.insert(key.clone()) {
+                        walk.pending.push_back(key);
+                    }
+                }
+            }
+        })
+    }
+
+    /// A record's full key: `key` as given when it begins with the client's prefix, else
+    /// the prefix then `key`.
+    fn record_key(&self, key: &str) -> String {
+        if key.starts_with(&*self.inner.prefix) {
+            key.to_owned()
+        } else {
+            format!("{}{key}", self.inner.prefix)
+        }
+    }
+}
