@@ -1,0 +1,451 @@
+//! `distlock`: see and operate distlock's locks and idempotency records from a shell.
+//!
+//! ```text
+//! distlock ls [PATTERN]            held locks, most contended first
+//! distlock inspect KEY             one lock: holder, lease, fence, waiters, permits, readers
+//! distlock leaks                   locks without a ttl, stuck records, dead local holders
+//! distlock release KEY --force     release a stuck lock (asks on a terminal unless --yes)
+//! distlock idem show KEY           one idempotency record
+//! distlock idem forget KEY         delete a record: the next call under its key runs
+//! distlock watch [PATTERN]         a live table, refreshed every second, until Ctrl-C
+//! ```
+//!
+//! Every listing takes `--json` (one JSON document on stdout; the fields are in
+//! `output.rs` and the README). Exit codes: 0 found or done, 1 not found (nothing
+//! listed, no such lock or record), 2 usage, 3 Redis unreachable or failing; errors go
+//! to stderr on one line.
+
+mod output;
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use futures_util::TryStreamExt;
+use lockcore::idempotency::IdemRecord;
+use lockcore::{BackendErrorKind, Error, LockState, Locks};
+
+/// See and operate distlock's locks and idempotency records.
+#[derive(Parser, Debug)]
+#[command(name = "distlock", version, about, long_about = None)]
+struct Cli {
+    /// Redis to connect to: `redis://`, `rediss://` (TLS: `REDIS_TLS_CA_FILE`,
+    /// `REDIS_TLS_CERT_FILE`, `REDIS_TLS_KEY_FILE`), `redis+cluster://h1:7000,h2:7001`,
+    /// `redis+sentinel://s1:26379,s2:26379/mymaster`.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/",
+        global = true
+    )]
+    url: String,
+    /// The applications' key prefix.
+    #[arg(long, default_value = lockcore::DEFAULT_PREFIX, global = true)]
+    prefix: String,
+    /// One JSON document on stdout instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    /// How long one Redis command may take, in ms.
+    #[arg(long, default_value_t = 2000, global = true)]
+    timeout_ms: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The held locks whose name matches PATTERN (a glob: `*`, `?`, `[abc]`), most
+    /// contended first.
+    Ls {
+        /// Lock names, as the application writes them (`order:*`).
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
+    /// One lock: its holder, lease left, last fence, waiters, permits and readers.
+    Inspect {
+        /// The lock's name (`order:42`) or its full key (`lock:order:42`).
+        key: String,
+    },
+    /// Lock keys without a ttl, idempotency records stuck in progress past their lease,
+    /// and holders on this host whose process no longer exists.
+    Leaks,
+    /// Releases whatever holds a lock and wakes its waiters (its holder gets `Lost` at
+    /// release or renewal).
+    Release {
+        /// The lock's name or full key.
+        key: String,
+        /// Required: a forced release lets another instance in while the holder may
+        /// still be running.
+        #[arg(long)]
+        force: bool,
+        /// Do not ask for confirmation on a terminal.
+        #[arg(long, short)]
+        yes: bool,
+    },
+    /// Idempotency records.
+    Idem {
+        #[command(subcommand)]
+        command: IdemCommand,
+    },
+    /// A live table of the held locks, contended first, refreshed until Ctrl-C (plain
+    /// lines when the output is not a terminal).
+    Watch {
+        /// Lock names to watch.
+        #[arg(default_value = "*")]
+        pattern: String,
+        /// Time between refreshes, in ms.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Stop after this many refreshes (default: until Ctrl-C).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum IdemCommand {
+    /// One record: state, owner, lease left, ttl, stored result.
+    Show {
+        /// The record's key (`idem:app::pay:user-7:K1`), with or without the prefix.
+        key: String,
+    },
+    /// Deletes a record and wakes the repeats waiting on it: the next call runs.
+    Forget {
+        /// The record's key, with or without the prefix.
+        key: String,
+    },
+}
+
+/// How a command ended.
+enum Outcome {
+    Done,
+    NotFound,
+}
+
+/// A failure, with its exit code.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let code = match e {
+            Error::Backend { .. } => 3,
+            _ => 1,
+        };
+        Failure {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure {
+        code: 2,
+        message: message.into(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return fail(Failure {
+                code: 3,
+                message: format!("cannot start: {e}"),
+            });
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Ok(Outcome::NotFound) => ExitCode::from(1),
+        Err(failure) => fail(failure),
+    }
+}
+
+fn fail(failure: Failure) -> ExitCode {
+    let line = failure.message.replace('\n', " ");
+    eprintln!("distlock: {line}");
+    ExitCode::from(failure.code)
+}
+
+async fn connect(cli: &Cli) -> Result<Locks, Failure> {
+    let builder = Locks::builder(cli.url.as_str())
+        .prefix(cli.prefix.as_str())
+        .command_timeout(Duration::from_millis(cli.timeout_ms))
+        .connect_timeout(Duration::from_millis(cli.timeout_ms))
+        .tls_from_env()
+        .map_err(|e| usage(e.to_string()))?;
+    builder.connect().await.map_err(|e| match e {
+        Error::Backend { ref source, .. } if source.kind() == BackendErrorKind::Config => {
+            usage(e.to_string())
+        }
+        Error::Backend { .. } => Failure {
+            code: 3,
+            message: format!("Redis unreachable: {e}"),
+        },
+        e => usage(e.to_string()),
+    })
+}
+
+async fn run(cli: Cli) -> Result<Outcome, Failure> {
+    if let Command::Release { force: false, .. } = cli.command {
+        return Err(usage(
+            "refusing to release without --force: the holder may still be running, and \
+             another instance would then run beside it",
+        ));
+    }
+    let locks = connect(&cli).await?;
+    let name = |key: &str| {
+        key.strip_prefix(cli.prefix.as_str())
+            .unwrap_or(key)
+            .to_owned()
+    };
+    let mut out = std::io::stdout().lock();
+    match &cli.command {
+        Command::Ls { pattern } => {
+            let states = listed(&locks, pattern).await?;
+            if cli.json {
+                output::json_line(&mut out, &output::locks_json(&states, &cli.prefix));
+            } else {
+                output::table(&mut out, &states, &cli.prefix);
+            }
+            Ok(found(!states.is_empty()))
+        }
+        Command::Inspect { key } => {
+            let state = locks.inspect(&name(key)).await?;
+            if cli.json {
+                output::json_line(&mut out, &output::lock_json(&state, &cli.prefix));
+            } else if state.is_held() || state.writer_waiting.is_some() {
+                output::details(&mut out, &state);
+            } else {
+                let _ = writeln!(
+                    out,
+                    "{}: not held (last fence {})",
+                    state.key, state.last_fence
+                );
+            }
+            Ok(found(state.is_held()))
+        }
+        Command::Leaks => {
+            let leaks = leaks(&locks).await?;
+            if cli.json {
+                output::json_line(&mut out, &leaks.json(&cli.prefix));
+            } else {
+                leaks.print(&mut out);
+            }
+            Ok(found(!leaks.is_empty()))
+        }
+        Command::Release { key, yes, .. } => {
+            let name = name(key);
+            let state = locks.inspect(&name).await?;
+            if !state.is_held() && state.writer_waiting.is_none() {
+                eprintln!("distlock: {} is not held", state.key);
+                return Ok(Outcome::NotFound);
+            }
+            if !yes && std::io::stdin().is_terminal() && !confirm(&state)? {
+                return Err(usage("not released: not confirmed"));
+            }
+            let released = locks.force_release(&name).await?;
+            if cli.json {
+                let doc = serde_json::json!({ "key": state.key, "released": released });
+                output::json_line(&mut out, &doc);
+            } else if released {
+                let _ = writeln!(
+                    out,
+                    "released {}: its waiters are woken; its holder gets Lost",
+                    state.key
+                );
+            } else {
+                let _ = writeln!(out, "{} was no longer held", state.key);
+            }
+            Ok(found(released))
+        }
+        Command::Idem {
+            command: IdemCommand::Show { key },
+        } => {
+            let record = locks.idem_record(key).await?;
+            if cli.json {
+                let doc = record
+                    .as_ref()
+                    .map_or(serde_json::Value::Null, output::record_json);
+                output::json_line(&mut out, &doc);
+            } else {
+                match &record {
+                    Some(record) => output::record(&mut out, record),
+                    None => eprintln!("distlock: no record at {key}"),
+                }
+            }
+            Ok(found(record.is_some()))
+        }
+        Command::Idem {
+            command: IdemCommand::Forget { key },
+        } => {
+            let forgot = locks.forget_idem(key).await?;
+            if cli.json {
+                output::json_line(
+                    &mut out,
+                    &serde_json::json!({ "key": key, "forgotten": forgot }),
+                );
+            } else if forgot {
+                let _ = writeln!(
+                    out,
+                    "forgot {key}: the next call under its key runs the body"
+                );
+            } else {
+                eprintln!("distlock: no record at {key}");
+            }
+            Ok(found(forgot))
+        }
+        Command::Watch {
+            pattern,
+            interval_ms,
+            count,
+        } => {
+            drop(out);
+            watch(
+                &locks,
+                &cli,
+                pattern,
+                Duration::from_millis(*interval_ms),
+                *count,
+            )
+            .await
+        }
+    }
+}
+
+fn found(yes: bool) -> Outcome {
+    if yes {
+        Outcome::Done
+    } else {
+        Outcome::NotFound
+    }
+}
+
+/// The held locks matching `pattern`, most contended first, then by key.
+async fn listed(locks: &Locks, pattern: &str) -> Result<Vec<LockState>, Failure> {
+    let mut states: Vec<LockState> = locks.list(pattern).try_collect().await?;
+    states.sort_by(|a, b| {
+        output::waiters(b)
+            .cmp(&output::waiters(a))
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    Ok(states)
+}
+
+fn confirm(state: &LockState) -> Result<bool, Failure> {
+    let holder = output::holder_text(state);
+    eprint!("release {} (held by {holder}) by force? [y/N] ", state.key);
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| usage(format!("no answer: {e}")))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// What `distlock leaks` finds.
+struct Leaks {
+    /// Locks whose key has no ttl: nothing will ever free them.
+    no_ttl: Vec<LockState>,
+    /// Records in progress whose lease ended.
+    stuck: Vec<IdemRecord>,
+    /// Locks with a holder on this host whose process is gone (the holder and its pid).
+    dead: Vec<(LockState, lockcore::Holder)>,
+}
+
+impl Leaks {
+    fn is_empty(&self) -> bool {
+        self.no_ttl.is_empty() && self.stuck.is_empty() && self.dead.is_empty()
+    }
+}
+
+async fn leaks(locks: &Locks) -> Result<Leaks, Failure> {
+    let here = locks
+        .holder_id()
+        .rsplit_once(':')
+        .map_or("", |(host, _)| host)
+        .to_owned();
+    let states = listed(locks, "*").await?;
+    let mut leaks = Leaks {
+        no_ttl: Vec::new(),
+        stuck: Vec::new(),
+        dead: Vec::new(),
+    };
+    for state in states {
+        let holders: Vec<lockcore::Holder> = state
+            .holder
+            .iter()
+            .cloned()
+            .chain(state.permits.iter().map(|s| s.holder.clone()))
+            .chain(state.readers.iter().map(|s| s.holder.clone()))
+            .collect();
+        let gone = holders.into_iter().find(|h| {
+            h.host.as_deref() == Some(here.as_str())
+                && h.pid
+                    .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+        });
+        if state.holder.is_some() && state.lease_left.is_none() {
+            leaks.no_ttl.push(state.clone());
+        }
+        if let Some(holder) = gone {
+            leaks.dead.push((state, holder));
+        }
+    }
+    let records: Vec<IdemRecord> = locks.idem_records("*").try_collect().await?;
+    leaks.stuck = records.into_iter().filter(IdemRecord::is_stuck).collect();
+    Ok(leaks)
+}
+
+async fn watch(
+    locks: &Locks,
+    cli: &Cli,
+    pattern: &str,
+    interval: Duration,
+    count: Option<u64>,
+) -> Result<Outcome, Failure> {
+    let terminal = std::io::stdout().is_terminal();
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut refreshes = 0;
+    loop {
+        let states = listed(locks, pattern).await?;
+        let mut out = std::io::stdout().lock();
+        let now = output::clock();
+        if cli.json {
+            let doc = serde_json::json!({ "at": now, "locks": output::locks_json(&states, &cli.prefix)["locks"] });
+            output::json_line(&mut out, &doc);
+        } else if terminal {
+            // Home and clear, then the table: the screen shows one refresh at a time.
+            let _ = write!(out, "\x1b[H\x1b[2J");
+            let _ = writeln!(
+                out,
+                "distlock watch {pattern}  {now}  {} held  (Ctrl-C to stop)",
+                states.len()
+            );
+            output::table(&mut out, &states, &cli.prefix);
+        } else {
+            let _ = writeln!(out, "-- {now} {} held", states.len());
+            output::table(&mut out, &states, &cli.prefix);
+        }
+        let _ = out.flush();
+        drop(out);
+        refreshes += 1;
+        if count.is_some_and(|n| refreshes >= n) {
+            return Ok(Outcome::Done);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = &mut ctrl_c => return Ok(Outcome::Done),
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Tables for people and JSON for scripts.
+//!
+//! The JSON documents (stable field names; times in ms; absent values `null`):
+//!
+//! - a lock (`inspect`, and each of `ls`'s `"locks"`): `key`, `name` (the key without
+//!   the prefix), `kind` (`"lock"`, `"semaphore"`, `"read"`), `holder` (`token`, `uuid`,
+//!   `id`, `host`, `pid`), `lease_left_ms`, `fence` (the last given, 0 before any),
+//!   `waiters` (listening clients, plus a waiter's mark and a waiting writer),
+//!   `marked_waiting`, `listening`, `permits` and `readers` (each `holder` and
+//!   `lease_left_ms`), `writer_waiting` (a holder), `yielded_to` (client ids);
+//! - `ls`: `{"locks": [..]}`, most contended first; `watch --json`: one such line per
+//!   refresh, with `"at"`;
+//! - `leaks`: `{"no_ttl": [lock], "stuck_records": [record], "dead_holders": [{"lock":
+//!   lock, "holder": holder}]}`;
+//! - a record (`idem show`): `key`, `state` (`"in_progress"`, `"completed"`,
+//!   `"unreadable"`), `owner` (a holder), `lease_left_ms`, `expires_in_ms`,
+//!   `claimed_at_ms`, `completed_at_ms`, `fingerprint`, `status` (a stored response's),
+//!   `stored` (the stored result, as JSON), `stuck`;
+//! - `release --force`: `{"key", "released"}`; `idem forget`: `{"key", "forgotten"}`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use lockcore::idempotency::{IdemRecord, RecordState};
+use lockcore::{Holder, LockState, Share};
+use serde_json::{Value, json};
+
+/// How contended a lock is: its listening clients, a waiter's mark, a waiting writer.
+pub(crate) fn waiters(state: &LockState) -> u64 {
+    state.listening.max(u64::from(state.marked_waiting)) + u64::from(state.writer_waiting.is_some())
+}
+
+fn kind(state: &LockState) -> &'static str {
+    if !state.permits.is_empty() {
+        "semaphore"
+    } else if !state.readers.is_empty() {
+        "read"
+    } else {
+        "lock"
+    }
+}
+
+fn ms(d: Option<Duration>) -> Value {
+    d.map_or(Value::Null, |d| {
+        json!(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    })
+}
+
+fn holder_json(h: &Holder) -> Value {
+    json!({ "token": h.token, "uuid": h.uuid, "id": h.id, "host": h.host, "pid": h.pid })
+}
+
+fn shares_json(shares: &[Share]) -> Value {
+    shares
+        .iter()
+        .map(|s| json!({ "holder": holder_json(&s.holder), "lease_left_ms": ms(Some(s.lease_left)) }))
+        .collect()
+}
+
+pub(crate) fn lock_json(state: &LockState, prefix: &str) -> Value {
+    json!({
+        "key": state.key,
+        "name": state.key.strip_prefix(prefix).unwrap_or(&state.key),
+        "kind": kind(state),
+        "holder": state.holder.as_ref().map(holder_json),
+        "lease_left_ms": ms(state.lease_left),
+        "fence": state.last_fence,
+        "waiters": waiters(state),
+        "marked_waiting": state.marked_waiting,
+        "listening": state.listening,
+        "permits": shares_json(&state.permits),
+        "readers": shares_json(&state.readers),
+        "writer_waiting": state.writer_waiting.as_ref().map(holder_json),
+        "yielded_to": state.yielded_to,
+    })
+}
+
+pub(crate) fn locks_json(states: &[LockState], prefix: &str) -> Value {
+    json!({ "locks": states.iter().map(|s| lock_json(s, prefix)).collect::<Vec<_>>() })
+}
+
+pub(crate) fn record_json(r: &IdemRecord) -> Value {
+    let state = match r.state {
+        RecordState::InProgress => "in_progress",
+        RecordState::Completed => "completed",
+        _ => "unreadable",
+    };
+    let stored = r
+        .stored
+        .as_deref()
+        .and_then(|s| serde_json::from_str::<Value>(s).ok());
+    json!({
+        "key": r.key,
+        "state": state,
+        "owner": r.owner.as_ref().map(holder_json),
+        "lease_left_ms": ms(r.lease_left),
+        "expires_in_ms": ms(r.expires_in),
+        "claimed_at_ms": r.claimed_at_ms,
+        "completed_at_ms": r.completed_at_ms,
+        "fingerprint": r.fingerprint,
+        "status": r.status,
+        "stored": stored,
+        "stuck": r.is_stuck(),
+    })
+}
+
+pub(crate) fn json_line(out: &mut impl Write, doc: &Value) {
+    let _ = writeln!(out, "{doc}");
+}
+
+fn who(h: &Holder) -> String {
+    match (&h.host, h.pid) {
+        (Some(host), Some(pid)) => format!("{host}:{pid}"),
+        _ => h.id.clone(),
+    }
+}
+
+/// Who holds a lock, in a table's cell.
+pub(crate) fn holder_text(state: &LockState) -> String {
+    if let Some(h) = &state.holder {
+        return who(h);
+    }
+    let shares = if state.permits.is_empty() {
+        &state.readers
+    } else {
+        &state.permits
+    };
+    match shares.as_slice() {
+        [] if !state.yielded_to.is_empty() => format!("(left to {})", state.yielded_to.join(" ")),
+        [] => "-".to_owned(),
+        [one] => who(&one.holder),
+        [one, rest @ ..] => format!("{} +{}", who(&one.holder), rest.len()),
+    }
+}
+
+fn lease_text(d: Option<Duration>) -> String {
+    match d {
+        None => "no ttl".to_owned(),
+        Some(d) if d >= Duration::from_secs(100) => format!("{}s", d.as_secs()),
+        Some(d) => format!("{:.1}s", d.as_secs_f64()),
+    }
+}
+
+/// `ls` and `watch`: one line per lock.
+pub(crate) fn table(out: &mut impl Write, states: &[LockState], prefix: &str) {
+    let rows: Vec<[String; 6]> = states
+        .iter()
+        .map(|s| {
+            [
+                s.key.strip_prefix(prefix).unwrap_or(&s.key).to_owned(),
+                kind(s).to_owned(),
+                holder_text(s),
+                lease_text(s.lease_left),
+                s.last_fence.to_string(),
+                waiters(s).to_string(),
+            ]
+        })
+        .collect();
+    let head = ["KEY", "KIND", "HOLDER", "LEASE", "FENCE", "WAITERS"];
+    let mut widths = head.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |out: &mut dyn Write, cells: [&str; 6]| {
+        let _ = writeln!(
+            out,
+            "{:<w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:>w4$}  {:>w5$}",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4],
+            cells[5],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+            w4 = widths[4],
+            w5 = widths[5],
+        );
+    };
+    line(out, head);
+    for row in &rows {
+        line(out, [&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]);
+    }
+}
+
+/// `inspect`: every field of one lock.
+pub(crate) fn details(out: &mut impl Write, s: &LockState) {
+    let _ = writeln!(out, "key:        {}", s.key);
+    let _ = writeln!(out, "kind:       {}", kind(s));
+    if let Some(h) = &s.holder {
+        let _ = writeln!(out, "holder:     {} (token {})", who(h), h.token);
+    }
+    let _ = writeln!(out, "lease left: {}", lease_text(s.lease_left));
+    let _ = writeln!(out, "last fence: {}", s.last_fence);
+    let _ = writeln!(
+        out,
+        "waiters:    {} listening{}",
+        s.listening,
+        if s.marked_waiting {
+            ", marked waiting"
+        } else {
+            ""
+        }
+    );
+    for (what, shares) in [("permit", &s.permits), ("reader", &s.readers)] {
+        for share in shares {
+            let _ = writeln!(
+                out,
+                "{what}:     {}{} lease left {} (token {})",
+                if what == "permit" { " " } else { "" },
+                who(&share.holder),
+                lease_text(Some(share.lease_left)),
+                share.holder.token
+            );
+        }
+    }
+    if let Some(w) = &s.writer_waiting {
+        let _ = writeln!(out, "writer waiting: {}", who(w));
+    }
+    if !s.yielded_to.is_empty() {
+        let _ = writeln!(out, "left to:    {}", s.yielded_to.join(" "));
+    }
+}
+
+/// `idem show`: one record.
+pub(crate) fn record(out: &mut impl Write, r: &IdemRecord) {
+    let state = match r.state {
+        RecordState::InProgress if r.is_stuck() => "in progress, lease ended (stuck)",
+        RecordState::InProgress => "in progress",
+        RecordState::Completed => "completed",
+        _ => "unreadable",
+    };
+    let _ = writeln!(out, "key:        {}", r.key);
+    let _ = writeln!(out, "state:      {state}");
+    if let Some(owner) = &r.owner {
+        let _ = writeln!(out, "owner:      {} (token {})", who(owner), owner.token);
+    }
+    if r.state == RecordState::InProgress {
+        let _ = writeln!(out, "lease left: {}", lease_text(r.lease_left));
+    }
+    let _ = writeln!(out, "expires in: {}", lease_text(r.expires_in));
+    if let Some(fp) = &r.fingerprint {
+        let _ = writeln!(out, "fingerprint: {fp}");
+    }
+    if let Some(status) = r.status {
+        let _ = writeln!(out, "status:     {status}");
+    }
+    if let Some(stored) = &r.stored {
+        let _ = writeln!(out, "stored:     {stored}");
+    }
+    if r.state == RecordState::Unreadable {
+        let _ = writeln!(out, "raw:        {}", r.raw);
+    }
+}
+
+/// The wall clock, `HH:MM:SS` UTC, for `watch`'s header.
+pub(crate) fn clock() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!(
+        "{:02}:{:02}:{:02}Z",
+        secs / 3600 % 24,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+impl super::Leaks {
+    pub(crate) fn json(&self, prefix: &str) -> Value {
+        json!({
+            "no_ttl": self.no_ttl.iter().map(|s| lock_json(s, prefix)).collect::<Vec<_>>(),
+            "stuck_records": self.stuck.iter().map(record_json).collect::<Vec<_>>(),
+            "dead_holders": self
+                .dead
+                .iter()
+                .map(|(s, h)| json!({ "lock": lock_json(s, prefix), "holder": holder_json(h) }))
+                .collect::<Vec<_>>(),
+        })
+    }
+
+    pub(crate) fn print(&self, out: &mut impl Write) {
+        if self.is_empty() {
+            let _ = writeln!(out, "no leaks");
+            return;
+        }
+        for s in &self.no_ttl {
+            let _ = writeln!(
+                out,
+                "no ttl       {}  held by {}: nothing will free it",
+                s.key,
+                holder_text(s)
+            );
+        }
+        for r in &self.stuck {
+            let owner = r.owner.as_ref().map_or_else(|| "nobody".to_owned(), who);
+            let _ = writeln!(
+                out,
+                "stuck record {}  claimed by {owner}, lease ended: the next call takes it over",
+                r.key
+            );
+        }
+        for (s, h) in &self.dead {
+            let _ = writeln!(
+                out,
+                "dead holder  {}  held by {}: no such process here; lease left {}",
+                s.key,
+                who(h),
+                lease_text(s.lease_left)
+            );
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! The `distlock` command against a real redis-server and a local cluster: each
+//! command's output for held, expired, stuck and leaked locks, `--json` parsed and
+//! checked, exit codes, `release --force` waking a waiter, and `watch` in a real
+//! terminal (tmux).
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use lockcore::{Error, Locks};
+use serde_json::Value;
+use testkit::{RedisCluster, RedisServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// Runs `distlock args` against `url`, its stdin not a terminal.
+fn distlock(url: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("REDIS_URL", url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("distlock runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exited")
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document ({e}): {}", stdout(out)))
+}
+
+/// The data rows of a table: each line's cells, the header left out.
+fn rows(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("KEY"))
+        .skip(1)
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .filter(|cells| !cells.is_empty())
+        .collect()
+}
+
+async fn raw_set(server: &RedisServer, key: &str, value: &str, px: Option<u64>) {
+    let mut raw = server.raw().await;
+    let mut set = redis::cmd("SET");
+    set.arg(key).arg(value);
+    if let Some(px) = px {
+        set.arg("PX").arg(px);
+    }
+    let _: () = set.query_async(&mut raw).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_shows_held_locks_contended_first_and_not_expired_ones() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let held = locks
+        .lock("order:42")
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let fence = held.fence().await.unwrap();
+    let permit = locks.semaphore("gpu:pool", 2).acquire().await.unwrap();
+    let reader = locks.read_lock("doc:7").acquire().await.unwrap();
+    // A contended key: another client waits for it.
+    let busy = locks.lock("report").acquire().await.unwrap();
+    let other = Locks::connect(&url).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("report")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+    });
+    // An expired lock is not listed.
+    let short = locks
+        .lock("expired")
+        .ttl(Duration::from_millis(200))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    let out = distlock(&url, &["ls"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    let table = rows(&stdout(&out));
+    assert_eq!(table.len(), 4, "{}", stdout(&out));
+    assert_eq!(
+        (table[0][0].as_str(), table[0][5].as_str()),
+        ("report", "1"),
+        "contended first"
+    );
+    let order = table.iter().find(|r| r[0] == "order:42").unwrap();
+    let me = format!(":{}", std::process::id());
+    assert!(order[1] == "lock" && order[2].ends_with(&me), "{order:?}");
+    assert_eq!(order[4], fence.to_string());
+    assert!(
+        table
+            .iter()
+            .any(|r| r[0] == "gpu:pool" && r[1] == "semaphore")
+    );
+    assert!(table.iter().any(|r| r[0] == "doc:7" && r[1] == "read"));
+    assert!(!stdout(&out).contains("expired"));
+
+    let doc = json(&distlock(&url, &["ls", "--json"]));
+    let listed = doc["locks"].as_array().unwrap();
+    assert_eq!(listed.len(), 4);
+    assert_eq!(listed[0]["name"], "report");
+    assert!(listed[0]["waiters"].as_u64().unwrap() >= 1);
+    let order = listed.iter().find(|l| l["name"] == "order:42").unwrap();
+    assert_eq!(order["key"], "lock:order:42");
+    assert_eq!(order["holder"]["token"], held.token());
+    assert_eq!(order["holder"]["pid"], std::process::id());
+    assert_eq!(order["fence"], fence);
+    let lease = order["lease_left_ms"].as_u64().unwrap();
+    assert!(lease > 10_000 && lease <= 20_000, "{lease}");
+    let gpu = listed.iter().find(|l| l["name"] == "gpu:pool").unwrap();
+    assert_eq!(gpu["permits"][0]["holder"]["token"], permit.token());
+    let doc7 = listed.iter().find(|l| l["name"] == "doc:7").unwrap();
+    assert_eq!(doc7["readers"][0]["holder"]["token"], reader.token());
+
+    // A pattern; nothing matched is exit 1.
+    let out = distlock(&url, &["ls", "order:*"]);
+    assert_eq!(rows(&stdout(&out)).len(), 1);
+    let out = distlock(&url, &["ls", "nothing:*"]);
+    assert_eq!((code(&out), rows(&stdout(&out)).len()), (1, 0));
+    assert_eq!(
+        json(&distlock(&url, &["ls", "nothing:*", "--json"]))["locks"],
+        Value::Array(vec![])
+    );
+
+    busy.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    for g in [held, permit, reader] {
+        g.release().await.unwrap();
+    }
+    assert!(matches!(short.release().await, Err(Error::Lost { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_one_lock_by_name_or_full_key() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let g = locks.lock("order:42").acquire().await.unwrap();
+    let fence = g.fence().await.unwrap();
+    let out = distlock(&url, &["inspect", "order:42"]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    assert!(text.contains("key:        lock:order:42"), "{text}");
+    assert!(text.contains(g.token()) && text.contains(&format!("last fence: {fence}")));
+    let doc = json(&distlock(&url, &["inspect", "lock:order:42", "--json"]));
+    assert_eq!(
+        (doc["holder"]["token"].as_str(), doc["fence"].as_u64()),
+        (Some(g.token()), Some(fence))
+    );
+    g.release().await.unwrap();
+    let out = distlock(&url, &["inspect", "order:42"]);
+    assert_eq!(code(&out), 1);
+    assert!(stdout(&out).contains("not held"));
+    assert_eq!(
+        json(&distlock(&url, &["inspect", "order:42", "--json"]))["holder"],
+        Value::Null
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaks_finds_keys_without_ttl_stuck_records_and_dead_local_holders() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let out = distlock(&url, &["leaks"]);
+    assert_eq!((code(&out), stdout(&out).trim()), (1, "no leaks"));
+
+    // A holder on another host whose key lost its ttl (a `PERSIST` by hand, say).
+    raw_set(&server, "lock:no-ttl", "6f1c:web-3:77", None).await;
+    // A claim whose caller died: its lease ended long ago.
+    let claim = r#"{"claimed_at_ms":1764485970000,"fp":"ab","lease_until_ms":1764486000000,"owner":"9a9a:web-9:4242","retention_ms":86400000,"status":"in_progress"}"#;
+    raw_set(&server, "lock:idem:app::pay:K9", claim, Some(3_600_000)).await;
+    // A holder on this host whose process is gone.
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let host = locks.holder_id().rsplit_once(':').unwrap().0.to_owned();
+    let dead = format!("0b0b:{host}:{dead_pid}");
+    raw_set(&server, "lock:orphan", &dead, Some(60_000)).await;
+    // A live holder here and a running claim are no leaks.
+    let live = locks.lock("live").acquire().await.unwrap();
+
+    let out = distlock(&url, &["leaks"]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    assert!(text.contains("no ttl       lock:no-ttl"), "{text}");
+    assert!(
+        text.contains("stuck record lock:idem:app::pay:K9"),
+        "{text}"
+    );
+    assert!(text.contains("dead holder  lock:orphan"), "{text}");
+    assert!(!text.contains("lock:live"), "{text}");
+
+    let doc = json(&distlock(&url, &["leaks", "--json"]));
+    assert_eq!(doc["no_ttl"][0]["key"], "lock:no-ttl");
+    assert_eq!(doc["no_ttl"][0]["lease_left_ms"], Value::Null);
+    assert_eq!(doc["stuck_records"][0]["key"], "lock:idem:app::pay:K9");
+    assert_eq!(doc["stuck_records"][0]["stuck"], true);
+    assert_eq!(doc["stuck_records"][0]["owner"]["host"], "web-9");
+    assert_eq!(doc["dead_holders"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["dead_holders"][0]["holder"]["pid"], dead_pid);
+    assert_eq!(doc["dead_holders"][0]["lock"]["name"], "orphan");
+    live.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_needs_force_and_then_wakes_a_waiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let stuck = Locks::connect(&url).await.unwrap();
+    let other = Locks::connect(&url).await.unwrap();
+    let held = stuck
+        .lock("job")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let g = other
+            .lock("job")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await;
+        (g, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiter.is_finished(),
+        "control: the waiter waits for the 30 s lease"
+    );
+
+    let out = distlock(&url, &["release", "job"]);
+    assert_eq!(code(&out), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    assert!(
+        stuck.inspect("job").await.unwrap().is_held(),
+        "refused: still held"
+    );
+
+    let out = distlock(&url, &["release", "job", "--force"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    assert!(stdout(&out).contains("released lock:job"));
+    let (g, waited) = waiter.await.unwrap();
+    let g = g.unwrap();
+    assert!(
+        waited < Duration::from_secs(15),
+        "woken, not at the lease's end: {waited:?}"
+    );
+    assert!(matches!(held.release().await, Err(Error::Lost { .. })));
+    g.release().await.unwrap();
+
+    let out = distlock(&url, &["release", "job", "--force", "--json"]);
+    assert_eq!(code(&out), 1, "nothing held");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_show_and_forget() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let done = concat!(
+        r#"{"claimed_at_ms":1764485970000,"fp":"cd","lease_until_ms":1764486000000,"owner":"1a:web-1:5","retention_ms":86400000,"status":"in_progress"}"#,
+        r#"{"status":"completed","fp":"cd","completed_at_ms":1764485971234,"response":{"status":201,"headers":[["content-type","application/json"]],"body":"{\"id\":7}"}}"#
+    );
+    raw_set(&server, "lock:idem:app::pay:u1:K1", done, Some(3_600_000)).await;
+
+    let out = distlock(&url, &["idem", "show", "idem:app::pay:u1:K1"]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    assert!(
+        text.contains("state:      completed") && text.contains("status:     201"),
+        "{text}"
+    );
+    let doc = json(&distlock(
+        &url,
+        &["idem", "show", "lock:idem:app::pay:u1:K1", "--json"],
+    ));
+    assert_eq!(doc["state"], "completed");
+    assert_eq!(doc["status"], 201);
+    assert_eq!(doc["fingerprint"], "cd");
+    assert_eq!(doc["completed_at_ms"], 1764485971234u64);
+    assert_eq!(doc["stored"]["response"]["body"], "{\"id\":7}");
+    let expires = doc["expires_in_ms"].as_u64().unwrap();
+    assert!(expires > 3_000_000 && expires <= 3_600_000, "{expires}");
+
+    let out = distlock(&url, &["idem", "forget", "idem:app::pay:u1:K1"]);
+    assert_eq!(code(&out), 0);
+    let out = distlock(&url, &["idem", "show", "idem:app::pay:u1:K1"]);
+    assert_eq!(code(&out), 1);
+    assert_eq!(
+        json(&distlock(
+            &url,
+            &["idem", "show", "idem:app::pay:u1:K1", "--json"]
+        )),
+        Value::Null
+    );
+    let out = distlock(&url, &["idem", "forget", "idem:app::pay:u1:K1", "--json"]);
+    assert_eq!(
+        (code(&out), json(&out)["forgotten"].as_bool()),
+        (1, Some(false))
+    );
+}
+
+#[test]
+fn exit_codes_for_usage_and_an_unreachable_redis() {
+    let closed = format!("redis://127.0.0.1:{}/", testkit::free_port());
+    let out = distlock(&closed, &["--timeout-ms", "500", "ls"]);
+    assert_eq!(code(&out), 3);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.starts_with("distlock: Redis unreachable"), "{err}");
+    assert_eq!(code(&distlock(&closed, &["frobnicate"])), 2);
+    assert_eq!(code(&distlock(&closed, &["inspect"])), 2, "KEY missing");
+    assert_eq!(
+        code(&distlock("bogus://x", &["ls"])),
+        2,
+        "a URL that is not one"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_plain_refreshes_when_not_on_a_terminal() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let g = locks.lock("w:1").acquire().await.unwrap();
+    let out = distlock(&url, &["watch", "--count", "2", "--interval-ms", "50"]);
+    assert_eq!(code(&out), 0);
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("-- ")).count(),
+        2,
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'), "no terminal codes in plain output");
+    assert_eq!(text.matches("w:1").count(), 2);
+    let out = distlock(&url, &["watch", "--count", "1", "--json"]);
+    assert_eq!(json(&out)["locks"][0]["name"], "w:1");
+    g.release().await.unwrap();
+}
+
+/// A private tmux server, killed when dropped (a failed assertion too).
+struct Tmux(String);
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&self.0)
+            .args(args)
+            .output()
+            .expect("tmux runs")
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "w"]).stdout).into_owned()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_in_a_terminal_shows_a_contended_key_until_ctrl_c() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let busy = locks.lock("hot:key").acquire().await.unwrap();
+    let quiet = locks.lock("calm:key").acquire().await.unwrap();
+    let other = Locks::connect(&url).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("hot:key")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+    });
+    let tmux = Tmux(format!("distlock-watch-{}", std::process::id()));
+    let run = format!("REDIS_URL='{url}' {BIN} watch");
+    let started = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "w",
+        "-x",
+        "120",
+        "-y",
+        "30",
+        &run,
+    ]);
+    assert!(started.status.success(), "{started:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let screen = loop {
+        let screen = tmux.screen();
+        let table = rows(&screen);
+        if table.len() == 2 && table[0][0] == "hot:key" && table[0][5] == "1" {
+            break screen;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no contended key on screen:\n{screen}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(screen.starts_with("distlock watch *"), "{screen}");
+    assert_eq!(
+        screen.matches("KEY").count(),
+        1,
+        "one refresh on screen:\n{screen}"
+    );
+    assert!(rows(&screen)[1][0] == "calm:key");
+
+    // Ctrl-C ends it: the session closes with its one window.
+    tmux.cmd(&["send-keys", "-t", "w", "C-c"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tmux.cmd(&["has-session", "-t", "w"]).status.success() {
+        assert!(
+            Instant::now() < deadline,
+            "watch still running after Ctrl-C"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    busy.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    quiet.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_ls_walks_every_primary_and_release_wakes() {
+    let cluster = RedisCluster::start(3, 0);
+    let url = format!(
+        "redis+cluster://{}",
+        cluster
+            .primaries()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let locks = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    let mut keys: Vec<String> = cluster
+        .primaries()
+        .iter()
+        .map(|p| cluster.key_on(*p, "lock:", "spread"))
+        .collect();
+    keys.sort();
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(locks.lock(key).acquire().await.unwrap());
+    }
+    let doc = json(&distlock(&url, &["ls", "--json"]));
+    let mut names: Vec<String> = doc["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, keys);
+
+    let out = distlock(&url, &["inspect", &keys[0]]);
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains(guards[0].token()));
+    let other = Locks::cluster(cluster.urls()).connect().await.unwrap();
+    let key = keys[1].clone();
+    let waiter = tokio::spawn(async move {
+        other
+            .lock(&key)
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = distlock(&url, &["release", &keys[1], "--force"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    let mut guards = guards.into_iter();
+    guards.next().unwrap().release().await.unwrap();
+    assert!(matches!(
+        guards.next().unwrap().release().await,
+        Err(Error::Lost { .. })
+    ));
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
