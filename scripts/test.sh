@@ -28,6 +28,7 @@ DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
   behaviour:: waiting:: hardening:: hardening_locks:: jobs:: fencing:: semaphores:: rwlocks:: inspect:: \
   multilocks::
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test chaos
+DISTLOCK_TEST_ACL=1 cargo test --workspace --all-features "$@" --test cli
 
 # On Valkey 9.1, whose native `SET ... IFEQ` and `DELIFEQ` distlock then uses: the lock
 # suites, then the same as the least-privilege user (native commands found through HELLO).
@@ -35,5 +36,6 @@ REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test suite -- \
   behaviour:: waiting:: hardening:: hardening_locks:: idempotent_fns:: jobs:: fencing:: semaphores:: \
   rwlocks:: multilocks:: family_faults:: inspect::
 REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test processes --test cluster
+REDIS_SERVER_BIN="$valkey" cargo test --workspace --all-features "$@" --test cli
 REDIS_SERVER_BIN="$valkey" DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
   behaviour:: hardening_locks:: semaphores:: rwlocks:: multilocks:: inspect::
