@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --example axum_orders --features axum            # serve on 127.0.0.1:3000
 //! cargo run --example axum_orders --features axum -- --demo  # serve, then act as clients
+//! cargo run --example axum_orders --features axum,metrics     # with /metrics (Prometheus)
 //! ```
 //!
 //! It uses the Redis at `REDIS_URL` (default `redis://127.0.0.1:6379/`; a Redis Cluster as
@@ -99,11 +100,23 @@ async fn stats(State(shop): State<Shop>) -> Json<serde_json::Value> {
 }
 
 fn app(shop: Shop) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/payments/callback", post(payment_callback))
         .route("/flash-sale/{sku}/buy", post(buy))
-        .route("/stats", get(stats))
-        .with_state(shop)
+        .route("/stats", get(stats));
+    // distlock's metrics (feature `metrics`) through the Prometheus exporter: the
+    // recorder is installed once, and `/metrics` renders what it holds.
+    #[cfg(feature = "metrics")]
+    let router = {
+        let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("no other metrics recorder is installed");
+        router.route(
+            "/metrics",
+            get(move || std::future::ready(prometheus.render())),
+        )
+    };
+    router.with_state(shop)
 }
 
 #[tokio::main]
@@ -214,6 +227,11 @@ async fn run_demo(addr: SocketAddr) -> bool {
         "never oversold: {} ({sold} sold, {left} left of 5)",
         if sold + left == 5 { "yes" } else { "NO" }
     );
+    #[cfg(feature = "metrics")]
+    {
+        let (_, _, metrics) = request(addr, "GET", "/metrics", None, "").await;
+        println!("--- /metrics ---\n{metrics}--- end ---");
+    }
     charges == 1 && sold + left == 5
 }
 

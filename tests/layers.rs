@@ -11,7 +11,7 @@ use syn::visit::Visit;
 
 /// The layers, lowest first; a module may use its own layer and those before it.
 const LAYERS: &[&[&str]] = &[
-    &["error", "events", "key", "util"],
+    &["error", "events", "key", "metrics", "util"],
     &["notify"],
     &["backend"],
     &["contention", "local", "watchdog"],

@@ -60,6 +60,17 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    // With feature `metrics`, a recorder is installed (what an application that scrapes
+    // distlock's metrics runs with): W1 then measures their cost against the same
+    // workload built without the feature (`benches/README.md`, "Metrics").
+    #[cfg(feature = "metrics")]
+    let _recorder = {
+        let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("no other recorder");
+        println!("metrics: the Prometheus recorder is installed");
+        handle
+    };
     let server = testkit::RedisServer::start();
     rt.block_on(run(&cfg, &server));
     drop(server);

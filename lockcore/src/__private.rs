@@ -1,8 +1,10 @@
 //! What the attribute macros expand to. Not a public API: it may change in any release.
 
 use std::future::Future;
+
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tracing::Instrument as _;
 
 pub use crate::backend::scripts;
 pub use crate::idempotency::private::*;
@@ -95,6 +97,9 @@ pub struct LockSpec {
     pub replicas: Option<u32>,
     /// What is taken.
     pub kind: LockKind,
+    /// The key's template as written (`"stock:<sku>"`; a multi-lock's, joined by `, `):
+    /// the metrics' label and a span field.
+    pub template: &'static str,
 }
 
 /// What `#[distributed_lock]` takes.
@@ -139,7 +144,8 @@ fn configured<'a>(request: crate::LockRequest<'a>, spec: &LockSpec) -> crate::Lo
     let mut request = request
         .ttl(Duration::from_millis(spec.ttl_ms))
         .wait(Duration::from_millis(spec.wait_ms))
-        .renew(spec.renew);
+        .renew(spec.renew)
+        .template(spec.template);
     if spec.max_hold_ms > 0 {
         request = request.max_hold(Duration::from_millis(spec.max_hold_ms));
     }
@@ -194,16 +200,32 @@ impl Held for crate::MultiLockGuard {
 /// Runs `body` with `guard`'s locks visible to `current_lock()`, then releases them:
 /// with `renew` and `on_lost = "cancel"`, a loss found while it runs drops the body at
 /// its next await point.
-async fn run_held<R, F, G>(acquired: Result<G, Error>, spec: &LockSpec, body: F) -> R
+async fn run_held<R, F, G>(
+    acquired: Result<G, Error>,
+    started: std::time::Instant,
+    spec: &LockSpec,
+    body: F,
+) -> R
 where
     R: LockOutput,
     F: Future<Output = R>,
     G: Held,
 {
+    // The annotated call's span (see `call_span`), current here.
+    let span = tracing::Span::current();
+    span.record("distlock.waited_ms", started.elapsed().as_secs_f64() * 1e3);
     let guard = match acquired {
         Ok(guard) => guard,
-        Err(e) => return R::from_lock_error(e),
+        Err(e) => {
+            let outcome = match e {
+                Error::Busy { .. } => "busy",
+                _ => "error",
+            };
+            span.record("distlock.outcome", outcome);
+            return R::from_lock_error(e);
+        }
     };
+    let held = std::time::Instant::now();
     let out = if spec.renew && spec.cancel_on_lost {
         tokio::select! {
             biased;
@@ -212,13 +234,23 @@ where
                 let key = guard.named();
                 tracing::warn!(target: "distlock", key, "lock lost while held: the body was cancelled");
                 let _ = guard.release().await;
+                span.record("distlock.held_ms", held.elapsed().as_secs_f64() * 1e3);
+                span.record("distlock.outcome", "lost");
                 return R::from_lock_error(Error::Lost { key });
             }
         }
     } else {
         guard.scope(body).await
     };
-    match guard.release().await {
+    let released = guard.release().await;
+    span.record("distlock.held_ms", held.elapsed().as_secs_f64() * 1e3);
+    let outcome = match &released {
+        Ok(()) => "released",
+        Err(Error::Lost { .. }) => "lost",
+        Err(_) => "release_failed",
+    };
+    span.record("distlock.outcome", outcome);
+    match released {
         Ok(()) => out,
         Err(e) if out.is_ok() => R::from_lock_error(e),
         Err(e) => {
@@ -228,8 +260,56 @@ where
     }
 }
 
+/// The span of one annotated call (OpenTelemetry's conventions: `otel.kind`, and the
+/// outcome and times once known); the arguments are never recorded, the key is (its
+/// text made only when a subscriber wants the span).
+fn call_span(prefix: &str, keys: &[&str], spec: &LockSpec) -> tracing::Span {
+    struct Keys<'a>(&'a str, &'a [&'a str]);
+    impl std::fmt::Display for Keys<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            for (i, key) in self.1.iter().enumerate() {
+                let sep = if i == 0 { "" } else { ", " };
+                write!(f, "{sep}{}{key}", self.0)?;
+            }
+            Ok(())
+        }
+    }
+    tracing::info_span!(
+        target: "distlock",
+        "distlock.lock",
+        otel.name = "distlock.lock",
+        otel.kind = "internal",
+        distlock.key.template = spec.template,
+        distlock.key = %Keys(prefix, keys),
+        distlock.fence = tracing::field::Empty,
+        distlock.outcome = tracing::field::Empty,
+        distlock.waited_ms = tracing::field::Empty,
+        distlock.held_ms = tracing::field::Empty,
+    )
+}
+
 /// [`run_locked`] for `keys = [..]`: every lock, or none, through `Locks::multi_lock`.
-pub async fn run_multi_locked<R, F>(
+pub fn run_multi_locked<R, F>(
+    client: Result<Locks, Error>,
+    keys: Vec<String>,
+    spec: LockSpec,
+    body: F,
+) -> impl Future<Output = R>
+where
+    R: LockOutput,
+    F: Future<Output = R>,
+{
+    let span = match &client {
+        Ok(locks) => {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            call_span(locks.prefix(), &keys, &spec)
+        }
+        Err(_) => tracing::Span::none(),
+    };
+    multi_locked(client, keys, spec, body).instrument(span)
+}
+
+async fn multi_locked<R, F>(
     client: Result<Locks, Error>,
     keys: Vec<String>,
     spec: LockSpec,
@@ -243,21 +323,36 @@ where
         Ok(locks) => locks,
         Err(e) => return R::from_lock_error(e),
     };
+    let started = std::time::Instant::now();
     let request = configured(locks.lock(String::new()), &spec);
     let acquired = crate::MultiLockRequest::like(request, keys).acquire().await;
-    run_held(acquired, &spec, body).await
+    run_held(acquired, started, &spec, body).await
 }
 
 /// Acquire, run `body` with the lock visible to `current_lock()`, always release.
 ///
 /// A loss found at release replaces an `Ok` with `Err(Lost)`; an `Err` from the body is
 /// kept (the loss is logged). Panics and cancellation release through the guard's `Drop`.
-pub async fn run_locked<R, F>(
+pub fn run_locked<R, F>(
     client: Result<Locks, Error>,
     key: String,
     spec: LockSpec,
     body: F,
-) -> R
+) -> impl Future<Output = R>
+where
+    R: LockOutput,
+    F: Future<Output = R>,
+{
+    // The span wraps the call from outside: one layer, where an `async` block inside
+    // would be two (deep futures overflow the compiler's trait solving in handlers).
+    let span = match &client {
+        Ok(locks) => call_span(locks.prefix(), &[&key], &spec),
+        Err(_) => tracing::Span::none(),
+    };
+    locked(client, key, spec, body).instrument(span)
+}
+
+async fn locked<R, F>(client: Result<Locks, Error>, key: String, spec: LockSpec, body: F) -> R
 where
     R: LockOutput,
     F: Future<Output = R>,
@@ -272,6 +367,7 @@ where
         LockKind::Read => locks.read_lock(key),
         LockKind::Write => locks.write_lock(key),
     };
+    let started = std::time::Instant::now();
     let acquired = configured(request, &spec).acquire().await;
-    run_held(acquired, &spec, body).await
+    run_held(acquired, started, &spec, body).await
 }

@@ -311,8 +311,23 @@ impl Events {
 
     /// The one place an event goes out. An observer that panics does not take the
     /// lock's bookkeeping with it: the panic is caught and logged.
-    pub(crate) fn emit(&self, event: Event<'_>) {
+    /// `template`: the key's template (a lock's) or the function (an idempotent call's),
+    /// the one label the metrics use.
+    pub(crate) fn emit(&self, event: Event<'_>, template: &'static str) {
         event.trace();
+        if let Event::Claimed { .. }
+        | Event::Replayed { .. }
+        | Event::InProgress { .. }
+        | Event::Mismatch { .. }
+        | Event::ClaimFailed { .. } = event
+        {
+            // The outcome of the idempotent call's span (see `run_idempotent`).
+            tracing::Span::current().record("distlock.outcome", event.name());
+        }
+        #[cfg(feature = "metrics")]
+        crate::metrics::record(&event, template);
+        #[cfg(not(feature = "metrics"))]
+        let _ = template;
         if let Some(observe) = &self.observer {
             let call = std::panic::AssertUnwindSafe(|| observe(&event));
             if std::panic::catch_unwind(call).is_err() {

@@ -44,6 +44,7 @@
 mod error;
 mod events;
 pub mod key;
+mod metrics;
 mod util;
 
 mod notify;

@@ -38,6 +38,8 @@ pub(crate) struct HeldState {
     pub(crate) replicas: std::sync::atomic::AtomicU32,
     /// How the lock was taken.
     taking: Taking,
+    /// The key's template (see `LockRequest::template`): its metrics' label.
+    pub(crate) template: &'static str,
     /// The lease by this client's clock: since when (a try's or renewal's send) and for
     /// how long. The key cannot expire before its end (see [`HeldState::surely_held_at`]).
     lease: Mutex<(Instant, Duration)>,
@@ -55,8 +57,14 @@ pub(crate) enum Taking {
 
 impl HeldState {
     /// The state of a lock taken as `taking`, whose lease runs `ttl` from `since`.
-    pub(crate) fn new(since: Instant, ttl: Duration, taking: Taking) -> Arc<HeldState> {
+    pub(crate) fn new(
+        since: Instant,
+        ttl: Duration,
+        taking: Taking,
+        template: &'static str,
+    ) -> Arc<HeldState> {
         Arc::new(HeldState {
+            template,
             lost: AtomicBool::new(false),
             lost_notify: Notify::new(),
             released: AtomicBool::new(false),
@@ -339,14 +347,17 @@ fn drop_ended(tracked: &mut Vec<Tracked>, now: Instant) {
         }
         if now >= t.lease_end {
             t.lease.state.mark_lost();
-            t.lease.events.emit(Event::Lost {
-                key: &t.lease.key,
-                found_at: if t.capped(now) {
-                    "max_hold"
-                } else {
-                    "lease end"
+            t.lease.events.emit(
+                Event::Lost {
+                    key: &t.lease.key,
+                    found_at: if t.capped(now) {
+                        "max_hold"
+                    } else {
+                        "lease end"
+                    },
                 },
-            });
+                t.lease.state.template,
+            );
             return false;
         }
         true
@@ -475,10 +486,13 @@ fn record(
         Err(e) => {
             for &i in due {
                 let t = &mut tracked[i];
-                t.lease.events.emit(Event::RenewalFailed {
-                    key: &t.lease.key,
-                    error: &e,
-                });
+                t.lease.events.emit(
+                    Event::RenewalFailed {
+                        key: &t.lease.key,
+                        error: &e,
+                    },
+                    t.lease.state.template,
+                );
                 retry_soon(t);
             }
             return;
@@ -504,14 +518,19 @@ fn record(
             t.lease_end = sent + t.lease.ttl;
             t.lease.state.renewed(sent, t.lease.ttl);
             t.due = sent + t.lease.ttl / 3;
-            t.lease.events.emit(Event::Renewed { key: &t.lease.key });
+            t.lease
+                .events
+                .emit(Event::Renewed { key: &t.lease.key }, t.lease.state.template);
         } else {
             if !t.lease.state.is_released() {
                 t.lease.state.mark_lost();
-                t.lease.events.emit(Event::Lost {
-                    key: &t.lease.key,
-                    found_at: "renewal",
-                });
+                t.lease.events.emit(
+                    Event::Lost {
+                        key: &t.lease.key,
+                        found_at: "renewal",
+                    },
+                    t.lease.state.template,
+                );
             }
             lost.push(i);
         }
@@ -538,6 +557,7 @@ mod tests {
                 epoch: 3,
                 waited: false,
             },
+            "t",
         );
         let margin = Duration::from_millis(2) + ttl / 100;
         assert!(held.surely_held_at(since, 3));
@@ -550,7 +570,7 @@ mod tests {
             !held.surely_held_at(since, 4),
             "a broken connection or restart since"
         );
-        let handed = HeldState::new(since, ttl, Taking::Handed);
+        let handed = HeldState::new(since, ttl, Taking::Handed, "t");
         assert!(handed.was_contended() && !held.was_contended());
         assert!(
             !handed.surely_held_at(since, 3),

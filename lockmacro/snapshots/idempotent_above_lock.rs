@@ -64,6 +64,7 @@ async fn buy(id: u64, sku: u32) -> Result<u32, AppError> {
                         cancel_on_lost: true,
                         replicas: ::core::option::Option::None,
                         kind: ::distlock::__private::LockKind::Lock,
+                        template: "stock:<sku>",
                     },
                     async move {
                         #[allow(clippy::diverging_sub_expression)]

@@ -43,6 +43,7 @@ where
                         cancel_on_lost: true,
                         replicas: ::core::option::Option::None,
                         kind: ::distlock::__private::LockKind::Lock,
+                        template: "stock:<sku>",
                     },
                     async move { { __self.take(sku).await } },
                 )

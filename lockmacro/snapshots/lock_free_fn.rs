@@ -21,6 +21,7 @@ async fn deduct(sku: u64, n: u32) -> Result<u32, AppError> {
                 cancel_on_lost: true,
                 replicas: ::core::option::Option::None,
                 kind: ::distlock::__private::LockKind::Lock,
+                template: "stock:<sku>",
             },
             async move {
                 #[allow(clippy::diverging_sub_expression)]

@@ -23,6 +23,7 @@ async fn deduct(&self, sku: u64) -> Result<u32, AppError> {
                 cancel_on_lost: true,
                 replicas: ::core::option::Option::None,
                 kind: ::distlock::__private::LockKind::Lock,
+                template: "stock:<self.shop>:<sku>",
             },
             async move {
                 #[allow(clippy::diverging_sub_expression)]

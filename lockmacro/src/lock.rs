@@ -176,6 +176,8 @@ fn locked_call(
         )
     };
     let client = client_expr(krate, config.client.as_ref(), async_trait);
+    let template: Vec<String> = config.keys.iter().map(|k| k.lit.value()).collect();
+    let template = template.join(", ");
     let LockConfig {
         ttl_ms,
         wait_ms,
@@ -213,6 +215,7 @@ fn locked_call(
                 cancel_on_lost: #cancel_on_lost,
                 replicas: #replicas,
                 kind: #kind,
+                template: #template,
             },
             async move { #body },
         },

@@ -30,5 +30,6 @@ mod replicas;
 mod rwlocks;
 mod semaphores;
 mod sentinel;
+mod spans;
 mod tls;
 mod waiting;

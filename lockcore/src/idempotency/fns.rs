@@ -153,6 +153,27 @@ where
     R: IdemOutput,
     F: Future<Output = R>,
 {
+    use tracing::Instrument as _;
+    // One span per call: the function, the record's key once known, and the outcome
+    // (`claimed`, `replayed`, `in_progress`, `mismatch`, `claim_failed`), recorded as
+    // the call's events go out; the arguments are never recorded.
+    let span = tracing::info_span!(
+        target: "distlock",
+        "distlock.idempotent",
+        otel.name = "distlock.idempotent",
+        otel.kind = "internal",
+        distlock.function = call.target.function.namespace,
+        distlock.key = tracing::field::Empty,
+        distlock.outcome = tracing::field::Empty,
+    );
+    run_idempotent_in(call, body).instrument(span).await
+}
+
+async fn run_idempotent_in<R, F>(call: IdemCall, body: F) -> R
+where
+    R: IdemOutput,
+    F: Future<Output = R>,
+{
     let IdemCall {
         client,
         target,
@@ -169,6 +190,7 @@ where
         target.scope.as_deref(),
         &target.key,
     );
+    tracing::Span::current().record("distlock.key", key.as_str());
     if let Some(reason) = fp.failure() {
         tracing::warn!(target: "distlock", key, reason, "idempotent call refused: its payload cannot be fingerprinted");
         return R::from_idem_error(Error::Unrepresentable { key, reason });

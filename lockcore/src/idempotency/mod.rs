@@ -373,7 +373,9 @@ pub(crate) async fn begin(
             owner = new_owner();
         }
         if let Next::GiveUp(waited) = contention.refused(Some(left)).await {
-            inner.events.emit(Event::InProgress { key: &key, waited });
+            inner
+                .events
+                .emit(Event::InProgress { key: &key, waited }, function);
             return Err(Error::InProgress {
                 key,
                 retry_after: retry_after(function, left),
@@ -415,22 +417,25 @@ impl ClaimPlan<'_> {
                 (None, true)
             }
             Claimed::Completed(raw) => {
-                events.emit(Event::Replayed { key });
+                events.emit(Event::Replayed { key }, self.function);
                 return Settled::Done(Ok(Begin::Replay(raw)));
             }
             Claimed::Mismatch { .. } => {
-                events.emit(Event::Mismatch { key });
+                events.emit(Event::Mismatch { key }, self.function);
                 return Settled::Done(Err(Error::PayloadMismatch {
                     key: key.to_owned(),
                 }));
             }
             Claimed::InProgress(left) => return Settled::InProgress(left),
         };
-        events.emit(Event::Claimed {
-            key,
-            waited: started.elapsed(),
-            took_over,
-        });
+        events.emit(
+            Event::Claimed {
+                key,
+                waited: started.elapsed(),
+                took_over,
+            },
+            self.function,
+        );
         Settled::Claimed(self.claim(sent, written, owner))
     }
 
@@ -440,10 +445,13 @@ impl ClaimPlan<'_> {
             self.claim(sent, None, owner).spawn_give_back(true);
         }
         let error = Error::backend(self.key, source);
-        self.locks.inner.events.emit(Event::ClaimFailed {
-            key: self.key,
-            error: &error,
-        });
+        self.locks.inner.events.emit(
+            Event::ClaimFailed {
+                key: self.key,
+                error: &error,
+            },
+            self.function,
+        );
         error
     }
 
@@ -651,10 +659,13 @@ impl Claim {
                 .await
             {
                 Ok(true) => {
-                    inner.events.emit(Event::Stored {
-                        key: &self.key,
-                        bytes: record.len(),
-                    });
+                    inner.events.emit(
+                        Event::Stored {
+                            key: &self.key,
+                            bytes: record.len(),
+                        },
+                        self.function,
+                    );
                     observe(self.function, self.claimed.elapsed());
                     // Stored: a caller dropped from here on must not make it stored again.
                     self.pending = None;
@@ -666,7 +677,7 @@ impl Claim {
                     inner.events.emit(Event::NotStored {
                         key: &self.key,
                         reason: "the claim was lost (its lease ended, another call took it over and stored its result first)",
-                    });
+                    }, self.function);
                     return Err(Error::Lost {
                         key: self.key.clone(),
                     });
@@ -681,10 +692,13 @@ impl Claim {
                     retried = true;
                 }
                 Err(e) => {
-                    inner.events.emit(Event::NotStored {
-                        key: &self.key,
-                        reason: &e.to_string(),
-                    });
+                    inner.events.emit(
+                        Event::NotStored {
+                            key: &self.key,
+                            reason: &e.to_string(),
+                        },
+                        self.function,
+                    );
                     return Ok(());
                 }
             }

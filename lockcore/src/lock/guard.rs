@@ -34,7 +34,7 @@ impl LockGuard {
         turn: Turn,
     ) -> Self {
         let held = (key, token, Shape::Exclusive);
-        let info = LockInfo::new(&locks, held, at, ttl, Taking::Handed);
+        let info = LockInfo::new(&locks, held, at, ttl, Taking::Handed, super::UNNAMED);
         LockGuard {
             info,
             locks,
@@ -335,7 +335,7 @@ impl Releasing {
             }
             tracing::trace!(target: "distlock", key = self.info.key(), "local waiter left as the lock reached it; releasing it");
             self.token = next_token;
-            self.state = HeldState::new(at, next_ttl, Taking::Handed);
+            self.state = HeldState::new(at, next_ttl, Taking::Handed, self.info.state.template);
             self.sent = None;
         }
         self.finished = true;
@@ -383,21 +383,27 @@ impl Releasing {
             let held = self.held;
             return Some(match extended {
                 Ok(kept) if kept.first().copied().unwrap_or(false) => {
-                    inner.events.emit(Event::Kept {
-                        key: &key,
-                        held,
-                        left,
-                    });
+                    inner.events.emit(
+                        Event::Kept {
+                            key: &key,
+                            held,
+                            left,
+                        },
+                        self.info.state.template,
+                    );
                     Ok(())
                 }
                 Ok(_) if retry => {
                     let (now, epoch) = (Instant::now(), inner.backend.epoch());
                     if self.state.surely_held_at(now, epoch) {
-                        inner.events.emit(Event::Kept {
-                            key: &key,
-                            held,
-                            left,
-                        });
+                        inner.events.emit(
+                            Event::Kept {
+                                key: &key,
+                                held,
+                                left,
+                            },
+                            self.info.state.template,
+                        );
                         Ok(())
                     } else {
                         let error = Error::backend(
@@ -409,18 +415,24 @@ impl Releasing {
                                  cannot be told",
                             ),
                         );
-                        inner.events.emit(Event::ReleaseFailed {
-                            key: &key,
-                            error: &error,
-                        });
+                        inner.events.emit(
+                            Event::ReleaseFailed {
+                                key: &key,
+                                error: &error,
+                            },
+                            self.info.state.template,
+                        );
                         Err(error)
                     }
                 }
                 Ok(_) => {
-                    inner.events.emit(Event::Lost {
-                        key: &key,
-                        found_at: "release",
-                    });
+                    inner.events.emit(
+                        Event::Lost {
+                            key: &key,
+                            found_at: "release",
+                        },
+                        self.info.state.template,
+                    );
                     Err(Error::Lost {
                         key: key.to_string(),
                     })
@@ -431,10 +443,13 @@ impl Releasing {
                 }
                 Err(e) => {
                     let error = Error::backend(&key, e);
-                    inner.events.emit(Event::ReleaseFailed {
-                        key: &key,
-                        error: &error,
-                    });
+                    inner.events.emit(
+                        Event::ReleaseFailed {
+                            key: &key,
+                            error: &error,
+                        },
+                        self.info.state.template,
+                    );
                     Err(error)
                 }
             });
@@ -543,20 +558,26 @@ fn report(
 ) -> Result<()> {
     let (events, key) = (&info.locks.inner.events, info.key());
     let failed = |error: Error| {
-        events.emit(Event::ReleaseFailed { key, error: &error });
+        events.emit(
+            Event::ReleaseFailed { key, error: &error },
+            info.state.template,
+        );
         Err(error)
     };
     match outcome {
         Ok(Released::Now | Released::Yielded | Released::Earlier | Released::Handed) => {
             let handed = matches!(outcome, Ok(Released::Handed));
-            events.emit(Event::Released { key, held, handed });
+            events.emit(Event::Released { key, held, handed }, info.state.template);
             Ok(())
         }
         Ok(Released::NotOurs) => {
-            events.emit(Event::Lost {
-                key,
-                found_at: "release",
-            });
+            events.emit(
+                Event::Lost {
+                    key,
+                    found_at: "release",
+                },
+                info.state.template,
+            );
             Err(Error::Lost {
                 key: key.to_owned(),
             })

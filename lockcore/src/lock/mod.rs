@@ -111,6 +111,7 @@ impl LockInfo {
         since: Instant,
         ttl: Duration,
         taking: Taking,
+        template: &'static str,
     ) -> Self {
         LockInfo {
             key,
@@ -118,7 +119,7 @@ impl LockInfo {
             locks: locks.clone(),
             client: Arc::as_ptr(&locks.inner) as usize,
             shape,
-            state: HeldState::new(since, ttl, taking),
+            state: HeldState::new(since, ttl, taking, template),
         }
     }
 
@@ -238,10 +239,12 @@ impl LockInfo {
                 };
                 match asked {
                     Ok(Some(fence)) => {
+                        // The annotated call's span (see `__private::run_locked`).
+                        tracing::Span::current().record("distlock.fence", fence);
                         self.locks.inner.events.emit(Event::Fenced {
                             key: &self.key,
                             fence,
-                        });
+                        }, self.state.template);
                         Ok(fence)
                     }
                     Ok(None) => {
@@ -249,7 +252,7 @@ impl LockInfo {
                         self.locks.inner.events.emit(Event::Lost {
                             key: &self.key,
                             found_at: "fence",
-                        });
+                        }, self.state.template);
                         Err(lost())
                     }
                     Err(e) => Err(Error::backend(&self.key, e)),
@@ -461,7 +464,11 @@ pub struct LockRequest<'a> {
     min_hold: Option<Duration>,
     replicas: Option<u32>,
     shape: Shape,
+    template: &'static str,
 }
+
+/// The metrics' label of a lock taken without [`LockRequest::template`].
+pub(crate) const UNNAMED: &str = "(unnamed)";
 
 impl<'a> LockRequest<'a> {
     pub(crate) fn new(locks: &'a Locks, name: String) -> Self {
@@ -475,7 +482,25 @@ impl<'a> LockRequest<'a> {
             min_hold: None,
             replicas: None,
             shape: Shape::Exclusive,
+            template: UNNAMED,
         }
+    }
+
+    /// The key's template, `"order:<id>"` say: the label of this lock's metrics (feature
+    /// `metrics`) and a field of its spans, so that their number does not grow with the
+    /// keys (default `"(unnamed)"`). `#[distributed_lock]` gives its `key` literally.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let id = 42;
+    /// let guard = locks.lock(format!("order:{id}")).template("order:<id>").acquire().await.unwrap();
+    /// # guard.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn template(mut self, template: &'static str) -> Self {
+        self.template = template;
+        self
     }
 
     /// Replicas that must acknowledge the lock once taken, and its fence once given
@@ -689,7 +714,10 @@ impl<'a> LockRequest<'a> {
                     _ => key.clone(),
                 };
                 let lines = &self.locks.inner.lines;
-                match lines.enter(&line, deadline).await {
+                let waiting = crate::metrics::Waiting::start(self.template);
+                let entered = lines.enter(&line, deadline).await;
+                waiting.end();
+                match entered {
                     Some(line) => Some(line),
                     None => return Err(self.busy_here(&key, started)),
                 }
@@ -698,7 +726,11 @@ impl<'a> LockRequest<'a> {
             drop(line);
             return taken;
         }
-        let turn = match self.enter_queue(&key, &token, deadline).await {
+        // In this process's line (for a moment only when the lock is free here).
+        let waiting = crate::metrics::Waiting::start(self.template);
+        let entered = self.enter_queue(&key, &token, deadline).await;
+        waiting.end();
+        let turn = match entered {
             Entered::Contend(turn) => turn,
             Entered::LeaseOver(turn) => {
                 token = self.new_token();
@@ -718,11 +750,14 @@ impl<'a> LockRequest<'a> {
     /// by its deadline.
     fn busy_here(&self, key: &str, started: Instant) -> Error {
         let waited = started.elapsed();
-        self.locks.inner.events.emit(Event::Busy {
-            key,
-            waited,
-            local: true,
-        });
+        self.locks.inner.events.emit(
+            Event::Busy {
+                key,
+                waited,
+                local: true,
+            },
+            self.template,
+        );
         Error::Busy {
             key: key.to_string(),
             waited,
@@ -828,6 +863,8 @@ impl<'a> LockRequest<'a> {
             // its own yield marker. Wait for the next release or the window's end.
             contention.wait_before_trying(until).await;
         }
+        // Counted as waiting from its first refusal until it holds, gives up or is dropped.
+        let mut waiting = None;
         loop {
             // The lease is counted from before the try is sent: Redis starts it later, so
             // it never outlives the key.
@@ -859,19 +896,26 @@ impl<'a> LockRequest<'a> {
                         spawn_cleanup(self.locks.clone(), (key.clone(), token, self.shape));
                     }
                     let error = Error::backend(&key, source);
-                    inner.events.emit(Event::AcquireFailed {
-                        key: &key,
-                        error: &error,
-                    });
+                    inner.events.emit(
+                        Event::AcquireFailed {
+                            key: &key,
+                            error: &error,
+                        },
+                        self.template,
+                    );
                     return Err(error);
                 }
             };
+            waiting.get_or_insert_with(|| crate::metrics::Waiting::start(self.template));
             if let Contended::GiveUp(waited) = contention.refused(left).await {
-                inner.events.emit(Event::Busy {
-                    key: &key,
-                    waited,
-                    local: false,
-                });
+                inner.events.emit(
+                    Event::Busy {
+                        key: &key,
+                        waited,
+                        local: false,
+                    },
+                    self.template,
+                );
                 return Err(Error::Busy {
                     key: key.to_string(),
                     waited,
@@ -897,14 +941,24 @@ impl<'a> LockRequest<'a> {
         let inner = &self.locks.inner;
         let handed = taking == Taking::Handed;
         let held = (key, token, self.shape);
-        let info = LockInfo::new(self.locks, held, acquired_at, self.ttl, taking);
+        let info = LockInfo::new(
+            self.locks,
+            held,
+            acquired_at,
+            self.ttl,
+            taking,
+            self.template,
+        );
         let waited = started.elapsed();
-        inner.events.emit(Event::Acquired {
-            key: info.key(),
-            waited,
-            tries: attempt + 1,
-            handed,
-        });
+        inner.events.emit(
+            Event::Acquired {
+                key: info.key(),
+                waited,
+                tries: attempt + 1,
+                handed,
+            },
+            self.template,
+        );
         let lease = if self.renew {
             crate::local::HolderLease::Renewed(info.state.clone())
         } else {

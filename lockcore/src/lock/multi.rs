@@ -121,6 +121,7 @@ impl<'a> MultiLockRequest<'a> {
             min_hold: t.min_hold,
             replicas: t.replicas,
             shape: Shape::Exclusive,
+            template: t.template,
         }
     }
 

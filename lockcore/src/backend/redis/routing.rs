@@ -58,6 +58,35 @@ impl Call<'_, '_> {
         arg(cmd, at)
     }
 
+    /// The operation's name for metrics and spans (OpenTelemetry's `db.operation.name`):
+    /// the command, `EVALSHA` for a script, `PIPELINE` for a pipeline.
+    pub(super) fn operation(self) -> &'static str {
+        let Call::Cmd(cmd) = self else {
+            return match self {
+                Call::Pipe(_) => "PIPELINE",
+                _ => "EVALSHA",
+            };
+        };
+        match cmd.args_iter().next() {
+            Some(redis::Arg::Simple(name)) => match name {
+                b"SET" => "SET",
+                b"GET" => "GET",
+                b"DEL" => "DEL",
+                b"DELIFEQ" => "DELIFEQ",
+                b"PEXPIRE" => "PEXPIRE",
+                b"PTTL" => "PTTL",
+                b"SCAN" => "SCAN",
+                b"PING" => "PING",
+                b"INCR" => "INCR",
+                b"WAIT" => "WAIT",
+                b"EVALSHA" => "EVALSHA",
+                b"EVAL" => "EVAL",
+                _ => "COMMAND",
+            },
+            _ => "COMMAND",
+        }
+    }
+
     /// The key of a pipeline's first command (its first argument), for the probe after
     /// an aborted transaction.
     pub(super) fn first_key(self) -> Option<Vec<u8>> {
@@ -201,6 +230,52 @@ impl RedisBackend {
         &self,
         what: Call<'_, '_>,
     ) -> Result<T, BackendError> {
+        use tracing::Instrument as _;
+        let operation = what.operation();
+        let _timed = crate::metrics::Operation::start(operation);
+        // One span per call, as OpenTelemetry names a database client's (its fields are
+        // computed only when a subscriber wants the span).
+        let span = tracing::debug_span!(
+            target: "distlock",
+            "redis",
+            otel.name = operation,
+            otel.kind = "client",
+            db.system.name = "redis",
+            db.operation.name = operation,
+            server.address = tracing::field::Empty,
+            server.port = tracing::field::Empty,
+        );
+        if !span.is_disabled()
+            && let Some((host, port)) = self.server_of(what)
+        {
+            span.record("server.address", host.as_str());
+            span.record("server.port", port);
+        }
+        self.call_timed(what).instrument(span).await
+    }
+
+    /// The server a call goes to, as far as this client knows it before sending: the one
+    /// server, the primary last found behind Sentinel, the owner of the key's slot on a
+    /// cluster.
+    fn server_of(&self, what: Call<'_, '_>) -> Option<(String, u16)> {
+        let addr = |info: &redis::ConnectionInfo| match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+            _ => None,
+        };
+        match &self.target {
+            Target::Single(client) => addr(client.get_connection_info()),
+            Target::Sentinel(sentinel) => sentinel
+                .current_primary()
+                .and_then(|c| addr(c.get_connection_info())),
+            Target::Cluster(_, first) => match what.single_key().and_then(|k| self.owner_of(&k)) {
+                Some(node) => Some((node.host, node.port)),
+                None => addr(first),
+            },
+        }
+    }
+
+    async fn call_timed<T: FromRedisValue>(&self, what: Call<'_, '_>) -> Result<T, BackendError> {
         let used = AtomicU64::new(0);
         let call = async {
             let runtime = current_runtime()?;
