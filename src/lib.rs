@@ -264,6 +264,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`Locks::list`](crate::Locks::list) walks the keys with `SCAN` (every primary of a
+//! cluster) and yields each held lock as `inspect` sees it;
+//! [`Locks::idem_record`](crate::Locks::idem_record),
+//! [`Locks::idem_records`](crate::Locks::idem_records) and
+//! [`Locks::forget_idem`](crate::Locks::forget_idem) do the same for idempotency records.
+//! The `distlock` command (crate `distlock-cli`, see the README) is these calls from a
+//! shell.
+//!
 //! ## What each primitive writes
 //!
 //! Every value is plain UTF-8 that `redis-cli` reads, every companion key shares the
@@ -398,6 +406,52 @@
 //! given to [`LocksBuilder::observer`] (a metrics exporter, an audit trail), if any.
 //! Arguments and payloads are never recorded.
 //!
+//! ## Spans
+//!
+//! Each annotated call runs in a span, at INFO under target `distlock`, that a
+//! `tracing-opentelemetry` layer exports as it is: `distlock.lock` (fields
+//! `distlock.key.template`, `distlock.key`, `distlock.fence` once one is given,
+//! `distlock.outcome`: `released`, `busy`, `lost`, `error`, `release_failed`,
+//! `distlock.waited_ms`, `distlock.held_ms`) and `distlock.idempotent`
+//! (`distlock.function`, `distlock.key`, `distlock.outcome`: `claimed`, `replayed`,
+//! `in_progress`, `mismatch`, `claim_failed`), with `otel.kind = "internal"`. Each Redis
+//! call is a child span at DEBUG named `redis`, with OpenTelemetry's database-client
+//! fields: `otel.name` and `db.operation.name` (`SET`, `EVALSHA`, `PIPELINE`, ...),
+//! `otel.kind = "client"`, `db.system.name = "redis"`, `server.address`, `server.port`.
+//! Their fields are computed only when a subscriber wants the span; arguments are never
+//! recorded.
+//!
+//! ## Metrics
+//!
+//! With the `metrics` feature, distlock records through the [`metrics`
+//! facade](https://docs.rs/metrics/0.24) (nothing is recorded until the application
+//! installs a recorder, such as `metrics-exporter-prometheus`; without the feature
+//! nothing is compiled in). Every series is labelled by the key's template (the
+//! attribute's `key` as written, or [`LockRequest::template`] on the manual API) or the
+//! idempotent function, never by the key, so the number of series does not grow with
+//! the data. The axum example serves them on `/metrics`.
+//!
+//! | name | type | labels | moves when |
+//! |---|---|---|---|
+//! | `distlock_lock_acquisitions_total` | counter | `template`, `outcome` (`acquired`, `busy`, `error`) | an acquisition ends |
+//! | `distlock_lock_wait_seconds` | histogram (s) | `template`, `outcome` (`acquired`, `busy`) | an acquisition ends: from the call to held, or to giving up |
+//! | `distlock_lock_held_seconds` | histogram (s) | `template` | a lock is released (or kept by `min_hold`): from acquired to released |
+//! | `distlock_lock_handoffs_total` | counter | `template`, `via` (`local`: handed by this process's holder; `cross_process`: taken after waiting for another's) | a waiter gets the lock |
+//! | `distlock_lock_lost_total` | counter | `template`, `found_at` (`release`, `renewal`, `fence`, `lease end`, `max_hold`) | a lock is found lost while held |
+//! | `distlock_lock_release_failures_total` | counter | `template` | a release fails or its outcome cannot be told |
+//! | `distlock_lock_renewals_total` | counter | `template`, `outcome` (`renewed`, `failed`) | the watchdog renews a lease, or a renewal fails (retried while the lease lasts) |
+//! | `distlock_lock_fences_total` | counter | `template` | a fencing token is given |
+//! | `distlock_lock_waiting` | gauge | `template` | a task starts or stops waiting for a lock (in this process's line or for another process) |
+//! | `distlock_idem_calls_total` | counter | `function`, `outcome` (`claimed`, `replayed`, `in_progress`, `mismatch`, `error`) | an idempotent call's claim is decided |
+//! | `distlock_idem_takeovers_total` | counter | `function` | a claim whose claimer stopped renewing it is taken over (the body runs again) |
+//! | `distlock_idem_stored_total` | counter | `function` | a result is stored |
+//! | `distlock_idem_not_stored_total` | counter | `function` | a result is not stored (the claim was lost, or Redis failed) |
+//! | `db.client.operation.duration` | histogram (s) | `db.system.name` (`redis`), `db.operation.name` (`SET`, `EVALSHA`, `PIPELINE`, ...) | each Redis call a client makes, timed out ones too (OpenTelemetry's name) |
+//!
+//! `template` is the attribute's key template as written (`stock:<sku>`; a multi-lock's
+//! joined by `, `), or what `LockRequest::template` gave (`(unnamed)` without it);
+//! `function` is the idempotent function's path (`app::orders::pay`).
+//!
 //! # Feature flags
 //!
 //! None is on by default. On docs.rs every feature is on, and each item that needs one
@@ -409,6 +463,7 @@
 //! | `actix` | the same on actix-web 4 handlers; `ResponseError` for [`Error`] |
 //! | `tls` | `rediss://` and `rediss+cluster://` URLs through rustls (no OpenSSL), a custom CA and client certificates (`LocksBuilder::tls_root_cert`, `tls_client_cert`, `tls_from_env`) |
 //! | `postgres` | fences that Postgres checks in the caller's own transaction: [`fencing::postgres`] (`install`, `advance`), on sqlx 0.8 |
+//! | `metrics` | metrics through the `metrics` 0.24 facade, labelled by the key's template (see [Metrics](#metrics)) |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]

@@ -4,26 +4,8 @@
 //! until the application installs a recorder. Without the feature, this module is the
 //! no-op [`Waiting`] and [`Operation`], and nothing else is compiled in.
 //!
-//! | name | type | labels | moves when |
-//! |---|---|---|---|
-//! | `distlock_lock_acquisitions_total` | counter | `template`, `outcome` (`acquired`, `busy`, `error`) | an acquisition ends |
-//! | `distlock_lock_wait_seconds` | histogram (s) | `template`, `outcome` (`acquired`, `busy`) | an acquisition ends: from the call to held, or to giving up |
-//! | `distlock_lock_held_seconds` | histogram (s) | `template` | a lock is released (or kept by `min_hold`): from acquired to released |
-//! | `distlock_lock_handoffs_total` | counter | `template`, `via` (`local`: handed by this process's holder; `cross_process`: taken after waiting for another's) | a waiter gets the lock |
-//! | `distlock_lock_lost_total` | counter | `template`, `found_at` (`release`, `renewal`, `fence`, `lease end`, `max_hold`) | a lock is found lost while held |
-//! | `distlock_lock_release_failures_total` | counter | `template` | a release fails or its outcome cannot be told |
-//! | `distlock_lock_renewals_total` | counter | `template`, `outcome` (`renewed`, `failed`) | the watchdog renews a lease, or a renewal fails (retried while the lease lasts) |
-//! | `distlock_lock_fences_total` | counter | `template` | a fencing token is given |
-//! | `distlock_lock_waiting` | gauge | `template` | a task starts or stops waiting for a lock (in this process's line or for another process) |
-//! | `distlock_idem_calls_total` | counter | `function`, `outcome` (`claimed`, `replayed`, `in_progress`, `mismatch`, `error`) | an idempotent call's claim is decided |
-//! | `distlock_idem_takeovers_total` | counter | `function` | a claim whose claimer stopped renewing it is taken over (the body runs again) |
-//! | `distlock_idem_stored_total` | counter | `function` | a result is stored |
-//! | `distlock_idem_not_stored_total` | counter | `function` | a result is not stored (the claim was lost, or Redis failed) |
-//! | `db.client.operation.duration` | histogram (s) | `db.system.name` (`redis`), `db.operation.name` (`SET`, `EVALSHA`, `PIPELINE`, ...) | each Redis call a client makes, timed out ones too (OpenTelemetry's name) |
-//!
-//! `template` is the attribute's key template as written (`stock:<sku>`; a multi-lock's
-//! joined by `, `), or what `LockRequest::template` gave (`(unnamed)` without it);
-//! `function` is the idempotent function's path (`app::orders::pay`).
+//! Every name, unit, label and when it moves: the table in the `distlock` crate's docs,
+//! "Metrics" (`src/lib.rs`); a change here changes it there.
 
 #[cfg(feature = "metrics")]
 use crate::events::Event;

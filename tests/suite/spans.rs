@@ -206,3 +206,44 @@ fn an_idempotent_call_opens_a_span_with_its_function_key_and_outcome() {
         assert!(!f.values().any(|v| v.contains("4111")));
     }
 }
+
+#[idempotent(header = "Idempotency-Key", scope = "tests", client = locks)]
+async fn charge(
+    axum::extract::State(locks): axum::extract::State<Locks>,
+    axum::Json(card): axum::Json<String>,
+) -> String {
+    let _ = (&locks, card);
+    "charged".to_owned()
+}
+
+#[test]
+fn an_idempotent_handler_opens_a_span_with_its_function_key_and_outcome() {
+    let recorder = recorded(|locks| async move {
+        let router = axum::Router::new()
+            .route("/charge", axum::routing::post(charge))
+            .with_state(locks);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        for _ in 0..2 {
+            let resp = crate::http::post(addr, "/charge", Some("K-7"), r#""4111-1111""#).await;
+            assert_eq!(resp.status, 200);
+        }
+    });
+    let spans = recorder.named("distlock.idempotent");
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    for (span, outcome) in spans.iter().zip(["claimed", "replayed"]) {
+        let f = &span.fields;
+        assert!(f["distlock.function"].ends_with("::charge"), "{f:?}");
+        assert!(f["distlock.key"].ends_with(":tests:K-7"), "{f:?}");
+        assert_eq!(f["distlock.outcome"], outcome);
+        assert!(!f.values().any(|v| v.contains("4111")));
+    }
+    assert!(
+        recorder
+            .named("redis")
+            .iter()
+            .any(|s| s.parent == Some("distlock.idempotent")),
+        "the claim's call is a child of the handler's span"
+    );
+}

@@ -10,6 +10,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use tracing::Instrument as _;
+
 use super::record::{self, Captured, REPLAYED_HEADER};
 use super::{Begin, Claim, Fingerprint, IdemFn, IdemSpec, begin, record_key};
 use crate::client::Locks;
@@ -60,6 +62,9 @@ pub struct HandlerRun {
     digest: String,
     spec: IdemSpec,
     mode: DetachMode,
+    /// The call's `distlock.idempotent` span (none without a record): entered while
+    /// claiming and storing, and open until the call ends.
+    span: tracing::Span,
 }
 
 impl HandlerRun {
@@ -70,6 +75,7 @@ impl HandlerRun {
             digest: String::new(),
             spec,
             mode: DetachMode::of(req),
+            span: tracing::Span::none(),
         }
     }
 
@@ -110,12 +116,25 @@ impl HandlerRun {
         );
         let record = record_key(locks.prefix(), function.namespace, scope.as_deref(), &key);
         let digest = fp.digest();
-        match begin(&locks, function, record.clone(), &fp, &digest, &spec).await? {
+        // The call's span, as a fn's (see `run_idempotent`): the outcome is recorded as
+        // the claim's events go out.
+        let span = tracing::info_span!(
+            target: "distlock",
+            "distlock.idempotent",
+            otel.name = "distlock.idempotent",
+            otel.kind = "internal",
+            distlock.function = function.namespace,
+            distlock.key = record.as_str(),
+            distlock.outcome = tracing::field::Empty,
+        );
+        let claiming = begin(&locks, function, record.clone(), &fp, &digest, &spec);
+        match claiming.instrument(span.clone()).await? {
             Begin::Run(claim) => Ok(HandlerRun {
                 claim: Some(claim),
                 digest,
                 spec,
                 mode: DetachMode::of(req),
+                span,
             }),
             Begin::Replay(raw) => Err(match record::stored_response(&record, &raw) {
                 Ok(cap) => IdemResponse(Outcome::Replayed(cap)),
@@ -147,6 +166,11 @@ impl HandlerRun {
     /// Stored: status below 500 except 408, 409, 425 and 429, with a body of at most
     /// `max_body` bytes. Released (so a retry runs the body): every other response.
     async fn finish(self, cap: Capture) -> IdemResponse {
+        let span = self.span.clone();
+        self.finish_in(cap).instrument(span).await
+    }
+
+    async fn finish_in(self, cap: Capture) -> IdemResponse {
         let cap = match cap.0 {
             Kept::Buffered(cap) => cap,
             Kept::Streaming(through) => {
