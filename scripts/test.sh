@@ -25,7 +25,7 @@ cargo test --workspace --all-features "$@"
 # servers the tests start get that user, and the URLs distlock is given name it. The
 # single-topic tests are modules of the `suite` binary; a filter picks the modules.
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
-  behaviour:: waiting:: hardening:: hardening_locks:: jobs:: fencing:: semaphores:: rwlocks:: inspect:: \
+  behaviour:: waiting:: hardening:: hardening_locks:: jobs:: fencing:: semaphores:: rwlocks:: inspect:: spans:: \
   multilocks::
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test chaos
 DISTLOCK_TEST_ACL=1 cargo test --workspace --all-features "$@" --test cli

@@ -503,3 +503,74 @@ async fn on_a_cluster_ls_walks_every_primary_and_release_wakes() {
         g.release().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_asks_on_a_terminal_and_yes_skips_the_question() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let held = locks
+        .lock("asked")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    // The command, then a pause, so the pane can be read after it exits.
+    let run = format!("REDIS_URL='{url}' {BIN} release asked --force; echo exit=$?; sleep 30");
+    let asking = |name: &str| {
+        let tmux = Tmux(format!("distlock-{name}-{}", std::process::id()));
+        let started = tmux.cmd(&[
+            "new-session",
+            "-d",
+            "-s",
+            "w",
+            "-x",
+            "150",
+            "-y",
+            "20",
+            &run,
+        ]);
+        assert!(started.status.success(), "{started:?}");
+        tmux
+    };
+    let wait_for = |tmux: &Tmux, text: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = tmux.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} on screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let tmux = asking("yes");
+    let screen = wait_for(&tmux, "[y/N]");
+    assert!(screen.contains("release lock:asked (held by"), "{screen}");
+    assert!(
+        locks.inspect("asked").await.unwrap().is_held(),
+        "nothing done before the answer"
+    );
+    tmux.cmd(&["send-keys", "-t", "w", "y", "Enter"]);
+    wait_for(&tmux, "exit=0");
+    assert!(!locks.inspect("asked").await.unwrap().is_held());
+    assert!(matches!(held.release().await, Err(Error::Lost { .. })));
+
+    // Answered no: nothing released; --yes: no question.
+    let held = locks.lock("asked").acquire().await.unwrap();
+    let tmux = asking("no");
+    wait_for(&tmux, "[y/N]");
+    tmux.cmd(&["send-keys", "-t", "w", "n", "Enter"]);
+    let screen = wait_for(&tmux, "exit=");
+    assert!(
+        screen.contains("exit=2") && screen.contains("not confirmed"),
+        "{screen}"
+    );
+    assert!(locks.inspect("asked").await.unwrap().is_held());
+    let out = distlock(&url, &["release", "asked", "--force", "--yes"]);
+    assert_eq!(code(&out), 0);
+    assert!(matches!(held.release().await, Err(Error::Lost { .. })));
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use distlock::idempotency::RecordState;
 use distlock::{Error, Locks, idempotent};
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 
 both!(
     a_held_lock_shows_its_holder_lease_and_fence,
@@ -427,4 +427,81 @@ async fn a_dead_claim_shows_as_stuck() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// The operations under faults: replies held past the command timeout end a walk, a
+/// look and a forget with `Backend` within a bounded time (and a late reply does not
+/// reach the next call); connections reset mid-walk, the next walk works; after a
+/// restart that lost everything, a walk finds nothing and a look finds no record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_fail_within_the_timeout_and_recover() {
+    let mut server = RedisServer::start();
+    let proxy = common::proxy::FaultProxy::start(server.port);
+    let ops = proxy.locks(Duration::from_millis(300));
+    let holder = Locks::connect(&server.url()).await.unwrap();
+    let mut guards = Vec::new();
+    for i in 0..600 {
+        guards.push(holder.lock(format!("f:{i}")).acquire().await.unwrap());
+    }
+    record_one(&holder, "f-rec").await;
+    assert_eq!(names(&ops, "f:*").await.len(), 600, "warm");
+
+    proxy.set_latency(common::proxy::Dir::ToClient, Duration::from_millis(600));
+    let started = Instant::now();
+    let walked: Vec<_> = ops.list("f:*").collect::<Vec<_>>().await;
+    assert!(
+        matches!(walked.last(), Some(Err(Error::Backend { .. }))),
+        "{:?}",
+        walked.len()
+    );
+    assert_eq!(
+        walked.iter().filter(|r| r.is_err()).count(),
+        1,
+        "an error ends the walk"
+    );
+    let looked = ops.idem_record("idem:nothing").await;
+    assert!(matches!(looked, Err(Error::Backend { .. })));
+    let forgot = ops.forget_idem("idem:nothing").await;
+    assert!(matches!(forgot, Err(Error::Backend { .. })));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    proxy.set_latency(common::proxy::Dir::ToClient, Duration::ZERO);
+    // The late replies are not taken for the next calls' answers.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(names(&ops, "f:*").await.len(), 600);
+    assert!(record_of(&ops, "f-rec").await.is_some());
+
+    // Connections reset in the middle of a walk.
+    let mut walk = Box::pin(ops.list("f:*"));
+    assert!(walk.next().await.unwrap().is_ok());
+    proxy.reset_all();
+    let rest: Vec<_> = walk.collect::<Vec<_>>().await;
+    assert!(
+        rest.iter().all(|r| r.is_ok()) || matches!(rest.last(), Some(Err(Error::Backend { .. })))
+    );
+    assert_eq!(names(&ops, "f:*").await.len(), 600, "the next walk works");
+
+    // A restart without persistence: nothing held, no record.
+    server.restart();
+    let deadline = Instant::now() + LONG;
+    loop {
+        match ops.list("*").try_collect::<Vec<_>>().await {
+            Ok(found) => {
+                assert!(found.is_empty());
+                break;
+            }
+            Err(_) => assert!(Instant::now() < deadline, "no walk after the restart"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(record_of(&ops, "f-rec").await.is_none());
+    for g in guards {
+        assert!(matches!(
+            g.release().await,
+            Err(Error::Lost { .. }) | Err(Error::Backend { .. })
+        ));
+    }
 }
