@@ -133,6 +133,7 @@ impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
         let code = match e {
             Error::Backend { .. } => 3,
+            Error::InvalidKey { .. } => 2,
             _ => 1,
         };
         Failure {
@@ -233,7 +234,7 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
                     state.key, state.last_fence
                 );
             }
-            Ok(found(state.is_held()))
+            Ok(found(state.is_held() || state.writer_waiting.is_some()))
         }
         Command::Leaks => {
             let leaks = leaks(&locks).await?;
@@ -251,8 +252,20 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
                 eprintln!("distlock: {} is not held", state.key);
                 return Ok(Outcome::NotFound);
             }
-            if !yes && std::io::stdin().is_terminal() && !confirm(&state)? {
-                return Err(usage("not released: not confirmed"));
+            if !yes && std::io::stdin().is_terminal() {
+                if !confirm(&state)? {
+                    return Err(usage("not released: not confirmed"));
+                }
+                // The answer may come long after the question: release only what was
+                // shown, not a holder that came since.
+                let now = locks.inspect(&name).await?;
+                if holders(&now) != holders(&state) {
+                    eprintln!(
+                        "distlock: {} changed holders while you answered; not released (run it again)",
+                        state.key
+                    );
+                    return Ok(Outcome::NotFound);
+                }
             }
             let released = locks.force_release(&name).await?;
             if cli.json {
@@ -342,6 +355,19 @@ async fn listed(locks: &Locks, pattern: &str) -> Result<Vec<LockState>, Failure>
     Ok(states)
 }
 
+/// Every token that holds `state`'s lock (its holder, permits, readers).
+fn holders(state: &LockState) -> Vec<&str> {
+    let mut tokens: Vec<&str> = state
+        .holder
+        .iter()
+        .chain(state.permits.iter().map(|s| &s.holder))
+        .chain(state.readers.iter().map(|s| &s.holder))
+        .map(|h| h.token.as_str())
+        .collect();
+    tokens.sort_unstable();
+    tokens
+}
+
 fn confirm(state: &LockState) -> Result<bool, Failure> {
     let holder = output::holder_text(state);
     eprint!("release {} (held by {holder}) by force? [y/N] ", state.key);
@@ -375,6 +401,7 @@ async fn leaks(locks: &Locks) -> Result<Leaks, Failure> {
         .rsplit_once(':')
         .map_or("", |(host, _)| host)
         .to_owned();
+    let procfs = std::path::Path::new(&format!("/proc/{}", std::process::id())).exists();
     let states = listed(locks, "*").await?;
     let mut leaks = Leaks {
         no_ttl: Vec::new(),
@@ -389,8 +416,11 @@ async fn leaks(locks: &Locks) -> Result<Leaks, Failure> {
             .chain(state.permits.iter().map(|s| s.holder.clone()))
             .chain(state.readers.iter().map(|s| s.holder.clone()))
             .collect();
+        // Processes are looked up in /proc: where there is none (not Linux), or it is not
+        // this host's (another pid namespace, as in a container), nothing is reported.
         let gone = holders.into_iter().find(|h| {
-            h.host.as_deref() == Some(here.as_str())
+            procfs
+                && h.host.as_deref() == Some(here.as_str())
                 && h.pid
                     .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
         });
@@ -418,7 +448,10 @@ async fn watch(
     tokio::pin!(ctrl_c);
     let mut refreshes = 0;
     loop {
-        let states = listed(locks, pattern).await?;
+        let states = tokio::select! {
+            states = listed(locks, pattern) => states?,
+            _ = &mut ctrl_c => return Ok(Outcome::Done),
+        };
         let mut out = std::io::stdout().lock();
         let now = output::clock();
         if cli.json {

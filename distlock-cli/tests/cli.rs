@@ -574,3 +574,48 @@ async fn release_asks_on_a_terminal_and_yes_skips_the_question() {
     assert_eq!(code(&out), 0);
     assert!(matches!(held.release().await, Err(Error::Lost { .. })));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_may_name_sentinels_or_a_tls_server() {
+    // Behind Sentinel: the command finds the primary through `redis+sentinel://`.
+    let primary = RedisServer::start();
+    let sentinel = testkit::RedisSentinel::start(primary.port);
+    sentinel.wait_ready(1, 0, Duration::from_secs(30));
+    let locks = Locks::connect(&primary.url()).await.unwrap();
+    let g = locks.lock("behind:sentinel").acquire().await.unwrap();
+    let via = format!(
+        "redis+sentinel://127.0.0.1:{}/{}",
+        sentinel.port,
+        testkit::RedisSentinel::MASTER
+    );
+    let out = distlock(&via, &["ls", "--json"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    assert_eq!(json(&out)["locks"][0]["name"], "behind:sentinel");
+    g.release().await.unwrap();
+
+    // TLS, the CA from `REDIS_TLS_CA_FILE`; without it the server's certificate is not
+    // trusted and the command says Redis is unreachable.
+    let (server, files) = RedisServer::start_tls(false);
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let g = locks.lock("over:tls").acquire().await.unwrap();
+    let ca = server.dir().join("cli-ca.crt");
+    std::fs::write(&ca, &files.ca).unwrap();
+    let out = Command::new(BIN)
+        .args(["inspect", "over:tls", "--json"])
+        .env("REDIS_URL", files.url())
+        .env("REDIS_TLS_CA_FILE", &ca)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{out:?}");
+    assert_eq!(json(&out)["holder"]["token"], g.token());
+    let out = Command::new(BIN)
+        .args(["--timeout-ms", "1000", "inspect", "over:tls"])
+        .env("REDIS_URL", files.url())
+        .env_remove("REDIS_TLS_CA_FILE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 3, "{out:?}");
+    g.release().await.unwrap();
+}

@@ -162,6 +162,8 @@ fn configured<'a>(request: crate::LockRequest<'a>, spec: &LockSpec) -> crate::Lo
 trait Held: Sized {
     /// The key (or keys) for errors and logs.
     fn named(&self) -> String;
+    /// The fence given while it was held, if any.
+    fn fence(&self) -> Option<u64>;
     async fn scope<F: Future>(&self, fut: F) -> F::Output;
     async fn lost(&self);
     async fn release(self) -> Result<(), Error>;
@@ -170,6 +172,9 @@ trait Held: Sized {
 impl Held for crate::LockGuard {
     fn named(&self) -> String {
         self.key().to_owned()
+    }
+    fn fence(&self) -> Option<u64> {
+        self.fence_given()
     }
     async fn scope<F: Future>(&self, fut: F) -> F::Output {
         crate::LockGuard::scope(self, fut).await
@@ -185,6 +190,9 @@ impl Held for crate::LockGuard {
 impl Held for crate::MultiLockGuard {
     fn named(&self) -> String {
         self.keys().join(", ")
+    }
+    fn fence(&self) -> Option<u64> {
+        None
     }
     async fn scope<F: Future>(&self, fut: F) -> F::Output {
         crate::MultiLockGuard::scope(self, fut).await
@@ -211,9 +219,13 @@ where
     F: Future<Output = R>,
     G: Held,
 {
-    // The annotated call's span (see `call_span`), current here.
+    // The annotated call's span (see `call_span`), current here; its times are taken
+    // only when a subscriber wants it.
     let span = tracing::Span::current();
-    span.record("distlock.waited_ms", started.elapsed().as_secs_f64() * 1e3);
+    let traced = !span.is_disabled();
+    if traced {
+        span.record("distlock.waited_ms", started.elapsed().as_secs_f64() * 1e3);
+    }
     let guard = match acquired {
         Ok(guard) => guard,
         Err(e) => {
@@ -225,7 +237,16 @@ where
             return R::from_lock_error(e);
         }
     };
-    let held = std::time::Instant::now();
+    let held = traced.then(std::time::Instant::now);
+    let finish = |guard: &G, outcome: &'static str| {
+        if let Some(held) = held {
+            span.record("distlock.held_ms", held.elapsed().as_secs_f64() * 1e3);
+            if let Some(fence) = guard.fence() {
+                span.record("distlock.fence", fence);
+            }
+            span.record("distlock.outcome", outcome);
+        }
+    };
     let out = if spec.renew && spec.cancel_on_lost {
         tokio::select! {
             biased;
@@ -233,27 +254,26 @@ where
             () = guard.lost() => {
                 let key = guard.named();
                 tracing::warn!(target: "distlock", key, "lock lost while held: the body was cancelled");
+                finish(&guard, "lost");
                 let _ = guard.release().await;
-                span.record("distlock.held_ms", held.elapsed().as_secs_f64() * 1e3);
-                span.record("distlock.outcome", "lost");
                 return R::from_lock_error(Error::Lost { key });
             }
         }
     } else {
         guard.scope(body).await
     };
-    let released = guard.release().await;
-    span.record("distlock.held_ms", held.elapsed().as_secs_f64() * 1e3);
-    let outcome = match &released {
-        Ok(()) => "released",
-        Err(Error::Lost { .. }) => "lost",
-        Err(_) => "release_failed",
-    };
-    span.record("distlock.outcome", outcome);
-    match released {
+    finish(&guard, "released");
+    match guard.release().await {
         Ok(()) => out,
-        Err(e) if out.is_ok() => R::from_lock_error(e),
         Err(e) => {
+            let outcome = match e {
+                Error::Lost { .. } => "lost",
+                _ => "release_failed",
+            };
+            span.record("distlock.outcome", outcome);
+            if out.is_ok() {
+                return R::from_lock_error(e);
+            }
             tracing::warn!(target: "distlock", error = %e, "the body failed and its lock was not held to the end");
             out
         }

@@ -155,10 +155,8 @@ fn one_of(pattern: &[u8], mut at: usize, byte: u8) -> Option<usize> {
                 found |= pattern[at + 1] == byte;
                 at += 2;
             }
-            _ if pattern.get(at + 1) == Some(&b'-')
-                && at + 2 < pattern.len()
-                && pattern[at + 2] != b']' =>
-            {
+            // As Redis reads it: `a-]` is the range from `a` to `]`, and the set goes on.
+            _ if pattern.get(at + 1) == Some(&b'-') && at + 2 < pattern.len() => {
                 let (lo, hi) = (c.min(pattern[at + 2]), c.max(pattern[at + 2]));
                 found |= (lo..=hi).contains(&byte);
                 at += 3;
@@ -189,5 +187,7 @@ mod glob_tests {
         assert!(m(r"a\*", "a*") && !m(r"a\*", "ab"));
         assert!(m("{lock:*}:readers", "{lock:doc}:readers"));
         assert!(!m("a*b", "a") && m("a**", "a"));
+        // `a-]` is the range `]`..`a` (swapped, as Redis does), then `]` closes the set.
+        assert!(m("[a-]]", "_") && !m("[a-]]", "b") && !m("[a-]]", "-"));
     }
 }

@@ -224,6 +224,8 @@ async fn a_list_finds_every_held_lock_and_nothing_else(locks: Locks) {
         ["ls:a", "ls:b", "ls:doc", "ls:gpu", "ls:{t}:doc"]
     );
     assert_eq!(names(&locks, "ls:?").await, ["ls:a", "ls:b"]);
+    // A hash-tagged lock held by readers alone, named exactly.
+    assert_eq!(names(&locks, "ls:{t}:doc").await, ["ls:{t}:doc"]);
     assert_eq!(names(&locks, "*").await.len(), 6);
     let doc: Vec<distlock::LockState> = locks.list("ls:doc").try_collect().await.unwrap();
     assert_eq!(doc[0].readers[0].holder.token, reader.token());
@@ -342,17 +344,21 @@ async fn forgetting_a_record_wakes_a_waiting_repeat() {
     let server = RedisServer::start();
     let hung = Locks::connect(&server.url()).await.unwrap();
     let other = Locks::connect(&server.url()).await.unwrap();
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    // Each call's own gate: the hung one's stays shut until the end.
+    let (shut, open) = (
+        std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+        std::sync::Arc::new(tokio::sync::Semaphore::new(1)),
+    );
     let runs = std::sync::Arc::new(Runs::default());
     let first = tokio::spawn({
-        let (locks, gate, runs) = (hung.clone(), gate.clone(), runs.clone());
+        let (locks, gate, runs) = (hung.clone(), shut.clone(), runs.clone());
         async move { waiting_gated(&locks, "w-1", &gate, &runs).await }
     });
     while runs.get() == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let repeat = tokio::spawn({
-        let (locks, gate, runs) = (other.clone(), gate.clone(), runs.clone());
+        let (locks, gate, runs) = (other.clone(), open.clone(), runs.clone());
         async move { waiting_gated(&locks, "w-1", &gate, &runs).await }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -362,17 +368,21 @@ async fn forgetting_a_record_wakes_a_waiting_repeat() {
     );
     assert_eq!(runs.get(), 1);
     let key = record_of(&other, "w-1").await.unwrap().key;
-    gate.add_permits(1); // for the repeat's own body
     let forgot_at = Instant::now();
     assert!(other.forget_idem(&key).await.unwrap());
     assert_eq!(repeat.await.unwrap().unwrap(), 7);
     assert!(forgot_at.elapsed() < LONG, "woken, not polled out");
     assert_eq!(runs.get(), 2);
-    // The hung call's claim was taken from it: it is told when it ends.
-    gate.add_permits(1);
-    assert!(matches!(first.await.unwrap(), Err(Error::Lost { .. })));
+    // The hung call's claim was taken from it: when it ends it gets `Lost`, or its own
+    // result, not stored, since the repeat stored the same payload's result first.
+    shut.add_permits(1);
+    assert!(matches!(
+        first.await.unwrap(),
+        Ok(7) | Err(Error::Lost { .. })
+    ));
     let record = other.idem_record(&key).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.stored.as_deref(), Some(r#"{"value":7}"#));
 }
 
 #[idempotent(key = "<k>", client = locks, lease = "20s", wait = "30s", skip = [gate, runs])]

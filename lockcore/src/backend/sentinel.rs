@@ -78,12 +78,12 @@ impl SentinelTarget {
         })
     }
 
-    /// How many times the sentinels announced a new primary since this client began.
     /// The primary last found, if any.
     pub(crate) fn current_primary(&self) -> Option<redis::Client> {
         crate::util::lock(&self.current).clone()
     }
 
+    /// How many times the sentinels announced a new primary since this client began.
     pub(crate) fn switched(&self) -> u64 {
         self.switched.load(Ordering::Acquire)
     }

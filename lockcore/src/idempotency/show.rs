@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use crate::backend::Locking;
 use crate::backend::idem::{Records, completed_at};
 use crate::client::Locks;
 use crate::error::{Error, Result};
@@ -59,10 +58,13 @@ pub struct IdemRecord {
 }
 
 impl IdemRecord {
-    /// In progress with its lease ended: its caller died or hangs. The next call with
-    /// the same payload takes it over; [`Locks::forget_idem`] lets any next call run.
+    /// In progress, claimed, with its lease ended: its caller died or hangs. The next
+    /// call with the same payload takes it over; [`Locks::forget_idem`] lets any next
+    /// call run. (A claim given back after a takeover has no owner: not stuck.)
     pub fn is_stuck(&self) -> bool {
-        self.state == RecordState::InProgress && self.lease_left == Some(Duration::ZERO)
+        self.state == RecordState::InProgress
+            && self.owner.is_some()
+            && self.lease_left == Some(Duration::ZERO)
     }
 
     fn read(key: &str, raw: String, expires_in: Option<Duration>, now_ms: u64) -> IdemRecord {
@@ -156,9 +158,11 @@ impl Locks {
     /// and wakes the repeats that wait on it: the next call under its key runs the body,
     /// whatever ran before. `true` when there was a record. An operator's tool for a
     /// result that must not be replayed (stored by a bug) or a claim that must not be
-    /// waited for. A call still running under a forgotten claim gets [`Error::Lost`]
-    /// when it ends, as for any claim lost while its body ran (once another call has
-    /// claimed the key). Not over Redlock.
+    /// waited for. A call still running under a forgotten claim finds out at its next
+    /// renewal (within a third of its lease) or when it stores: if no other call has
+    /// claimed the key meanwhile, its result is stored (the record comes back); if one
+    /// has, it gets [`Error::Lost`], or its own result unstored when the other call
+    /// stored the same payload's result first. Not over Redlock.
     pub async fn forget_idem(&self, key: &str) -> Result<bool> {
         let key = self.record_key(key);
         let channel = super::done_channel(&key);
@@ -179,78 +183,10 @@ impl Locks {
         &self,
         pattern: &str,
     ) -> impl futures_util::Stream<Item = Result<IdemRecord>> + Send + '_ {
-        struct Walk {
-            glob: String,
-            nodes: Option<Vec<crate::backend::ScanNode>>,
-            node: usize,
-            cursor: u64,
-            pending: std::collections::VecDeque<String>,
-            seen: std::collections::HashSet<String>,
-            done: bool,
-        }
-        let walk = Walk {
-            glob: format!("{}idem:{pattern}", self.inner.prefix),
-            nodes: None,
-            node: 0,
-            cursor: 0,
-            pending: Default::default(),
-            seen: Default::default(),
-            done: false,
-        };
-        futures_util::stream::unfold(walk, move |mut walk| async move {
-            if walk.done {
-                return None;
-            }
-            let failed = |e| Error::backend(&walk.glob, e);
-            loop {
-                while let Some(key) = walk.pending.pop_front() {
-                    match self.idem_record(&key).await {
-                        Ok(Some(record)) => return Some((Ok(record), walk)),
-                        Ok(None) => {}
-                        Err(e) => {
-                            walk.done = true;
-                            return Some((Err(e), walk));
-                        }
-                    }
-                }
-                if walk.nodes.is_none() {
-                    match self.inner.backend.scan_nodes().await {
-                        Ok(nodes) => walk.nodes = Some(nodes),
-                        Err(e) => {
-                            walk.done = true;
-                            return Some((Err(failed(e)), walk));
-                        }
-                    }
-                }
-                let node = walk
-                    .nodes
-                    .as_deref()
-                    .unwrap_or_default()
-                    .get(walk.node)?
-                    .clone();
-                let step = self
-                    .inner
-                    .backend
-                    .scan(&node, walk.cursor, &walk.glob)
-                    .await;
-                let (cursor, keys) = match step {
-                    Ok(step) => step,
-                    Err(e) => {
-                        walk.done = true;
-                        return Some((Err(failed(e)), walk));
-                    }
-                };
-                walk.cursor = cursor;
-                if cursor == 0 {
-                    walk.node += 1;
-                }
-                for key in keys {
-                    if walk.seen.insert(key.clone()) {
-                        walk.pending.push_back(key);
-                    }
-                }
-            }
-        })
+        let walk = crate::lock::KeyWalk::new(vec![format!("{}idem:{pattern}", self.inner.prefix)]);
+        let keep = |found: &str| Some(found.to_owned());
+        let look = move |key: String| async move { self.idem_record(&key).await };
+        walk.looked(self, keep, look)
     }
 
     /// A record's full key: `key` as given when it begins with the client's prefix, else

@@ -56,6 +56,11 @@ impl LockGuard {
         self.info.token()
     }
 
+    /// The fence given to this acquisition so far, if any (for the annotated call's span).
+    pub(crate) fn fence_given(&self) -> Option<u64> {
+        self.info.state.fence.get().copied()
+    }
+
     /// The fencing token of this acquisition, assigned on the first call; see
     /// [`LockInfo::fence`].
     pub async fn fence(&self) -> Result<u64> {

@@ -23,10 +23,11 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// Reads a token; `None` for a value that is not one (empty, or without a `:`).
+    /// Reads a token; `None` for a value that is not one (empty, without a `:`, or with
+    /// whitespace).
     pub fn from_token(token: &str) -> Option<Holder> {
         let (uuid, id) = token.split_once(':')?;
-        if uuid.is_empty() || id.is_empty() {
+        if uuid.is_empty() || id.is_empty() || token.contains(char::is_whitespace) {
             return None;
         }
         let (host, pid) = match id.rsplit_once(':') {
@@ -101,6 +102,7 @@ const COMPANIONS: &[&str] = &[
     ":fence",
     ":waiting",
     ":released",
+    ":turns",
     ":acked",
     ":done",
 ];
@@ -121,20 +123,120 @@ fn lock_of(found: &str) -> &str {
     found
 }
 
-/// Where a [`Locks::list`] walk is.
-struct Walk {
-    /// The full keys' glob: the prefix, then the caller's pattern.
-    pattern: String,
-    /// The nodes to walk (read at the first step), the one being walked, which of the
-    /// two globs (the keys, then the readers' sets of untagged keys), and its cursor.
+/// A walk over the keys that match some globs, on every node a `SCAN` must visit (every
+/// primary of a cluster), one `SCAN` step at a time.
+pub(crate) struct KeyWalk {
+    globs: Vec<String>,
+    /// The nodes (read at the first step), the one being walked, which glob, its cursor.
     nodes: Option<Vec<crate::backend::ScanNode>>,
     node: usize,
     glob: usize,
     cursor: u64,
-    /// Locks found and not yet looked at, and every lock found so far.
-    pending: std::collections::VecDeque<String>,
-    seen: std::collections::HashSet<String>,
-    done: bool,
+}
+
+impl KeyWalk {
+    pub(crate) fn new(globs: Vec<String>) -> KeyWalk {
+        KeyWalk {
+            globs,
+            nodes: None,
+            node: 0,
+            glob: 0,
+            cursor: 0,
+        }
+    }
+
+    /// The keys of the next step (a key may come twice in one walk); `None` once every
+    /// node was walked with every glob.
+    async fn step(&mut self, backend: &crate::backend::Backend) -> Option<Result<Vec<String>>> {
+        let failed = |e| Error::backend(&self.globs.join(" "), e);
+        if self.nodes.is_none() {
+            match backend.scan_nodes().await {
+                Ok(nodes) => self.nodes = Some(nodes),
+                Err(e) => return Some(Err(failed(e))),
+            }
+        }
+        let node = self.nodes.as_deref()?.get(self.node)?;
+        let step = backend
+            .scan(node, self.cursor, &self.globs[self.glob])
+            .await;
+        let (cursor, keys) = match step {
+            Ok(step) => step,
+            Err(e) => return Some(Err(failed(e))),
+        };
+        self.cursor = cursor;
+        if cursor == 0 {
+            self.glob += 1;
+            if self.glob == self.globs.len() {
+                self.glob = 0;
+                self.node += 1;
+            }
+        }
+        Some(Ok(keys))
+    }
+
+    /// The walk as a stream: each key found that `keep` maps to one of its own (once per
+    /// walk), looked at by `look`, which may skip it (`Ok(None)`). An error ends it.
+    pub(crate) fn looked<'a, T, K, L, F>(
+        self,
+        locks: &'a Locks,
+        keep: K,
+        look: L,
+    ) -> impl futures_util::Stream<Item = Result<T>> + Send + 'a
+    where
+        T: Send + 'a,
+        K: Fn(&str) -> Option<String> + Send + 'a,
+        L: Fn(String) -> F + Send + 'a,
+        F: Future<Output = Result<Option<T>>> + Send + 'a,
+    {
+        struct State<K, L> {
+            walk: KeyWalk,
+            keep: K,
+            look: L,
+            pending: std::collections::VecDeque<String>,
+            seen: std::collections::HashSet<String>,
+            done: bool,
+        }
+        let state = State {
+            walk: self,
+            keep,
+            look,
+            pending: Default::default(),
+            seen: Default::default(),
+            done: false,
+        };
+        futures_util::stream::unfold(state, move |mut st| async move {
+            if st.done {
+                return None;
+            }
+            loop {
+                while let Some(key) = st.pending.pop_front() {
+                    match (st.look)(key).await {
+                        Ok(Some(found)) => return Some((Ok(found), st)),
+                        Ok(None) => {}
+                        Err(e) => {
+                            st.done = true;
+                            return Some((Err(e), st));
+                        }
+                    }
+                }
+                match st.walk.step(&locks.inner.backend).await? {
+                    Ok(keys) => {
+                        for found in keys {
+                            if let Some(key) = (st.keep)(&found)
+                                && st.seen.insert(key.clone())
+                            {
+                                st.pending.push_back(key);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        st.done = true;
+                        return Some((Err(e), st));
+                    }
+                }
+            }
+        })
+    }
 }
 
 impl Locks {
@@ -145,7 +247,9 @@ impl Locks {
     /// keys holds a few of them at once. Locks, semaphores and read/write locks (a lock
     /// held by readers alone too); not idempotency records (`<prefix>idem:`), nor fences
     /// and marks left by locks nobody holds. A lock taken or released during the walk
-    /// may or may not come; none comes twice. An error ends the stream. Not over Redlock.
+    /// may or may not come; none comes twice. An error ends the stream. A hash-tagged
+    /// name that itself ends as a lock's companion key does (`{job}:done`) is read as
+    /// that companion. Not over Redlock.
     ///
     /// ```
     /// use futures_util::TryStreamExt;
@@ -164,80 +268,31 @@ impl Locks {
         &self,
         pattern: &str,
     ) -> impl futures_util::Stream<Item = Result<LockState>> + Send + '_ {
-        let walk = Walk {
-            pattern: format!("{}{pattern}", self.inner.prefix),
-            nodes: None,
-            node: 0,
-            glob: 0,
-            cursor: 0,
-            pending: Default::default(),
-            seen: Default::default(),
-            done: false,
+        let full = format!("{}{pattern}", self.inner.prefix);
+        // The keys, the readers' sets of untagged keys (`{<key>}:readers`), and those of
+        // hash-tagged keys (`<key>:readers`), for a lock held by readers alone.
+        let globs = vec![
+            full.clone(),
+            format!("{{{full}}}:readers"),
+            format!("{full}:readers"),
+        ];
+        let records = format!("{}idem:", self.inner.prefix);
+        let keep = move |found: &str| {
+            let key = lock_of(found);
+            let ours = key.starts_with(&*self.inner.prefix)
+                && !key.starts_with(&records)
+                && crate::util::glob_match(full.as_bytes(), key.as_bytes());
+            ours.then(|| key.to_owned())
         };
-        futures_util::stream::unfold(walk, move |mut walk| async move {
-            let next = self.walk_on(&mut walk).await;
-            if next.is_none() || matches!(next, Some(Err(_))) {
-                walk.done = true;
+        let look = move |key: String| async move {
+            match self.inspect(&key[self.inner.prefix.len()..]).await {
+                Ok(state) if state.is_held() || state.writer_waiting.is_some() => Ok(Some(state)),
+                // Not held, or a stray key under the prefix that no lock could have.
+                Ok(_) | Err(Error::InvalidKey { .. }) => Ok(None),
+                Err(e) => Err(e),
             }
-            next.map(|item| (item, walk))
-        })
-    }
-
-    /// The next lock of a [`list`](Self::list) walk that something holds.
-    async fn walk_on(&self, walk: &mut Walk) -> Option<Result<LockState>> {
-        if walk.done {
-            return None;
-        }
-        let failed = |e| Error::backend(&walk.pattern, e);
-        loop {
-            while let Some(key) = walk.pending.pop_front() {
-                let name = &key[self.inner.prefix.len()..];
-                match self.inspect(name).await {
-                    Ok(state) if state.is_held() || state.writer_waiting.is_some() => {
-                        return Some(Ok(state));
-                    }
-                    Ok(_) => {}
-                    Err(e) => return Some(Err(e)),
-                }
-            }
-            if walk.nodes.is_none() {
-                match self.inner.backend.scan_nodes().await {
-                    Ok(nodes) => walk.nodes = Some(nodes),
-                    Err(e) => return Some(Err(failed(e))),
-                }
-            }
-            let nodes = walk.nodes.as_deref().unwrap_or_default();
-            let node = nodes.get(walk.node)?;
-            let glob = match walk.glob {
-                0 => walk.pattern.clone(),
-                _ => format!("{{{}}}:readers", walk.pattern),
-            };
-            let (cursor, keys) = match self.inner.backend.scan(node, walk.cursor, &glob).await {
-                Ok(step) => step,
-                Err(e) => return Some(Err(failed(e))),
-            };
-            if cursor != 0 {
-                walk.cursor = cursor;
-            } else {
-                walk.cursor = 0;
-                walk.glob += 1;
-                if walk.glob == 2 {
-                    walk.glob = 0;
-                    walk.node += 1;
-                }
-            }
-            let records = format!("{}idem:", self.inner.prefix);
-            for found in keys {
-                let key = lock_of(&found);
-                let ours = key.starts_with(&*self.inner.prefix)
-                    && !key.starts_with(&records)
-                    && crate::util::glob_match(walk.pattern.as_bytes(), key.as_bytes());
-                if ours && !walk.seen.contains(key) {
-                    walk.seen.insert(key.to_owned());
-                    walk.pending.push_back(key.to_owned());
-                }
-            }
-        }
+        };
+        KeyWalk::new(globs).looked(self, keep, look)
     }
 
     /// What holds the lock named `name` (a lock, a semaphore or a read/write lock), in
@@ -345,6 +400,8 @@ mod tests {
         assert_eq!(lock_of("{lock:doc}:readers"), "lock:doc");
         assert_eq!(lock_of("{lock:doc}:fence"), "lock:doc");
         assert_eq!(lock_of("lock:{t}:doc:readers-waiting"), "lock:{t}:doc");
+        assert_eq!(lock_of("lock:{t}:doc:turns"), "lock:{t}:doc");
+        assert_eq!(lock_of("{lock:doc}:turns"), "lock:doc");
         // Untagged: a name that ends as a companion does is a lock of its own.
         assert_eq!(lock_of("lock:job:fence"), "lock:job:fence");
     }
@@ -358,5 +415,9 @@ mod tests {
         assert_eq!((custom.host, custom.pid), (None, None));
         assert!(Holder::from_token("no-colon").is_none());
         assert!(Holder::from_token(":x").is_none());
+        assert!(
+            Holder::from_token("web-1:4242 web-2:77").is_none(),
+            "a turns list"
+        );
     }
 }

@@ -23,6 +23,7 @@ use crate::local::{Entered, Next, Turn};
 use crate::watchdog::{HeldState, RenewedLease, Taking};
 pub use guard::LockGuard;
 use guard::release_raw;
+pub(crate) use inspect::KeyWalk;
 pub use inspect::{Holder, LockState, Share};
 pub use multi::{MultiLockGuard, MultiLockRequest};
 
@@ -239,8 +240,6 @@ impl LockInfo {
                 };
                 match asked {
                     Ok(Some(fence)) => {
-                        // The annotated call's span (see `__private::run_locked`).
-                        tracing::Span::current().record("distlock.fence", fence);
                         self.locks.inner.events.emit(Event::Fenced {
                             key: &self.key,
                             fence,

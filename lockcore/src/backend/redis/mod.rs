@@ -533,6 +533,9 @@ impl Locking for RedisBackend {
         if !self.sharded {
             return Ok(vec![super::ScanNode(None)]);
         }
+        // Read afresh for each walk: primaries added, moved or failed over since the map
+        // was last read would otherwise be missed, or fail every walk.
+        *crate::util::lock(&self.owners) = None;
         self.read_owners_now().await;
         let owners = crate::util::lock(&self.owners).clone();
         let Some(owners) = owners else {
