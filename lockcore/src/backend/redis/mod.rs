@@ -574,10 +574,25 @@ impl Locking for RedisBackend {
             port: *port,
             asking: false,
         };
-        let step = async {
-            let mut conn = self.plain_kept(&at).await?;
-            scan.query_async::<(u64, Vec<String>)>(&mut conn).await
-        };
+        // Timed and traced as the calls through `call` are.
+        let _timed = crate::metrics::Operation::start("SCAN");
+        let span = tracing::debug_span!(
+            target: "distlock",
+            "redis",
+            otel.name = "SCAN",
+            otel.kind = "client",
+            db.system.name = "redis",
+            db.operation.name = "SCAN",
+            server.address = host.as_str(),
+            server.port = port,
+        );
+        let step = tracing::Instrument::instrument(
+            async {
+                let mut conn = self.plain_kept(&at).await?;
+                scan.query_async::<(u64, Vec<String>)>(&mut conn).await
+            },
+            span,
+        );
         match tokio::time::timeout(self.timeout, step).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => {

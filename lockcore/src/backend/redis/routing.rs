@@ -268,7 +268,12 @@ impl RedisBackend {
             Target::Sentinel(sentinel) => sentinel
                 .current_primary()
                 .and_then(|c| addr(c.get_connection_info())),
-            Target::Cluster(_, first) => match what.single_key().and_then(|k| self.owner_of(&k)) {
+            // A keyless command (`WAIT`, `PUBLISH`, ...) has no slot: the first node.
+            Target::Cluster(_, first) => match keyed(what)
+                .then(|| what.single_key())
+                .flatten()
+                .and_then(|k| self.owner_of(&k))
+            {
                 Some(node) => Some((node.host, node.port)),
                 None => addr(first),
             },
@@ -390,4 +395,13 @@ impl RedisBackend {
             }
         }
     }
+}
+
+/// Whether `what` names a key first (a script's first key, or a keyed command's): its
+/// slot's owner is the server it goes to on a cluster.
+fn keyed(what: Call<'_, '_>) -> bool {
+    !matches!(
+        what.operation(),
+        "WAIT" | "PING" | "SCAN" | "PIPELINE" | "COMMAND"
+    )
 }
