@@ -5,7 +5,8 @@
 //! W1, W2 and W2F only, `DISTLOCK_BENCH_ONLY=w5` W5 only, `DISTLOCK_BENCH_ONLY=cluster`
 //! W1, W2 and W3 on a local 3-primary Redis Cluster (`cluster.rs`),
 //! `DISTLOCK_BENCH_ONLY=redlock` W1 over Redlock on 5 local masters against one master,
-//! `DISTLOCK_BENCH_ONLY=family` the semaphore against the plain lock (`family.rs`). Benchmarks never fail: the targets are
+//! `DISTLOCK_BENCH_ONLY=family` the semaphore against the plain lock (`family.rs`),
+//! `DISTLOCK_BENCH_ONLY=w6` 10,000 renewed locks held by one client (`many.rs`). Benchmarks never fail: the targets are
 //! printed as met or not, and the exit status only reflects whether the bench could run.
 //!
 //! The baseline is what a careful user writes by hand: `SET key token NX PX 30000` to
@@ -82,12 +83,13 @@ mod config;
 mod contended;
 mod family;
 mod http;
+mod many;
 mod measure;
 mod report;
 mod uncontended;
 
 #[allow(unused_imports)]
 use {
-    clients::*, cluster::*, config::*, contended::*, family::*, http::*, measure::*, report::*,
-    uncontended::*,
+    clients::*, cluster::*, config::*, contended::*, family::*, http::*, many::*, measure::*,
+    report::*, uncontended::*,
 };

@@ -264,6 +264,10 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
         run_redlock(cfg).await;
         return;
     }
+    if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("w6")) {
+        run_w6(cfg, &url).await;
+        return;
+    }
     if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("family")) {
         run_family(cfg, &url).await;
         return;
