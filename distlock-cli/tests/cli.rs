@@ -14,10 +14,21 @@ const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 
 /// Runs `distlock args` against `url`, its stdin not a terminal.
 fn distlock(url: &str, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("REDIS_URL", url)
-        .stdin(Stdio::null())
+    distlock_with(url, args, &[])
+}
+
+/// [`distlock`] with `env` set, and the TLS files only as `env` names them.
+fn distlock_with(url: &str, args: &[&str], env: &[(&str, &std::path::Path)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env("REDIS_URL", url).stdin(Stdio::null());
+    for var in [
+        "REDIS_TLS_CA_FILE",
+        "REDIS_TLS_CERT_FILE",
+        "REDIS_TLS_KEY_FILE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied())
         .output()
         .expect("distlock runs")
 }
@@ -605,22 +616,14 @@ async fn the_url_may_name_sentinels_or_a_tls_server() {
     let g = locks.lock("over:tls").acquire().await.unwrap();
     let ca = server.dir().join("cli-ca.crt");
     std::fs::write(&ca, &files.ca).unwrap();
-    let out = Command::new(BIN)
-        .args(["inspect", "over:tls", "--json"])
-        .env("REDIS_URL", files.url())
-        .env("REDIS_TLS_CA_FILE", &ca)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let trusted = [("REDIS_TLS_CA_FILE", ca.as_path())];
+    let out = distlock_with(&files.url(), &["inspect", "over:tls", "--json"], &trusted);
     assert_eq!(code(&out), 0, "{out:?}");
     assert_eq!(json(&out)["holder"]["token"], g.token());
-    let out = Command::new(BIN)
-        .args(["--timeout-ms", "1000", "inspect", "over:tls"])
-        .env("REDIS_URL", files.url())
-        .env_remove("REDIS_TLS_CA_FILE")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = distlock(
+        &files.url(),
+        &["--timeout-ms", "1000", "inspect", "over:tls"],
+    );
     assert_eq!(code(&out), 3, "{out:?}");
     g.release().await.unwrap();
 }

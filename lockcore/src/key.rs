@@ -156,6 +156,37 @@ pub(crate) fn companion(key: &str, suffix: &'static str) -> String {
     Companion(key, suffix).to_string()
 }
 
+/// Every suffix a key's companions carry (see [`companion`]); a test checks that each
+/// one the sources name is here.
+pub(crate) const COMPANIONS: &[&str] = &[
+    ":readers-waiting",
+    ":readers",
+    ":writer",
+    ":fence-seen",
+    ":fence",
+    ":waiting",
+    ":released",
+    ":turns",
+    ":acked",
+    ":done",
+];
+
+/// The key a companion belongs to, the inverse of [`companion`]: `{<key>}<suffix>` and a
+/// hash-tagged `<key><suffix>` stand for `<key>`; any other key for itself.
+pub(crate) fn companion_of(found: &str) -> &str {
+    for suffix in COMPANIONS {
+        if let Some(base) = found.strip_suffix(suffix) {
+            if let Some(inner) = base.strip_prefix('{').and_then(|b| b.strip_suffix('}')) {
+                return inner;
+            }
+            if hash_tag(base).is_some() {
+                return base;
+            }
+        }
+    }
+    found
+}
+
 /// [`companion`] as a command argument, written in place (no `String` per call).
 pub(crate) struct Companion<'a>(pub(crate) &'a str, pub(crate) &'static str);
 
@@ -179,6 +210,60 @@ impl redis::ToRedisArgs for Companion<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn companions_stand_for_their_lock() {
+        use super::companion_of as lock_of;
+        assert_eq!(lock_of("lock:doc"), "lock:doc");
+        assert_eq!(lock_of("{lock:doc}:readers"), "lock:doc");
+        assert_eq!(lock_of("{lock:doc}:fence"), "lock:doc");
+        assert_eq!(lock_of("lock:{t}:doc:readers-waiting"), "lock:{t}:doc");
+        assert_eq!(lock_of("lock:{t}:doc:turns"), "lock:{t}:doc");
+        assert_eq!(lock_of("{lock:doc}:turns"), "lock:doc");
+        // Untagged: a name that ends as a companion does is a lock of its own.
+        assert_eq!(lock_of("lock:job:fence"), "lock:job:fence");
+    }
+
+    #[test]
+    fn every_companion_the_sources_name_is_listed() {
+        // Each suffix named in a call of `companion` or `Companion` in lockcore's
+        // sources: a walk must map every such key back to its lock.
+        fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    files(&path, out);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut paths = Vec::new();
+        files(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut paths,
+        );
+        let mut named = std::collections::BTreeSet::new();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (at, _) in text.match_indices("ompanion(") {
+                let call = &text[at..];
+                let end = call.find(')').unwrap_or(call.len());
+                if let Some(open) = call[..end].find("\":") {
+                    let lit = &call[open + 1..end];
+                    let lit = &lit[..lit.find('"').unwrap_or(lit.len())];
+                    named.insert(lit.to_owned());
+                }
+            }
+        }
+        assert!(named.len() >= 9, "{named:?}");
+        for suffix in &named {
+            assert!(
+                super::COMPANIONS.contains(&suffix.as_str()),
+                "{suffix} is not in COMPANIONS"
+            );
+        }
+    }
 
     #[test]
     fn slots_as_redis_computes_them() {

@@ -124,16 +124,17 @@ pub(crate) struct Operation {
 }
 
 impl Operation {
+    /// `name()` is asked only with the feature on: without it, nothing is computed.
     #[cfg(feature = "metrics")]
-    pub(crate) fn start(name: &'static str) -> Operation {
+    pub(crate) fn start_with(name: impl FnOnce() -> &'static str) -> Operation {
         Operation {
             started: std::time::Instant::now(),
-            name,
+            name: name(),
         }
     }
 
     #[cfg(not(feature = "metrics"))]
-    pub(crate) fn start(_name: &'static str) -> Operation {
+    pub(crate) fn start_with(_name: impl FnOnce() -> &'static str) -> Operation {
         Operation {}
     }
 }

@@ -251,7 +251,8 @@ async fn a_list_walks_many_keys_once_each(locks: Locks) {
     }
 }
 
-#[idempotent(key = "<k>", client = locks, lease = "20s", skip = [gate, runs])]
+/// Runs once `gate` gives it a permit; a repeat waits for a call in progress.
+#[idempotent(key = "<k>", client = locks, lease = "20s", wait = "30s", skip = [gate, runs])]
 async fn gated(
     locks: &Locks,
     k: &str,
@@ -352,14 +353,14 @@ async fn forgetting_a_record_wakes_a_waiting_repeat() {
     let runs = std::sync::Arc::new(Runs::default());
     let first = tokio::spawn({
         let (locks, gate, runs) = (hung.clone(), shut.clone(), runs.clone());
-        async move { waiting_gated(&locks, "w-1", &gate, &runs).await }
+        async move { gated(&locks, "w-1", &gate, &runs).await }
     });
     while runs.get() == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let repeat = tokio::spawn({
         let (locks, gate, runs) = (other.clone(), open.clone(), runs.clone());
-        async move { waiting_gated(&locks, "w-1", &gate, &runs).await }
+        async move { gated(&locks, "w-1", &gate, &runs).await }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
@@ -383,18 +384,6 @@ async fn forgetting_a_record_wakes_a_waiting_repeat() {
     let record = other.idem_record(&key).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::Completed);
     assert_eq!(record.stored.as_deref(), Some(r#"{"value":7}"#));
-}
-
-#[idempotent(key = "<k>", client = locks, lease = "20s", wait = "30s", skip = [gate, runs])]
-async fn waiting_gated(
-    locks: &Locks,
-    k: &str,
-    gate: &tokio::sync::Semaphore,
-    runs: &Runs,
-) -> Result<u32, Error> {
-    runs.bump();
-    drop(gate.acquire().await);
-    Ok(7)
 }
 
 /// A claim whose process died (its lease ended, written as a dead instance leaves it)

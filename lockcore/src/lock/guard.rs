@@ -385,31 +385,22 @@ impl Releasing {
                     inner.backend.extend_permits(&lease).await
                 }
             };
-            let held = self.held;
+            let (held, template) = (self.held, self.info.state.template);
+            let kept = || {
+                let event = Event::Kept {
+                    key: &key,
+                    held,
+                    left,
+                };
+                inner.events.emit(event, template);
+                Ok(())
+            };
             return Some(match extended {
-                Ok(kept) if kept.first().copied().unwrap_or(false) => {
-                    inner.events.emit(
-                        Event::Kept {
-                            key: &key,
-                            held,
-                            left,
-                        },
-                        self.info.state.template,
-                    );
-                    Ok(())
-                }
+                Ok(extended) if extended.first().copied().unwrap_or(false) => kept(),
                 Ok(_) if retry => {
                     let (now, epoch) = (Instant::now(), inner.backend.epoch());
                     if self.state.surely_held_at(now, epoch) {
-                        inner.events.emit(
-                            Event::Kept {
-                                key: &key,
-                                held,
-                                left,
-                            },
-                            self.info.state.template,
-                        );
-                        Ok(())
+                        kept()
                     } else {
                         let error = Error::backend(
                             &key,

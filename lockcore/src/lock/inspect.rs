@@ -92,37 +92,6 @@ impl LockState {
     }
 }
 
-/// The companions a lock's key may have (see `crate::key::companion`): a key found by a
-/// walk that is one of them stands for the lock it belongs to.
-const COMPANIONS: &[&str] = &[
-    ":readers-waiting",
-    ":readers",
-    ":writer",
-    ":fence-seen",
-    ":fence",
-    ":waiting",
-    ":released",
-    ":turns",
-    ":acked",
-    ":done",
-];
-
-/// The lock a key found by a walk belongs to: `{<key>}<suffix>` and a hash-tagged
-/// `<key><suffix>` stand for `<key>`; any other key for itself.
-fn lock_of(found: &str) -> &str {
-    for suffix in COMPANIONS {
-        if let Some(base) = found.strip_suffix(suffix) {
-            if let Some(inner) = base.strip_prefix('{').and_then(|b| b.strip_suffix('}')) {
-                return inner;
-            }
-            if crate::key::hash_tag(base).is_some() {
-                return base;
-            }
-        }
-    }
-    found
-}
-
 /// A walk over the keys that match some globs, on every node a `SCAN` must visit (every
 /// primary of a cluster), one `SCAN` step at a time.
 pub(crate) struct KeyWalk {
@@ -278,7 +247,7 @@ impl Locks {
         ];
         let records = format!("{}idem:", self.inner.prefix);
         let keep = move |found: &str| {
-            let key = lock_of(found);
+            let key = crate::key::companion_of(found);
             let ours = key.starts_with(&*self.inner.prefix)
                 && !key.starts_with(&records)
                 && crate::util::glob_match(full.as_bytes(), key.as_bytes());
@@ -392,19 +361,6 @@ impl Locks {
 #[cfg(test)]
 mod tests {
     use super::Holder;
-
-    #[test]
-    fn companions_stand_for_their_lock() {
-        use super::lock_of;
-        assert_eq!(lock_of("lock:doc"), "lock:doc");
-        assert_eq!(lock_of("{lock:doc}:readers"), "lock:doc");
-        assert_eq!(lock_of("{lock:doc}:fence"), "lock:doc");
-        assert_eq!(lock_of("lock:{t}:doc:readers-waiting"), "lock:{t}:doc");
-        assert_eq!(lock_of("lock:{t}:doc:turns"), "lock:{t}:doc");
-        assert_eq!(lock_of("{lock:doc}:turns"), "lock:doc");
-        // Untagged: a name that ends as a companion does is a lock of its own.
-        assert_eq!(lock_of("lock:job:fence"), "lock:job:fence");
-    }
 
     #[test]
     fn tokens_name_their_holder() {

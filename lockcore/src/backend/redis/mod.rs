@@ -575,7 +575,7 @@ impl Locking for RedisBackend {
             asking: false,
         };
         // Timed and traced as the calls through `call` are.
-        let _timed = crate::metrics::Operation::start("SCAN");
+        let _timed = crate::metrics::Operation::start_with(|| "SCAN");
         let span = tracing::debug_span!(
             target: "distlock",
             "redis",

@@ -231,17 +231,16 @@ impl RedisBackend {
         what: Call<'_, '_>,
     ) -> Result<T, BackendError> {
         use tracing::Instrument as _;
-        let operation = what.operation();
-        let _timed = crate::metrics::Operation::start(operation);
+        let _timed = crate::metrics::Operation::start_with(|| what.operation());
         // One span per call, as OpenTelemetry names a database client's (its fields are
         // computed only when a subscriber wants the span).
         let span = tracing::debug_span!(
             target: "distlock",
             "redis",
-            otel.name = operation,
+            otel.name = what.operation(),
             otel.kind = "client",
             db.system.name = "redis",
-            db.operation.name = operation,
+            db.operation.name = what.operation(),
             server.address = tracing::field::Empty,
             server.port = tracing::field::Empty,
         );
