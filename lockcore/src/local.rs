@@ -317,6 +317,7 @@ impl LocalQueues {
         ttl: Duration,
         deadline: Instant,
         orphan: impl FnOnce(Turn, Instant) + Send + 'static,
+        template: &'static str,
     ) -> Entered {
         let entry = self.entry(key);
         let turn = |owns| Turn {
@@ -351,6 +352,8 @@ impl LocalQueues {
             });
             rx
         };
+        // Counted as waiting while in line (a free key is entered without waiting).
+        let _waiting = crate::metrics::Waiting::start(template);
         let mut place = Place {
             rx: Some(rx),
             orphan: Some(Box::new(orphan)),
@@ -430,6 +433,7 @@ mod tests {
             Duration::from_secs(1),
             deadline,
             never,
+            "t",
         )
         .await
     }
@@ -553,6 +557,7 @@ mod tests {
                     move |t, at| {
                         tx.send((t.owns, at)).unwrap();
                     },
+                    "t",
                 )
                 .await
             }
@@ -591,6 +596,7 @@ impl Lines {
         self: &Arc<Self>,
         key: &Arc<str>,
         deadline: Instant,
+        template: &'static str,
     ) -> Option<InLine> {
         let mut entered = InLine {
             lines: self.clone(),
@@ -606,8 +612,17 @@ impl Lines {
         // A free line is entered at once, even past the deadline (`timeout_at` polls
         // the lock first). Given up, `entered` leaves the map if it was the last.
         let line = entered.line.clone().expect("set above");
-        let head = tokio::time::timeout_at(deadline, line.lock_owned());
-        entered.head = Some(head.await.ok()?);
+        let head = match line.clone().try_lock_owned() {
+            Ok(head) => head,
+            // Counted as waiting while in line.
+            Err(_) => {
+                let _waiting = crate::metrics::Waiting::start(template);
+                tokio::time::timeout_at(deadline, line.lock_owned())
+                    .await
+                    .ok()?
+            }
+        };
+        entered.head = Some(head);
         Some(entered)
     }
 }

@@ -102,9 +102,6 @@ impl Waiting {
     pub(crate) fn start(_template: &'static str) -> Waiting {
         Waiting()
     }
-
-    /// No longer waiting (as dropping it).
-    pub(crate) fn end(self) {}
 }
 
 #[cfg(feature = "metrics")]

@@ -713,10 +713,7 @@ impl<'a> LockRequest<'a> {
                     _ => key.clone(),
                 };
                 let lines = &self.locks.inner.lines;
-                let waiting = crate::metrics::Waiting::start(self.template);
-                let entered = lines.enter(&line, deadline).await;
-                waiting.end();
-                match entered {
+                match lines.enter(&line, deadline, self.template).await {
                     Some(line) => Some(line),
                     None => return Err(self.busy_here(&key, started)),
                 }
@@ -725,11 +722,7 @@ impl<'a> LockRequest<'a> {
             drop(line);
             return taken;
         }
-        // In this process's line (for a moment only when the lock is free here).
-        let waiting = crate::metrics::Waiting::start(self.template);
-        let entered = self.enter_queue(&key, &token, deadline).await;
-        waiting.end();
-        let turn = match entered {
+        let turn = match self.enter_queue(&key, &token, deadline).await {
             Entered::Contend(turn) => turn,
             Entered::LeaseOver(turn) => {
                 token = self.new_token();
@@ -833,7 +826,10 @@ impl<'a> LockRequest<'a> {
             move |turn, at| drop(LockGuard::orphan(locks, key, token, at, ttl, turn))
         };
         let queues = &self.locks.inner.queues;
-        queues.enter(key, token, self.ttl, deadline, orphan).await
+        let template = self.template;
+        queues
+            .enter(key, token, self.ttl, deadline, orphan, template)
+            .await
     }
 
     /// At the head of the local queue (a lock's `turn`; a semaphore's line, held by the
