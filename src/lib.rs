@@ -115,8 +115,12 @@
 //! ## Native commands
 //!
 //! Where the server has them (Redis 8.4+ `SET ... IFEQ`, `DELEX ... IFEQ`; Valkey 8.1+
-//! `SET ... IFEQ`, 9.0+ `DELIFEQ`), detected once per connection, renewals and
-//! clean-ups use them instead of scripts; Lua is the fallback everywhere.
+//! `SET ... IFEQ`, 9.0+ `DELIFEQ`), detected once per connection, renewals, clean-ups,
+//! an idempotency result's store and the uncontended release use them instead of
+//! scripts; Lua is the fallback everywhere. The release's native compare-and-delete
+//! answers 0 alike for a lost lock and for one a waiter of another client marked: the
+//! release script then tells which (a second round trip, as with `unlock.lua` for a
+//! marked lock).
 //!
 //! ## Waiting, fairness, lease keeping, reentrancy
 //!

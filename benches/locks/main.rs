@@ -6,7 +6,11 @@
 //! W1, W2 and W3 on a local 3-primary Redis Cluster (`cluster.rs`),
 //! `DISTLOCK_BENCH_ONLY=redlock` W1 over Redlock on 5 local masters against one master,
 //! `DISTLOCK_BENCH_ONLY=family` the semaphore against the plain lock (`family.rs`),
-//! `DISTLOCK_BENCH_ONLY=w6` 10,000 renewed locks held by one client (`many.rs`). Benchmarks never fail: the targets are
+//! `DISTLOCK_BENCH_ONLY=w6` 10,000 renewed locks held by one client (`many.rs`),
+//! `DISTLOCK_BENCH_ONLY=w7` a crowd of 1,000 waiters on one key over 10 clients,
+//! `DISTLOCK_BENCH_ONLY=scaling` W2 on clusters of 1, 3 and 6 primaries and
+//! `DISTLOCK_BENCH_ONLY=keys` W2 over 1,000,000 held keys (`scale.rs`). `REDIS_SERVER_BIN`
+//! names the server (Valkey's `valkey-server`, or Redis 8.2's). Benchmarks never fail: the targets are
 //! printed as met or not, and the exit status only reflects whether the bench could run.
 //!
 //! The baseline is what a careful user writes by hand: `SET key token NX PX 30000` to
@@ -86,10 +90,11 @@ mod http;
 mod many;
 mod measure;
 mod report;
+mod scale;
 mod uncontended;
 
 #[allow(unused_imports)]
 use {
     clients::*, cluster::*, config::*, contended::*, family::*, http::*, many::*, measure::*,
-    report::*, uncontended::*,
+    report::*, scale::*, uncontended::*,
 };

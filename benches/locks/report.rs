@@ -268,6 +268,18 @@ pub(crate) async fn run(cfg: &Config, server: &testkit::RedisServer) {
         run_w6(cfg, &url).await;
         return;
     }
+    if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("w7")) {
+        run_w7(cfg, &url).await;
+        return;
+    }
+    if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("scaling")) {
+        run_scaling(cfg).await;
+        return;
+    }
+    if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("keys")) {
+        run_many_keys(cfg, &url).await;
+        return;
+    }
     if std::env::var("DISTLOCK_BENCH_ONLY").is_ok_and(|w| w.eq_ignore_ascii_case("family")) {
         run_family(cfg, &url).await;
         return;

@@ -504,8 +504,9 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
-    /// Starts `primaries` primaries with `replicas` replicas each and waits until every
-    /// node sees every slot served (`cluster_state:ok`) and every replica has synced.
+    /// Starts `primaries` primaries with `replicas` replicas each (one primary alone takes
+    /// every slot itself) and waits until every node sees every slot served
+    /// (`cluster_state:ok`) and every replica has synced.
     pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
             .map(|_| Self::node())
@@ -535,6 +536,14 @@ impl RedisCluster {
 
     /// Joins `nodes` into a cluster and waits until it is ok.
     fn create(nodes: Vec<RedisServer>, replicas: usize) -> RedisCluster {
+        if nodes.len() == 1 {
+            // `redis-cli --cluster create` wants 3 primaries; one takes every slot itself.
+            let reply = Self::cli(nodes[0].port, &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+            assert_eq!(reply, "OK", "CLUSTER ADDSLOTSRANGE");
+            let cluster = RedisCluster { nodes };
+            cluster.wait_ok(Duration::from_secs(30));
+            return cluster;
+        }
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))

@@ -276,6 +276,17 @@ fn a_client_shared_by_more_runtimes_than_cores_makes_no_connection_storm() {
 /// Whether the server on `server` has native conditional commands (`SET ... IFEQ`):
 /// Valkey 8.1+, Redis 8.4+ (read as the default user).
 async fn has_set_ifeq(server: &RedisServer) -> bool {
+    native_since(server, (8, 1), (8, 4)).await
+}
+
+/// Whether the server has a native compare-and-delete: Valkey 9.0's `DELIFEQ`, Redis
+/// 8.4's `DELEX ... IFEQ`.
+async fn has_del_ifeq(server: &RedisServer) -> bool {
+    native_since(server, (9, 0), (8, 4)).await
+}
+
+/// Whether the server is Valkey `valkey` or later, or Redis `redis` or later.
+async fn native_since(server: &RedisServer, valkey: (u32, u32), redis: (u32, u32)) -> bool {
     let info: String = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut server.raw().await)
@@ -290,9 +301,86 @@ async fn has_set_ifeq(server: &RedisServer) -> bool {
             })
     };
     match version("valkey_version") {
-        Some(v) => v >= (8, 1),
-        None => version("redis_version").is_some_and(|v| v >= (8, 4)),
+        Some(v) => v >= valkey,
+        None => version("redis_version").is_some_and(|v| v >= redis),
     }
+}
+
+/// Uncontended releases are the server's own compare-and-delete where it has one
+/// (`DELIFEQ` on Valkey 9.1 in the suite's Valkey run), with no script; and that path
+/// loses nothing the script gave: a lock lost meanwhile ends in `Error::Lost`, a release
+/// that finds another client's waiter (its mark on the value) wakes it, and a name held
+/// as another kind answers `WRONGTYPE` without turning the native commands off. Control
+/// (Redis 7.0): one `EVALSHA` per release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_use_the_native_compare_and_delete_where_the_server_has_one() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    cycles(&locks, "warm", 2).await;
+    let mut admin = server.raw().await;
+    let calls = |name: &'static str| commandstat_calls_of(&server, name);
+    let (evalsha, delifeq) = (calls("evalsha").await, calls("delifeq").await);
+    cycles(&locks, "plain", 10).await;
+    let (evalsha, delifeq) = (
+        calls("evalsha").await - evalsha,
+        calls("delifeq").await - delifeq,
+    );
+    let native = has_del_ifeq(&server).await;
+    if native {
+        assert_eq!((evalsha, delifeq), (0, 10), "native releases");
+    } else {
+        assert_eq!(evalsha, 10, "control: scripted releases");
+    }
+
+    // Lost while held: another value in the key.
+    let g = locks.lock("lost").acquire().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(g.key())
+        .arg("someone-else")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+
+    // Another client waits: the release finds its mark and wakes it at once.
+    let other = Locks::connect(&server.url()).await.unwrap();
+    let g = locks.lock("waited").acquire().await.unwrap();
+    let waiter = take_and_release(&other, "waited", Duration::from_secs(20));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let published = calls("publish").await;
+    g.release().await.unwrap();
+    waiter.await.unwrap();
+    assert!(
+        calls("publish").await > published,
+        "the release ran release.lua, which wakes the waiters"
+    );
+
+    // A name held as a semaphore: `WRONGTYPE` from the release, native commands kept.
+    let _: () = redis::cmd("ZADD")
+        .arg("lock:kinds")
+        .arg(1)
+        .arg("x")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let g = locks.lock("kinds2").acquire().await.unwrap();
+    let _: () = redis::cmd("RENAME")
+        .arg("lock:kinds")
+        .arg(g.key())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(g.release().await.is_err(), "a key of another type");
+    let delifeq = calls("delifeq").await;
+    cycles(&locks, "after", 3).await;
+    if native {
+        assert_eq!(calls("delifeq").await - delifeq, 3, "still native");
+    }
+}
+
+/// `commandstat_calls` on a connection of its own.
+async fn commandstat_calls_of(server: &RedisServer, name: &str) -> u64 {
+    commandstat_calls(&mut server.raw().await, name).await
 }
 
 /// Renewals use `SET ... IFEQ` where the server has it (Valkey 9.1 in the suite's Valkey

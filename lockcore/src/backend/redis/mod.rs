@@ -304,7 +304,12 @@ impl RedisBackend {
     ) -> Result<Option<T>, BackendError> {
         match self.query::<T>(cmd).await {
             Ok(reply) => Ok(Some(reply)),
-            Err(e) if e.kind() == BackendErrorKind::Response => {
+            // A key of another type answers the scripts' way too (`WRONGTYPE`): that
+            // says nothing of the server's commands.
+            Err(e)
+                if e.kind() == BackendErrorKind::Response
+                    && !e.to_string().contains("WRONGTYPE") =>
+            {
                 self.refuse_native(&e);
                 Ok(None)
             }
@@ -384,19 +389,34 @@ impl Locking for RedisBackend {
         Ok(fence_if_held(fence, held, token))
     }
 
-    /// Without a successor, first the plain compare-and-delete (`unlock.lua`); the full
-    /// release runs only when that finds waiters registered. On a cluster whose slot
+    /// Without a successor, first the plain compare-and-delete (the server's own, else
+    /// `unlock.lua`); the full release runs only when that finds waiters registered. On a cluster whose slot
     /// migrates with the lock key and its recent turns (`{key}:turns`) split between the
     /// two nodes, the release runs on the lock key alone, without yielding (the turns
     /// only decide who goes next between clients).
     async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         if call.successor.is_none() && !call.contended {
-            let mut cmd = evalsha(&UNLOCK, 1, 1, call.key.len() + call.token.len());
-            cmd.arg(call.key).arg(call.token);
-            match self.evalsha_call::<i64>(&UNLOCK, &cmd).await? {
-                1 => return Ok(Released::Now),
-                0 => return Ok(Released::NotOurs),
-                _ => {}
+            // The server's own compare-and-delete where it has one (Valkey 9's `DELIFEQ`,
+            // Redis 8.4's `DELEX ... IFEQ`): 0 means gone, another holder's, or marked by
+            // a waiter (`<token> waiting`), and `release.lua` below tells which. A lost
+            // lock pays that second call; a marked one pays it after `unlock.lua` too.
+            let native = match self.native().delete(call.key, call.token) {
+                Some(cmd) => self.query_native::<i64>(&cmd).await?,
+                None => None,
+            };
+            match native {
+                Some(1) => return Ok(Released::Now),
+                Some(_) => {}
+                // No such command (or refused after all): `unlock.lua`.
+                None => {
+                    let mut cmd = evalsha(&UNLOCK, 1, 1, call.key.len() + call.token.len());
+                    cmd.arg(call.key).arg(call.token);
+                    match self.evalsha_call::<i64>(&UNLOCK, &cmd).await? {
+                        1 => return Ok(Released::Now),
+                        0 => return Ok(Released::NotOurs),
+                        _ => {}
+                    }
+                }
             }
         }
         match self.release_script(call, true).await {
