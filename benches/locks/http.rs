@@ -266,6 +266,11 @@ pub(crate) struct Phase {
     /// `own_cpu`): the clients are the same for both endpoints.
     pub(crate) process_cpu_s: f64,
     pub(crate) commands: u64,
+    /// Read events of redis-server (`total_reads_processed`): one per socket read, so
+    /// fewer than the commands where a connection pipelines several.
+    pub(crate) reads: u64,
+    /// Connections redis-server accepted (`total_connections_received`).
+    pub(crate) connections: u64,
     pub(crate) unexpected: u64,
 }
 
@@ -290,6 +295,10 @@ impl Phase {
         self.commands as f64 / self.requests.max(1) as f64
     }
 
+    pub(crate) fn reads_per(&self) -> f64 {
+        self.reads as f64 / self.requests.max(1) as f64
+    }
+
     fn add(&mut self, other: Phase) {
         self.requests += other.requests;
         self.secs += other.secs;
@@ -297,6 +306,8 @@ impl Phase {
         self.command_s += other.command_s;
         self.process_cpu_s += other.process_cpu_s;
         self.commands += other.commands;
+        self.reads += other.reads;
+        self.connections += other.connections;
         self.unexpected += other.unexpected;
     }
 }
@@ -318,6 +329,7 @@ async fn phase(
     conn: &mut MultiplexedConnection,
 ) -> Phase {
     reset_commandstats(conn).await;
+    let (reads0, connections0) = reads_processed(conn).await;
     let cpu0 = server_cpu(conn).await;
     let process0 = own_cpu();
     let started = Instant::now();
@@ -343,6 +355,9 @@ async fn phase(
     let secs = started.elapsed().as_secs_f64();
     let process_cpu_s = own_cpu() - process0;
     let cpu = server_cpu(conn).await - cpu0;
+    // This connection's own reads (CONFIG RESETSTAT, INFO stats, INFO cpu) left out.
+    let (reads1, connections1) = reads_processed(conn).await;
+    let reads = (reads1 - reads0).saturating_sub(3);
     let command_s = command_usec(conn).await / 1e6;
     let stats = read_commandstats(conn).await;
     let commands = stats
@@ -357,8 +372,25 @@ async fn phase(
         command_s,
         process_cpu_s,
         commands,
+        reads,
+        connections: connections1 - connections0,
         unexpected,
     }
+}
+
+/// redis-server's `total_reads_processed` and `total_connections_received` so far.
+async fn reads_processed(conn: &mut MultiplexedConnection) -> (u64, u64) {
+    let stats = info_section(conn, "stats").await;
+    let field = |name: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        field("total_reads_processed"),
+        field("total_connections_received"),
+    )
 }
 
 /// Microseconds redis-server spent in commands since the last reset (`INFO
