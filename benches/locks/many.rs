@@ -35,14 +35,16 @@ struct Held {
     server_bytes: f64,
 }
 
-fn rss_bytes() -> f64 {
+/// This process's resident memory, in bytes.
+pub(crate) fn rss_bytes() -> f64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
         .map_or(f64::NAN, |pages| pages * 4096.0)
 }
 
-async fn stat(conn: &mut MultiplexedConnection, section: &str, field: &str) -> u64 {
+/// A numeric field of an `INFO` section (0 when missing).
+pub(crate) async fn stat(conn: &mut MultiplexedConnection, section: &str, field: &str) -> u64 {
     info_section(conn, section)
         .await
         .lines()

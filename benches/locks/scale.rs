@@ -240,28 +240,6 @@ pub(crate) async fn run_scaling(cfg: &Config) {
     }
 }
 
-/// This process's resident memory, in bytes.
-fn rss() -> f64 {
-    std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .map_or(f64::NAN, |pages| pages * 4096.0)
-}
-
-async fn info_u64(conn: &mut MultiplexedConnection, section: &str, field: &str) -> u64 {
-    info_section(conn, section)
-        .await
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(field)?
-                .strip_prefix(':')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
-
 struct ManyKeys {
     take_s: f64,
     release_s: f64,
@@ -281,7 +259,7 @@ async fn many_keys_once(
     tasks: usize,
 ) -> ManyKeys {
     let mut stats = raw_connection(url).await;
-    let (mem0, rss0) = (info_u64(&mut stats, "memory", "used_memory").await, rss());
+    let (mem0, rss0) = (stat(&mut stats, "memory", "used_memory").await, rss_bytes());
     let t0 = Instant::now();
     let takers = (0..tasks).map(|t| {
         let (client, prefix) = (client.clone(), prefix.to_owned());
@@ -306,8 +284,8 @@ async fn many_keys_once(
     }
     let take_s = t0.elapsed().as_secs_f64();
     let server_bytes =
-        (info_u64(&mut stats, "memory", "used_memory").await as f64 - mem0 as f64) / n as f64;
-    let client_bytes = (rss() - rss0) / n as f64;
+        (stat(&mut stats, "memory", "used_memory").await as f64 - mem0 as f64) / n as f64;
+    let client_bytes = (rss_bytes() - rss0) / n as f64;
     let key: Option<String> = redis::cmd("RANDOMKEY")
         .query_async(&mut stats)
         .await
