@@ -199,6 +199,12 @@ pub struct BackendError {
     /// A cluster node answered `TRYAGAIN`: a call's keys are split between the two nodes
     /// of a slot being migrated.
     split: bool,
+    /// Redis answered `WRONGTYPE`: the key holds another kind of value.
+    wrong_type: bool,
+    /// A release whose native compare-and-delete answered 0 (the lock lost, or marked
+    /// by a waiter) failed before `release.lua` answered: a retry that finds the key not
+    /// this holder's cannot tell a release that happened from a lock lost.
+    undecided: bool,
 }
 
 /// The broad class of a [`BackendError`].
@@ -221,7 +227,27 @@ impl BackendError {
             kind,
             detail: detail.into(),
             split: false,
+            wrong_type: false,
+            undecided: false,
         }
+    }
+
+    /// Whether Redis answered `WRONGTYPE` (by its error code, not the text).
+    pub(crate) fn is_wrong_type(&self) -> bool {
+        self.wrong_type
+    }
+
+    /// Whether this is the failure of a release after its native compare-and-delete
+    /// answered 0 (see the field).
+    pub(crate) fn is_undecided(&self) -> bool {
+        self.undecided
+    }
+
+    /// This error, marked as the failure of a release after its native compare-and-delete
+    /// answered 0.
+    pub(crate) fn undecided(mut self) -> Self {
+        self.undecided = true;
+        self
     }
 
     /// Whether a cluster node answered that the call's keys are split between the two
@@ -295,6 +321,7 @@ impl From<redis::RedisError> for BackendError {
         };
         let mut error = BackendError::new(kind, e.to_string());
         error.split = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain);
+        error.wrong_type = e.code() == Some("WRONGTYPE");
         error
     }
 }

@@ -504,8 +504,8 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
-    /// Starts `primaries` primaries with `replicas` replicas each (one primary alone takes
-    /// every slot itself) and waits until every node sees every slot served
+    /// Starts `primaries` primaries with `replicas` replicas each (one primary without
+    /// replicas takes every slot itself) and waits until every node sees every slot served
     /// (`cluster_state:ok`) and every replica has synced.
     pub fn start(primaries: usize, replicas: usize) -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))

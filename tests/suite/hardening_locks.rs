@@ -319,15 +319,17 @@ async fn releases_use_the_native_compare_and_delete_where_the_server_has_one() {
     cycles(&locks, "warm", 2).await;
     let mut admin = server.raw().await;
     let calls = |name: &'static str| commandstat_calls_of(&server, name);
-    let (evalsha, delifeq) = (calls("evalsha").await, calls("delifeq").await);
+    // Valkey's `DELIFEQ`, or Redis 8.4's `DELEX`.
+    let deletes = || async { calls("delifeq").await + calls("delex").await };
+    let (evalsha, native_deletes) = (calls("evalsha").await, deletes().await);
     cycles(&locks, "plain", 10).await;
-    let (evalsha, delifeq) = (
+    let (evalsha, native_deletes) = (
         calls("evalsha").await - evalsha,
-        calls("delifeq").await - delifeq,
+        deletes().await - native_deletes,
     );
     let native = has_del_ifeq(&server).await;
     if native {
-        assert_eq!((evalsha, delifeq), (0, 10), "native releases");
+        assert_eq!((evalsha, native_deletes), (0, 10), "native releases");
     } else {
         assert_eq!(evalsha, 10, "control: scripted releases");
     }
@@ -342,18 +344,46 @@ async fn releases_use_the_native_compare_and_delete_where_the_server_has_one() {
         .unwrap();
     assert!(matches!(g.release().await, Err(Error::Lost { .. })));
 
-    // Another client waits: the release finds its mark and wakes it at once.
+    // Another client waits and has marked the value: the native delete finds no match,
+    // and `release.lua` wakes the waiter (a `PUBLISH`). The waiter holds on until the
+    // counts are read, so its own calls stay out of them.
     let other = Locks::connect(&server.url()).await.unwrap();
     let g = locks.lock("waited").acquire().await.unwrap();
-    let waiter = take_and_release(&other, "waited", Duration::from_secs(20));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let published = calls("publish").await;
+    let (go, hold) = tokio::sync::oneshot::channel::<()>();
+    let waiter = tokio::spawn(async move {
+        let g = other
+            .lock("waited")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        hold.await.ok();
+        g.release().await.unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(g.key())
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if value.is_some_and(|v| v.ends_with(" waiting")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiter marked the value");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (published, native_deletes) = (calls("publish").await, deletes().await);
     g.release().await.unwrap();
-    waiter.await.unwrap();
     assert!(
         calls("publish").await > published,
         "the release ran release.lua, which wakes the waiters"
     );
+    if native {
+        assert_eq!(deletes().await - native_deletes, 1, "tried natively first");
+    }
+    go.send(()).unwrap();
+    waiter.await.unwrap();
 
     // A name held as a semaphore: `WRONGTYPE` from the release, native commands kept.
     let _: () = redis::cmd("ZADD")
@@ -371,10 +401,10 @@ async fn releases_use_the_native_compare_and_delete_where_the_server_has_one() {
         .await
         .unwrap();
     assert!(g.release().await.is_err(), "a key of another type");
-    let delifeq = calls("delifeq").await;
+    let native_deletes = deletes().await;
     cycles(&locks, "after", 3).await;
     if native {
-        assert_eq!(calls("delifeq").await - delifeq, 3, "still native");
+        assert_eq!(deletes().await - native_deletes, 3, "still native");
     }
 }
 

@@ -7,9 +7,10 @@
 //! Where they fit: the renewal (`SET key token IFEQ token PX ttl` is a compare-and-extend
 //! without a script), the clean-up of a try whose reply was lost (a compare-and-delete
 //! that wakes nobody), and the store of an idempotency result (one `SET ... IFEQ` of the
-//! claim's record followed by the result, against the claim's exact record). A value a waiter marked (`<token> waiting`) does not match them:
-//! the scripts then decide. The release itself stays a script: it must tell a marked
-//! value (wake the waiters) from a plain one in the same step as the compare.
+//! claim's record followed by the result, against the claim's exact record), and the
+//! uncontended release (a compare-and-delete; the guard knows of no waiter). A value a
+//! waiter marked (`<token> waiting`) does not match them: the scripts then decide (the
+//! release's `release.lua` wakes the waiters, or finds the lock lost).
 
 use std::time::Duration;
 

@@ -517,6 +517,9 @@ pub(super) async fn release_raw(
         self_subscribed: &|channel| inner.wakeups.may_count_self(channel),
     };
     let mut retried = false;
+    // Whether a key found not ours on a retry means the earlier try released it: not
+    // after a native compare-and-delete answered 0 (the lock may have been lost).
+    let mut can_tell = true;
     loop {
         let released = match &set {
             None => inner.backend.release(&call).await,
@@ -529,7 +532,7 @@ pub(super) async fn release_raw(
             Ok(Released::NotOurs) if retry => {
                 // The reply arrived now, so Redis ran the call before now.
                 let (now, epoch) = (Instant::now(), inner.backend.epoch());
-                let within = lease.is_some_and(|l| l.surely_held_at(now, epoch));
+                let within = can_tell && lease.is_some_and(|l| l.surely_held_at(now, epoch));
                 return Ok(if within {
                     Released::Earlier
                 } else {
@@ -540,6 +543,7 @@ pub(super) async fn release_raw(
             Err(e) if !retried && e.is_transient() => {
                 retried = true;
                 retry = true;
+                can_tell &= !e.is_undecided();
             }
             Err(e) => return Err(Error::backend(key, e)),
         }

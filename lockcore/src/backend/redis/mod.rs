@@ -306,10 +306,7 @@ impl RedisBackend {
             Ok(reply) => Ok(Some(reply)),
             // A key of another type answers the scripts' way too (`WRONGTYPE`): that
             // says nothing of the server's commands.
-            Err(e)
-                if e.kind() == BackendErrorKind::Response
-                    && !e.to_string().contains("WRONGTYPE") =>
-            {
+            Err(e) if e.kind() == BackendErrorKind::Response && !e.is_wrong_type() => {
                 self.refuse_native(&e);
                 Ok(None)
             }
@@ -398,15 +395,23 @@ impl Locking for RedisBackend {
         if call.successor.is_none() && !call.contended {
             // The server's own compare-and-delete where it has one (Valkey 9's `DELIFEQ`,
             // Redis 8.4's `DELEX ... IFEQ`): 0 means gone, another holder's, or marked by
-            // a waiter (`<token> waiting`), and `release.lua` below tells which. A lost
-            // lock pays that second call; a marked one pays it after `unlock.lua` too.
+            // a waiter (`<token> waiting`), and `release.lua` tells which. A lost lock
+            // pays that second call; a marked one pays it after `unlock.lua` too.
             let native = match self.native().delete(call.key, call.token) {
                 Some(cmd) => self.query_native::<i64>(&cmd).await?,
                 None => None,
             };
             match native {
                 Some(1) => return Ok(Released::Now),
-                Some(_) => {}
+                // Lost, or marked: only `release.lua` tells which, so a failure of it
+                // leaves a retry unable to tell a release that happened from a lost lock.
+                Some(_) => {
+                    return match self.release_script(call, true).await {
+                        Err(e) if e.is_split() => self.release_script(call, false).await,
+                        released => released,
+                    }
+                    .map_err(BackendError::undecided);
+                }
                 // No such command (or refused after all): `unlock.lua`.
                 None => {
                     let mut cmd = evalsha(&UNLOCK, 1, 1, call.key.len() + call.token.len());
@@ -770,9 +775,15 @@ impl Locking for RedisBackend {
                     }
                     // A value a waiter marked does not match: the script decides.
                     Ok(_) => {}
-                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                    // `WRONGTYPE` (a key of another kind) says nothing of the server's
+                    // commands: the scripts answer it too.
+                    Err(e)
+                        if matches!(e.kind(), redis::ErrorKind::Server(_))
+                            && e.code() != Some("WRONGTYPE") =>
+                    {
                         self.refuse_native(&e);
                     }
+                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {}
                     Err(e) => return Err(self.failed(generation, e)),
                 }
             }

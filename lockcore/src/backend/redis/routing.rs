@@ -73,6 +73,7 @@ impl Call<'_, '_> {
                 b"GET" => "GET",
                 b"DEL" => "DEL",
                 b"DELIFEQ" => "DELIFEQ",
+                b"DELEX" => "DELEX",
                 b"PEXPIRE" => "PEXPIRE",
                 b"PTTL" => "PTTL",
                 b"SCAN" => "SCAN",
