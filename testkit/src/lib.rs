@@ -540,10 +540,16 @@ impl RedisCluster {
             // `redis-cli --cluster create` wants 3 primaries; one takes every slot itself.
             let reply = Self::cli(nodes[0].port, &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
             assert_eq!(reply, "OK", "CLUSTER ADDSLOTSRANGE");
-            let cluster = RedisCluster { nodes };
-            cluster.wait_ok(Duration::from_secs(30));
-            return cluster;
+        } else {
+            Self::create_with_cli(&nodes, replicas);
         }
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok(Duration::from_secs(30));
+        cluster
+    }
+
+    /// `redis-cli --cluster create` over `nodes`.
+    fn create_with_cli(nodes: &[RedisServer], replicas: usize) {
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
@@ -561,9 +567,6 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let cluster = RedisCluster { nodes };
-        cluster.wait_ok(Duration::from_secs(30));
-        cluster
     }
 
     /// Starts one more node and joins it to the cluster as a primary with no slots

@@ -392,6 +392,7 @@ impl Locking for RedisBackend {
     /// two nodes, the release runs on the lock key alone, without yielding (the turns
     /// only decide who goes next between clients).
     async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
+        let mut undecided = false;
         if call.successor.is_none() && !call.contended {
             // The server's own compare-and-delete where it has one (Valkey 9's `DELIFEQ`,
             // Redis 8.4's `DELEX ... IFEQ`): 0 means gone, another holder's, or marked by
@@ -405,13 +406,7 @@ impl Locking for RedisBackend {
                 Some(1) => return Ok(Released::Now),
                 // Lost, or marked: only `release.lua` tells which, so a failure of it
                 // leaves a retry unable to tell a release that happened from a lost lock.
-                Some(_) => {
-                    return match self.release_script(call, true).await {
-                        Err(e) if e.is_split() => self.release_script(call, false).await,
-                        released => released,
-                    }
-                    .map_err(BackendError::undecided);
-                }
+                Some(_) => undecided = true,
                 // No such command (or refused after all): `unlock.lua`.
                 None => {
                     let mut cmd = evalsha(&UNLOCK, 1, 1, call.key.len() + call.token.len());
@@ -424,10 +419,11 @@ impl Locking for RedisBackend {
                 }
             }
         }
-        match self.release_script(call, true).await {
+        let released = match self.release_script(call, true).await {
             Err(e) if e.is_split() => self.release_script(call, false).await,
             released => released,
-        }
+        };
+        released.map_err(|e| if undecided { e.undecided() } else { e })
     }
 
     /// `set_fenced.lua`: the value and its highest fence seen share the key's slot.
@@ -601,16 +597,7 @@ impl Locking for RedisBackend {
         };
         // Timed and traced as the calls through `call` are.
         let _timed = crate::metrics::Operation::start_with(|| "SCAN");
-        let span = tracing::debug_span!(
-            target: "distlock",
-            "redis",
-            otel.name = "SCAN",
-            otel.kind = "client",
-            db.system.name = "redis",
-            db.operation.name = "SCAN",
-            server.address = host.as_str(),
-            server.port = port,
-        );
+        let span = routing::client_span(|| "SCAN", || Some((host.clone(), *port)));
         let step = tracing::Instrument::instrument(
             async {
                 let mut conn = self.plain_kept(&at).await?;
@@ -777,13 +764,11 @@ impl Locking for RedisBackend {
                     Ok(_) => {}
                     // `WRONGTYPE` (a key of another kind) says nothing of the server's
                     // commands: the scripts answer it too.
-                    Err(e)
-                        if matches!(e.kind(), redis::ErrorKind::Server(_))
-                            && e.code() != Some("WRONGTYPE") =>
-                    {
-                        self.refuse_native(&e);
+                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                        if e.code() != Some("WRONGTYPE") {
+                            self.refuse_native(&e);
+                        }
                     }
-                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {}
                     Err(e) => return Err(self.failed(generation, e)),
                 }
             }

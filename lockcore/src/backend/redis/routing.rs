@@ -233,24 +233,7 @@ impl RedisBackend {
     ) -> Result<T, BackendError> {
         use tracing::Instrument as _;
         let _timed = crate::metrics::Operation::start_with(|| what.operation());
-        // One span per call, as OpenTelemetry names a database client's (its fields are
-        // computed only when a subscriber wants the span).
-        let span = tracing::debug_span!(
-            target: "distlock",
-            "redis",
-            otel.name = what.operation(),
-            otel.kind = "client",
-            db.system.name = "redis",
-            db.operation.name = what.operation(),
-            server.address = tracing::field::Empty,
-            server.port = tracing::field::Empty,
-        );
-        if !span.is_disabled()
-            && let Some((host, port)) = self.server_of(what)
-        {
-            span.record("server.address", host.as_str());
-            span.record("server.port", port);
-        }
+        let span = client_span(|| what.operation(), || self.server_of(what));
         self.call_timed(what).instrument(span).await
     }
 
@@ -404,4 +387,30 @@ fn keyed(what: Call<'_, '_>) -> bool {
         what.operation(),
         "WAIT" | "PING" | "SCAN" | "PIPELINE" | "COMMAND"
     )
+}
+
+/// A Redis call's span, one per call, as OpenTelemetry names a database client's: its
+/// fields (the operation, the server it goes to) are computed only when a subscriber
+/// wants the span.
+pub(super) fn client_span(
+    operation: impl Fn() -> &'static str,
+    server: impl FnOnce() -> Option<(String, u16)>,
+) -> tracing::Span {
+    let span = tracing::debug_span!(
+        target: "distlock",
+        "redis",
+        otel.name = operation(),
+        otel.kind = "client",
+        db.system.name = "redis",
+        db.operation.name = operation(),
+        server.address = tracing::field::Empty,
+        server.port = tracing::field::Empty,
+    );
+    if !span.is_disabled()
+        && let Some((host, port)) = server()
+    {
+        span.record("server.address", host.as_str());
+        span.record("server.port", port);
+    }
+    span
 }
