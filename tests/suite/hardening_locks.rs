@@ -230,11 +230,19 @@ fn cycles_from_runtimes(locks: &Locks, runtimes: &[tokio::runtime::Runtime], cyc
 
 /// One client shared by 12 runtimes (more than cores; actix-web runs one per worker),
 /// 4 tasks each: the connections it makes are bounded by what that load needs, and do not
-/// grow with the number of calls (the second, longer batch of cycles makes at most 2).
-/// It used to replace the connections of the runtimes beyond 8 over and over (956
-/// connections for 300 cycles a task), and runtimes closed each other's idle direct
-/// connections to make room (6 more for the second batch with 8 runtimes). The same
-/// with 8 runtimes, as many as a client kept before.
+/// grow with the number of calls. It used to replace the connections of the runtimes
+/// beyond 8 over and over (956 connections for 300 cycles a task), and runtimes closed
+/// each other's idle direct connections to make room (6 more for the second batch with 8
+/// runtimes). The same with 8 runtimes, as many as a client kept before.
+///
+/// Once warm, the only connections a steady load makes are the direct ones a runtime
+/// takes over from another runtime that left its own unused for 2 s (lockcore's
+/// `RECLAIM_IDLE`): at most the 4 a client keeps (`MAX_DIRECT`) per 2 s, so the bound
+/// for the second batch is read from how long it took. On a loaded machine the two
+/// batches take long enough for connections opened at the first batch's start to be
+/// taken over in the second's tail (up to 3 in 1.4-1.6 s, seen with two busy loops
+/// beside the test); a storm makes hundreds. The count includes the connection that
+/// reads it (`INFO`).
 #[test]
 fn a_client_shared_by_more_runtimes_than_cores_makes_no_connection_storm() {
     for count in [8, 12] {
@@ -258,17 +266,22 @@ fn a_client_shared_by_more_runtimes_than_cores_makes_no_connection_storm() {
         let before = testkit::connections_received(server.port);
         cycles_from_runtimes(&locks, &runtimes, 50);
         let warm = testkit::connections_received(server.port);
+        let started = Instant::now();
         cycles_from_runtimes(&locks, &runtimes, 100);
+        let took = started.elapsed();
         let after = testkit::connections_received(server.port);
         let (first, second) = (warm - before, after - warm);
-        eprintln!("{count} runtimes: {first} connections, then {second}");
+        // The reading's own connection, and 4 direct connections, each taken over at
+        // most once per 2 s of the batch.
+        let bound = 1 + 4 * (1 + took.as_secs() / 2);
+        eprintln!("{count} runtimes: {first} connections, then {second} in {took:?}");
         assert!(
             first <= count as u64 + 8,
             "{count} runtimes: {first} connections for the first cycles"
         );
         assert!(
-            second <= 2,
-            "{count} runtimes: {second} more connections for more cycles of the same load"
+            second <= bound,
+            "{count} runtimes: {second} more connections in {took:?} of the same load"
         );
     }
 }
