@@ -340,10 +340,13 @@
 //!
 //! [`Locks`] is cheap to clone: all clones share one multiplexed connection per tokio
 //! runtime, reopened when it breaks. While fewer than three calls of the client are in
-//! flight, a call goes over one of up to four direct connections instead, whose caller
-//! writes the command and reads its own reply (a round trip without the multiplexed
-//! connection's task wake-ups); more calls at once share the multiplexed connection,
-//! which pipelines them. A call that times out or is cancelled closes the direct
+//! flight, a lock's call goes over one of up to four direct connections instead, whose
+//! caller writes the command and reads its own reply (a round trip without the
+//! multiplexed connection's task wake-ups); more calls at once share the multiplexed
+//! connection, which pipelines them. Idempotency records always go over the multiplexed
+//! connection: their one or two calls are a small part of an HTTP request's time, and
+//! the calls of concurrent requests share its socket reads and writes, which costs Redis
+//! less CPU per call. A call that times out or is cancelled closes the direct
 //! connection it used, so its late reply is never read as another call's; one that Redis
 //! closed while idle is noticed before use. Direct connections authenticate and select
 //! the database from the URL, work over `unix://` and over TLS (feature `tls`, not with

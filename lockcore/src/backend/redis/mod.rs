@@ -43,6 +43,7 @@ use crate::key::Companion;
 use cache::*;
 use cluster::*;
 use pool::*;
+pub(crate) use routing::Via;
 use routing::*;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::ACQUIRE));
@@ -296,13 +297,14 @@ impl RedisBackend {
         })
     }
 
-    /// [`query`](Self::query) of a native command; `None` when the server refuses it
-    /// (it has no such command after all): scripts from then on.
+    /// [`query_via`](Self::query_via) of a native command; `None` when the server refuses
+    /// it (it has no such command after all): scripts from then on.
     pub(super) async fn query_native<T: FromRedisValue>(
         &self,
         cmd: &redis::Cmd,
+        via: Via,
     ) -> Result<Option<T>, BackendError> {
-        match self.query::<T>(cmd).await {
+        match self.query_via::<T>(cmd, via).await {
             Ok(reply) => Ok(Some(reply)),
             // A key of another type answers the scripts' way too (`WRONGTYPE`): that
             // says nothing of the server's commands.
@@ -382,7 +384,8 @@ impl Locking for RedisBackend {
                 asked => asked,
             };
         }
-        let (fence, held): (u64, Option<String>) = self.query_pipe(&fence_pipe(key)).await?;
+        let (fence, held): (u64, Option<String>) =
+            self.query_pipe(&fence_pipe(key), Via::Direct).await?;
         Ok(fence_if_held(fence, held, token))
     }
 
@@ -399,7 +402,7 @@ impl Locking for RedisBackend {
             // a waiter (`<token> waiting`), and `release.lua` tells which. A lost lock
             // pays that second call; a marked one pays it after `unlock.lua` too.
             let native = match self.native().delete(call.key, call.token) {
-                Some(cmd) => self.query_native::<i64>(&cmd).await?,
+                Some(cmd) => self.query_native::<i64>(&cmd, Via::Direct).await?,
                 None => None,
             };
             match native {
@@ -797,7 +800,7 @@ impl Locking for RedisBackend {
             return Ok(false);
         };
         // 0: gone, another holder's, or marked by a waiter: the release decides.
-        Ok(self.query_native::<i64>(&cmd).await? == Some(1))
+        Ok(self.query_native::<i64>(&cmd, Via::Direct).await? == Some(1))
     }
 
     async fn ping(&self) -> Result<(), BackendError> {

@@ -118,6 +118,21 @@ impl Call<'_, '_> {
     }
 }
 
+/// Which connection a call goes on where there is a choice (one server, or a cluster's
+/// slot owner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// A direct connection while fewer than [`DIRECT_BELOW`] calls are in flight, else the
+    /// multiplexed one: for locks, whose holders wait on each reply (a direct connection
+    /// answers without the multiplexed connection's driver task in between).
+    Direct,
+    /// The multiplexed connection: for idempotency records, one or two calls in an HTTP
+    /// request that costs far more than their round trip. Calls of concurrent requests
+    /// share its socket reads and writes, which costs redis-server less CPU per command
+    /// than a direct connection's one read and one write per call.
+    Shared,
+}
+
 impl RedisBackend {
     /// Runs one script invocation (EVALSHA, loading the script on NOSCRIPT) within the
     /// timeout, over a direct connection when one is free.
@@ -125,7 +140,16 @@ impl RedisBackend {
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {
-        self.call(Call::Script(invocation)).await
+        self.call(Call::Script(invocation), Via::Direct).await
+    }
+
+    /// [`eval`](Self::eval) over the connection `via` names.
+    pub(crate) async fn eval_via<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        via: Via,
+    ) -> Result<T, BackendError> {
+        self.call(Call::Script(invocation), via).await
     }
 
     /// Runs one plain command within the timeout, over a direct connection when one is
@@ -134,16 +158,26 @@ impl RedisBackend {
         &self,
         cmd: &redis::Cmd,
     ) -> Result<T, BackendError> {
-        self.call(Call::Cmd(cmd)).await
+        self.call(Call::Cmd(cmd), Via::Direct).await
     }
 
-    /// Runs a pipeline (a `MULTI` one too) within the timeout, over a direct connection
-    /// when one is free.
+    /// [`query`](Self::query) over the connection `via` names.
+    pub(crate) async fn query_via<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        via: Via,
+    ) -> Result<T, BackendError> {
+        self.call(Call::Cmd(cmd), via).await
+    }
+
+    /// Runs a pipeline (a `MULTI` one too) within the timeout, over the connection `via`
+    /// names.
     pub(crate) async fn query_pipe<T: FromRedisValue>(
         &self,
         pipe: &redis::Pipeline,
+        via: Via,
     ) -> Result<T, BackendError> {
-        self.call(Call::Pipe(pipe)).await
+        self.call(Call::Pipe(pipe), via).await
     }
 
     /// Runs a pipeline within the timeout on a connection no other call uses meanwhile:
@@ -224,17 +258,18 @@ impl RedisBackend {
         script: &Script,
         cmd: &redis::Cmd,
     ) -> Result<T, BackendError> {
-        self.call(Call::Evalsha(script, cmd)).await
+        self.call(Call::Evalsha(script, cmd), Via::Direct).await
     }
 
     pub(super) async fn call<T: FromRedisValue>(
         &self,
         what: Call<'_, '_>,
+        via: Via,
     ) -> Result<T, BackendError> {
         use tracing::Instrument as _;
         let _timed = crate::metrics::Operation::start_with(|| what.operation());
         let span = client_span(|| what.operation(), || self.server_of(what));
-        self.call_timed(what).instrument(span).await
+        self.call_timed(what, via).instrument(span).await
     }
 
     /// The server a call goes to, as far as this client knows it before sending: the one
@@ -263,20 +298,23 @@ impl RedisBackend {
         }
     }
 
-    async fn call_timed<T: FromRedisValue>(&self, what: Call<'_, '_>) -> Result<T, BackendError> {
+    async fn call_timed<T: FromRedisValue>(
+        &self,
+        what: Call<'_, '_>,
+        via: Via,
+    ) -> Result<T, BackendError> {
         let used = AtomicU64::new(0);
         let call = async {
             let runtime = current_runtime()?;
             self.check_policy_once().await;
             let _in_flight = InFlight::enter(&self.in_flight);
-            if _in_flight.before < DIRECT_BELOW
-                && let Some(mut direct) = self.take_direct(runtime).await?
-            {
+            let direct = via == Via::Direct && _in_flight.before < DIRECT_BELOW;
+            if direct && let Some(mut direct) = self.take_direct(runtime).await? {
                 let reply = what.run::<T, _>(&mut direct).await;
                 self.done_with(direct, &reply);
                 return reply.map_err(BackendError::from);
             }
-            if _in_flight.before < DIRECT_BELOW
+            if direct
                 && self.sharded
                 && let Some(reply) = Box::pin(self.direct_to_owner(runtime, what)).await
             {
