@@ -431,11 +431,22 @@ pub(crate) async fn run_w5(url: &str, rounds: usize, keys_per_round: usize) -> H
     let addr = listener.local_addr().expect("addr");
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
     let mut stats = raw_connection(url).await;
+    // `DISTLOCK_BENCH_W5_PATH=/distlock` (or `/baseline`, `/guarded`): that endpoint alone,
+    // for a profiler (`perf record -p`, `perf stat -e instructions -p`) to see one.
+    let only = std::env::var("DISTLOCK_BENCH_W5_PATH").ok();
+    let paths: Vec<&'static str> = ["/distlock", "/baseline", "/guarded"]
+        .into_iter()
+        .filter(|p| only.as_deref().is_none_or(|o| o == *p))
+        .collect();
     // Warm-up: connections made, scripts loaded.
     let warm: Arc<Vec<String>> = Arc::new((0..CLIENTS * 4).map(|i| format!("warm-{i}")).collect());
-    phase(addr, "/distlock", warm.clone(), &mut stats).await;
-    phase(addr, "/baseline", warm.clone(), &mut stats).await;
-    phase(addr, "/guarded", warm, &mut stats).await;
+    for path in &paths {
+        phase(addr, path, warm.clone(), &mut stats).await;
+    }
+    if only.is_some() {
+        eprintln!("W5: warm; pid {}", std::process::id());
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
     let mut out = Http {
         distlock: [Phase::default(); 2],
         baseline: [Phase::default(); 2],
@@ -447,14 +458,13 @@ pub(crate) async fn run_w5(url: &str, rounds: usize, keys_per_round: usize) -> H
                 .map(|i| format!("r{round}-k{i}"))
                 .collect(),
         );
-        let order: [&'static str; 3] = if round % 2 == 0 {
-            ["/distlock", "/baseline", "/guarded"]
-        } else {
-            ["/guarded", "/baseline", "/distlock"]
-        };
+        let mut order = paths.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
         // First calls (0), then the same keys again: replays (1).
         for which in 0..2 {
-            for path in order {
+            for &path in &order {
                 let p = phase(addr, path, keys.clone(), &mut stats).await;
                 let slot = match path {
                     "/distlock" => &mut out.distlock[which],

@@ -1047,3 +1047,44 @@ async fn a_release_cancelled_by_its_caller_is_still_heard() {
         "{seen:?}"
     );
 }
+
+/// The direct connections of a fresh client, by `CLIENT LIST` (they name themselves).
+async fn direct_connections(raw: &mut redis::aio::MultiplexedConnection) -> usize {
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(raw)
+        .await
+        .unwrap();
+    clients
+        .lines()
+        .filter(|l| l.contains("name=distlock-direct "))
+        .count()
+}
+
+/// Idempotency records go over the multiplexed connection only (`routing::Via::Shared`):
+/// claims, replays, stores, a mismatch and a wait make no direct connection, where a
+/// lock's calls, few at a time, do (the control, with the same client afterwards).
+#[tokio::test]
+async fn idempotency_records_go_over_the_multiplexed_connection() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let runs = Runs::default();
+    let first = pay(&locks, "via-1", 250, 0, &runs).await.unwrap();
+    assert_eq!(pay(&locks, "via-1", 250, 0, &runs).await.unwrap(), first);
+    assert!(matches!(
+        idem_err(pay(&locks, "via-1", 999, 0, &runs).await),
+        Error::PayloadMismatch { .. }
+    ));
+    let (a, b) = tokio::join!(
+        pay_waiting(&locks, "via-2", &runs),
+        pay_waiting(&locks, "via-2", &runs)
+    );
+    assert_eq!(a.unwrap(), b.unwrap());
+    assert_eq!(runs.get(), 2);
+    assert_eq!(direct_connections(&mut raw).await, 0);
+    // The control: a lock's calls alone in flight take a direct connection.
+    let g = locks.lock("via-lock").acquire().await.unwrap();
+    g.release().await.unwrap();
+    assert!(direct_connections(&mut raw).await >= 1);
+}
