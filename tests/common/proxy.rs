@@ -1,7 +1,8 @@
 //! A fault-injecting TCP proxy between clients and a real redis-server: latency per
 //! direction, replies held and delivered late, commands that match a pattern held on their
 //! way to the server (so they arrive after commands sent later on other connections),
-//! replies dropped, one direction stalled, and every connection reset at once.
+//! the first command that matches a pattern held (a call that fails once and works when
+//! retried), replies dropped, one direction stalled, and every connection reset at once.
 //!
 //! The proxy runs on its own thread with its own tokio runtime, so it serves clients on any
 //! test runtime (and outlives them); dropping the [`FaultProxy`] stops it and closes every
@@ -14,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -59,9 +60,22 @@ struct Controls {
     /// Commands read in a chunk that contains these bytes wait in the proxy (and what
     /// follows them on their connection) while set; other connections go on.
     hold_matching: Option<Vec<u8>>,
+    /// The first chunk to the server that contains these bytes (the flag: taken) waits
+    /// in the proxy, with what follows it on its connection, while set; later ones pass.
+    hold_first: Option<(Vec<u8>, Arc<AtomicBool>)>,
 }
 
 impl Controls {
+    /// Whether `chunk` going `dir` is the one [`FaultProxy::hold_first_command_containing`]
+    /// holds (it is taken by this call).
+    fn takes_first(&self, dir: Dir, chunk: &[u8]) -> bool {
+        dir == Dir::ToServer
+            && self.hold_first.as_ref().is_some_and(|(p, taken)| {
+                chunk.windows(p.len()).any(|w| w == p.as_slice())
+                    && !taken.swap(true, Ordering::AcqRel)
+            })
+    }
+
     /// Whether `chunk` going `dir` must wait.
     fn blocked(&self, dir: Dir, chunk: &[u8]) -> bool {
         self.stalled[dir.index()]
@@ -158,6 +172,33 @@ impl FaultProxy {
         assert!(pattern.is_none_or(|p| !p.is_empty()), "an empty pattern");
         self.ctl
             .send_modify(|c| c.hold_matching = pattern.map(<[u8]>::to_vec));
+    }
+
+    /// Holds, on its way to the server, the first chunk the proxy reads from now on that
+    /// contains `pattern` (and what follows it on its connection), until
+    /// [`release_first_command`](Self::release_first_command); later chunks with it pass:
+    /// a call that fails once (its reply never comes in time) and works when retried.
+    pub fn hold_first_command_containing(&self, pattern: &[u8]) {
+        assert!(!pattern.is_empty(), "an empty pattern");
+        self.ctl.send_modify(|c| {
+            c.hold_first = Some((pattern.to_vec(), Arc::new(AtomicBool::new(false))));
+        });
+    }
+
+    /// Whether the chunk [`hold_first_command_containing`](Self::hold_first_command_containing)
+    /// waits for has been seen (and is held).
+    pub fn first_command_held(&self) -> bool {
+        self.ctl
+            .borrow()
+            .hold_first
+            .as_ref()
+            .is_some_and(|(_, taken)| taken.load(Ordering::Acquire))
+    }
+
+    /// Sends the chunk held by [`hold_first_command_containing`](Self::hold_first_command_containing)
+    /// on (to a server that runs it, also when its client has gone), and holds no more.
+    pub fn release_first_command(&self) {
+        self.ctl.send_modify(|c| c.hold_first = None);
     }
 
     /// A distlock client through this proxy whose calls time out after `timeout`.
@@ -321,6 +362,10 @@ async fn write_chunks(
     while let Some((read_at, chunk)) = rx.recv().await {
         let latency = ctl.borrow().latency[dir.index()];
         tokio::time::sleep_until(read_at + latency).await;
+        let first = ctl.borrow().takes_first(dir, &chunk);
+        if first && ctl.wait_for(|c| c.hold_first.is_none()).await.is_err() {
+            return Ok(()); // the proxy is stopping
+        }
         if ctl.wait_for(|c| !c.blocked(dir, &chunk)).await.is_err() {
             return Ok(()); // the proxy is stopping
         }

@@ -292,6 +292,62 @@ async fn has_set_ifeq(server: &RedisServer) -> bool {
     native_since(server, (8, 1), (8, 4)).await
 }
 
+/// A native release whose `DELIFEQ` (or `DELEX`) answered 0 and whose `release.lua` then
+/// failed (its reply did not come within the timeout) is never reported released. Here
+/// the lock was lost within its lease (another holder's token in the key, as after a
+/// force release): the 0 says the key was not this holder's plain token when the first
+/// try came, so the retry, which finds the other token, cannot tell a release by the
+/// first try's `release.lua` from a lost lock, and reports an unknown outcome, an error.
+/// It used to read the key as released by the first try (the lease had not ended): an
+/// `Ok` for a lost lock. Checked: with the retry's `can_tell` left true, this test gets
+/// `Ok`. Control: the same lost lock without the fault is `Lost`. Servers without a
+/// native compare-and-delete release with one script, and are skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_release_whose_script_failed_is_never_reported_released() {
+    use common::proxy::FaultProxy;
+    let server = RedisServer::start();
+    if !has_del_ifeq(&server).await {
+        eprintln!("skipped: the server has no native compare-and-delete");
+        return;
+    }
+    let proxy = FaultProxy::start(server.port);
+    let locks = proxy.locks(Duration::from_millis(500));
+    let mut admin = server.raw().await;
+    let lose = |key: String| {
+        let mut admin = admin.clone();
+        async move {
+            let _: () = redis::cmd("SET")
+                .arg(key)
+                .arg("another-holder")
+                .arg("PX")
+                .arg(30_000)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+        }
+    };
+    // The control: lost, and told so.
+    let g = locks.lock("native-lost").acquire().await.unwrap();
+    lose(g.key().to_owned()).await;
+    assert!(matches!(g.release().await, Err(Error::Lost { .. })));
+
+    let g = locks.lock("native-lost-late").acquire().await.unwrap();
+    lose(g.key().to_owned()).await;
+    // The native delete answers 0; `release.lua`'s `EVALSHA` waits in the proxy past the
+    // timeout; the retry's goes through.
+    proxy.hold_first_command_containing(b"EVALSHA");
+    let out = g.release().await;
+    assert!(proxy.first_command_held(), "the first EVALSHA was held");
+    proxy.release_first_command();
+    assert!(out.is_err(), "a lost lock reported released: {out:?}");
+    let held: Option<String> = redis::cmd("GET")
+        .arg("lock:native-lost-late")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(held.as_deref(), Some("another-holder"));
+}
+
 /// Whether the server has a native compare-and-delete: Valkey 9.0's `DELIFEQ`, Redis
 /// 8.4's `DELEX ... IFEQ`.
 async fn has_del_ifeq(server: &RedisServer) -> bool {
