@@ -223,7 +223,22 @@ fn a_release_cancelled_before_it_is_sent_still_releases() {
 /// before the 30 s ttl, and no two hold it at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_cancelled_at_every_point_never_strands_the_lock() {
+    release_cancelled_at_every_point(true).await;
+}
+
+/// The same with only the other client waiting, once its mark is on the value: the
+/// holder's release is then uncontended here, so on a server with a native
+/// compare-and-delete (Valkey 9, Redis 8.4) it is `DELIFEQ` (or `DELEX`), which answers
+/// 0 for the marked value, then `release.lua`, and the cancellation also lands between
+/// the two calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_release_cancelled_at_every_point_never_strands_the_lock() {
+    release_cancelled_at_every_point(false).await;
+}
+
+async fn release_cancelled_at_every_point(local_waiter: bool) {
     let server = RedisServer::start();
+    let mut raw = server.raw().await;
     let locks = Locks::connect(&server.url()).await.unwrap();
     let other = Locks::connect(&server.url()).await.unwrap();
     let ttl = Duration::from_secs(30);
@@ -247,14 +262,30 @@ async fn release_cancelled_at_every_point_never_strands_the_lock() {
     for step in 0..30u64 {
         let g = locks.lock("k").ttl(ttl).acquire().await.unwrap();
         holding.fetch_add(1, Ordering::SeqCst);
-        let (local, remote) = (take(&locks), take(&other));
+        let local = local_waiter.then(|| take(&locks));
+        let remote = take(&other);
         tokio::time::sleep(Duration::from_millis(3)).await;
+        if !local_waiter {
+            let marked = Instant::now() + Duration::from_secs(5);
+            loop {
+                let value: Option<String> = raw.get("lock:k").await.unwrap();
+                if value.is_some_and(|v| v.ends_with(" waiting")) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < marked,
+                    "the other client's waiter marked the value"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
         holding.fetch_sub(1, Ordering::SeqCst);
         let _ = tokio::time::timeout(Duration::from_micros(step * 100), g.release()).await;
-        local.await.unwrap();
+        if let Some(local) = local {
+            local.await.unwrap();
+        }
         remote.await.unwrap();
     }
-    let mut raw = server.raw().await;
     let left: Option<String> = raw.get("lock:k").await.unwrap();
     assert_eq!(left, None);
 }
