@@ -16,7 +16,7 @@ use redis::Script;
 use tokio::time::Instant;
 
 use super::memory::MemoryBackend;
-use super::redis::{RedisBackend, Via};
+use super::redis::{RedisBackend, Route};
 use super::{Backend, each, millis};
 use crate::error::{BackendError, BackendErrorKind};
 use crate::util::now_ms;
@@ -223,7 +223,7 @@ impl Records for RedisBackend {
             .arg(millis(a.lifetime));
         use std::sync::atomic::Ordering;
         if self.set_nx_get.load(Ordering::Relaxed) {
-            match self.query_via::<Option<String>>(&set, Via::Shared).await {
+            match self.query_via::<Option<String>>(&set, Route::Shared).await {
                 Ok(None) => return Ok(Claimed::New(Some(record))),
                 Ok(Some(raw)) => {
                     if let Some(at) = completed_at(&raw) {
@@ -242,7 +242,7 @@ impl Records for RedisBackend {
             .arg(millis(a.lease))
             .arg(millis(a.lifetime))
             .arg(if a.will_wait { "1" } else { "0" });
-        let (code, detail): (i64, String) = Box::pin(self.eval_via(&inv, Via::Shared)).await?;
+        let (code, detail): (i64, String) = Box::pin(self.eval_via(&inv, Route::Shared)).await?;
         Ok(match code {
             1 => Claimed::New(None),
             2 => Claimed::TookOver { previous: detail },
@@ -284,7 +284,7 @@ impl Records for RedisBackend {
     ) -> Result<bool, BackendError> {
         if let Some(cmd) = written.and_then(|w| self.native().store(key, w, record))
             && let Some(Some(_)) = self
-                .query_native::<Option<String>>(&cmd, Via::Shared)
+                .query_native::<Option<String>>(&cmd, Route::Shared)
                 .await?
         {
             return Ok(true);
@@ -308,18 +308,18 @@ impl Records for RedisBackend {
                 .arg(key)
                 .arg(range.start)
                 .arg(range.end - 1);
-            let (len, at): (usize, Vec<u8>) = self.query_pipe(&pipe, Via::Shared).await?;
+            let (len, at): (usize, Vec<u8>) = self.query_pipe(&pipe, Route::Shared).await?;
             if w.len() + record.len() == len && w.as_bytes()[range] == at[..] {
                 return Ok(true);
             }
         } else {
-            let _: (usize,) = self.query_pipe(&pipe, Via::Shared).await?;
+            let _: (usize,) = self.query_pipe(&pipe, Route::Shared).await?;
         }
         let mut inv = self.script(&SETTLE).prepare_invoke();
         inv.key(key).arg(record).arg(channel);
         // Boxed, here and for the claim's script: not the usual path, and every caller's
         // future would otherwise carry its state.
-        Ok(Box::pin(self.eval_via::<i64>(&inv, Via::Shared)).await? == 1)
+        Ok(Box::pin(self.eval_via::<i64>(&inv, Route::Shared)).await? == 1)
     }
 
     async fn idem_release(
@@ -331,7 +331,7 @@ impl Records for RedisBackend {
     ) -> Result<bool, BackendError> {
         let mut inv = self.script(&RELEASE).prepare_invoke();
         inv.key(key).arg(owner).arg(channel).arg(millis(retention));
-        Ok(self.eval_via::<i64>(&inv, Via::Shared).await? == 1)
+        Ok(self.eval_via::<i64>(&inv, Route::Shared).await? == 1)
     }
 
     async fn idem_renew(
@@ -346,14 +346,14 @@ impl Records for RedisBackend {
             .arg(owner)
             .arg(millis(lease))
             .arg(millis(lifetime));
-        Ok(self.eval_via::<i64>(&inv, Via::Shared).await? == 1)
+        Ok(self.eval_via::<i64>(&inv, Route::Shared).await? == 1)
     }
 
     async fn idem_look(&self, key: &str) -> Result<Looked, BackendError> {
         let mut inv = LOOK.prepare_invoke();
         inv.key(key);
         let (value, pttl, now_ms): (Option<String>, i64, u64) =
-            self.eval_via(&inv, Via::Shared).await?;
+            self.eval_via(&inv, Route::Shared).await?;
         Ok(Looked {
             value,
             ttl: (pttl > 0).then(|| Duration::from_millis(pttl.unsigned_abs())),
@@ -364,7 +364,7 @@ impl Records for RedisBackend {
     async fn idem_forget(&self, key: &str, channel: &str) -> Result<bool, BackendError> {
         let mut inv = self.script(&FORGET).prepare_invoke();
         inv.key(key).arg(channel);
-        Ok(self.eval_via::<i64>(&inv, Via::Shared).await? == 1)
+        Ok(self.eval_via::<i64>(&inv, Route::Shared).await? == 1)
     }
 }
 

@@ -43,7 +43,7 @@ use crate::key::Companion;
 use cache::*;
 use cluster::*;
 use pool::*;
-pub(crate) use routing::Via;
+pub(crate) use routing::Route;
 use routing::*;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::ACQUIRE));
@@ -302,9 +302,9 @@ impl RedisBackend {
     pub(super) async fn query_native<T: FromRedisValue>(
         &self,
         cmd: &redis::Cmd,
-        via: Via,
+        route: Route,
     ) -> Result<Option<T>, BackendError> {
-        match self.query_via::<T>(cmd, via).await {
+        match self.query_via::<T>(cmd, route).await {
             Ok(reply) => Ok(Some(reply)),
             // A key of another type answers the scripts' way too (`WRONGTYPE`): that
             // says nothing of the server's commands.
@@ -385,7 +385,7 @@ impl Locking for RedisBackend {
             };
         }
         let (fence, held): (u64, Option<String>) =
-            self.query_pipe(&fence_pipe(key), Via::Direct).await?;
+            self.query_pipe(&fence_pipe(key), Route::Direct).await?;
         Ok(fence_if_held(fence, held, token))
     }
 
@@ -402,7 +402,7 @@ impl Locking for RedisBackend {
             // a waiter (`<token> waiting`), and `release.lua` tells which. A lost lock
             // pays that second call; a marked one pays it after `unlock.lua` too.
             let native = match self.native().delete(call.key, call.token) {
-                Some(cmd) => self.query_native::<i64>(&cmd, Via::Direct).await?,
+                Some(cmd) => self.query_native::<i64>(&cmd, Route::Direct).await?,
                 None => None,
             };
             match native {
@@ -800,7 +800,7 @@ impl Locking for RedisBackend {
             return Ok(false);
         };
         // 0: gone, another holder's, or marked by a waiter: the release decides.
-        Ok(self.query_native::<i64>(&cmd, Via::Direct).await? == Some(1))
+        Ok(self.query_native::<i64>(&cmd, Route::Direct).await? == Some(1))
     }
 
     async fn ping(&self) -> Result<(), BackendError> {

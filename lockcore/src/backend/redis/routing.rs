@@ -121,7 +121,7 @@ impl Call<'_, '_> {
 /// Which connection a call goes on where there is a choice (one server, or a cluster's
 /// slot owner).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Via {
+pub(crate) enum Route {
     /// A direct connection while fewer than [`DIRECT_BELOW`] calls are in flight, else the
     /// multiplexed one: for locks, whose holders wait on each reply (a direct connection
     /// answers without the multiplexed connection's driver task in between).
@@ -140,16 +140,16 @@ impl RedisBackend {
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {
-        self.call(Call::Script(invocation), Via::Direct).await
+        self.call(Call::Script(invocation), Route::Direct).await
     }
 
-    /// [`eval`](Self::eval) over the connection `via` names.
+    /// [`eval`](Self::eval) over the connection `route` names.
     pub(crate) async fn eval_via<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
-        via: Via,
+        route: Route,
     ) -> Result<T, BackendError> {
-        self.call(Call::Script(invocation), via).await
+        self.call(Call::Script(invocation), route).await
     }
 
     /// Runs one plain command within the timeout, over a direct connection when one is
@@ -158,26 +158,26 @@ impl RedisBackend {
         &self,
         cmd: &redis::Cmd,
     ) -> Result<T, BackendError> {
-        self.call(Call::Cmd(cmd), Via::Direct).await
+        self.call(Call::Cmd(cmd), Route::Direct).await
     }
 
-    /// [`query`](Self::query) over the connection `via` names.
+    /// [`query`](Self::query) over the connection `route` names.
     pub(crate) async fn query_via<T: FromRedisValue>(
         &self,
         cmd: &redis::Cmd,
-        via: Via,
+        route: Route,
     ) -> Result<T, BackendError> {
-        self.call(Call::Cmd(cmd), via).await
+        self.call(Call::Cmd(cmd), route).await
     }
 
-    /// Runs a pipeline (a `MULTI` one too) within the timeout, over the connection `via`
-    /// names.
+    /// Runs a pipeline (a `MULTI` one too) within the timeout, over the connection
+    /// `route` names.
     pub(crate) async fn query_pipe<T: FromRedisValue>(
         &self,
         pipe: &redis::Pipeline,
-        via: Via,
+        route: Route,
     ) -> Result<T, BackendError> {
-        self.call(Call::Pipe(pipe), via).await
+        self.call(Call::Pipe(pipe), route).await
     }
 
     /// Runs a pipeline within the timeout on a connection no other call uses meanwhile:
@@ -258,18 +258,18 @@ impl RedisBackend {
         script: &Script,
         cmd: &redis::Cmd,
     ) -> Result<T, BackendError> {
-        self.call(Call::Evalsha(script, cmd), Via::Direct).await
+        self.call(Call::Evalsha(script, cmd), Route::Direct).await
     }
 
     pub(super) async fn call<T: FromRedisValue>(
         &self,
         what: Call<'_, '_>,
-        via: Via,
+        route: Route,
     ) -> Result<T, BackendError> {
         use tracing::Instrument as _;
         let _timed = crate::metrics::Operation::start_with(|| what.operation());
         let span = client_span(|| what.operation(), || self.server_of(what));
-        self.call_timed(what, via).instrument(span).await
+        self.call_timed(what, route).instrument(span).await
     }
 
     /// The server a call goes to, as far as this client knows it before sending: the one
@@ -301,14 +301,14 @@ impl RedisBackend {
     async fn call_timed<T: FromRedisValue>(
         &self,
         what: Call<'_, '_>,
-        via: Via,
+        route: Route,
     ) -> Result<T, BackendError> {
         let used = AtomicU64::new(0);
         let call = async {
             let runtime = current_runtime()?;
             self.check_policy_once().await;
             let _in_flight = InFlight::enter(&self.in_flight);
-            let direct = via == Via::Direct && _in_flight.before < DIRECT_BELOW;
+            let direct = route == Route::Direct && _in_flight.before < DIRECT_BELOW;
             if direct && let Some(mut direct) = self.take_direct(runtime).await? {
                 let reply = what.run::<T, _>(&mut direct).await;
                 self.done_with(direct, &reply);
