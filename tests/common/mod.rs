@@ -289,6 +289,28 @@ pub async fn wait_for_claim(
     }
 }
 
+/// Waits until a waiter of another client has marked the lock value at `key`
+/// (`<token> waiting`, its try after subscribing); panics when it has not within
+/// `within`.
+pub async fn wait_for_mark(
+    raw: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    within: Duration,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let found: Option<String> = redis::cmd("GET").arg(key).query_async(raw).await.unwrap();
+        if found.as_deref().is_some_and(|v| v.ends_with(" waiting")) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no waiter marked {key} within {within:?}: {found:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 /// Calls `call` again while it answers `InProgress`; panics with "not given back" when
 /// that lasts past `within` of `since`. Returns the first other answer.
 pub async fn retry_while_in_progress<T, F, Fut>(

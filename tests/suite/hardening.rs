@@ -266,18 +266,7 @@ async fn release_cancelled_at_every_point(local_waiter: bool) {
         let remote = take(&other);
         tokio::time::sleep(Duration::from_millis(3)).await;
         if !local_waiter {
-            let marked = Instant::now() + Duration::from_secs(5);
-            loop {
-                let value: Option<String> = raw.get("lock:k").await.unwrap();
-                if value.is_some_and(|v| v.ends_with(" waiting")) {
-                    break;
-                }
-                assert!(
-                    Instant::now() < marked,
-                    "the other client's waiter marked the value"
-                );
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
+            common::wait_for_mark(&mut raw, "lock:k", Duration::from_secs(5)).await;
         }
         holding.fetch_sub(1, Ordering::SeqCst);
         let _ = tokio::time::timeout(Duration::from_micros(step * 100), g.release()).await;

@@ -447,19 +447,7 @@ async fn releases_use_the_native_compare_and_delete_where_the_server_has_one() {
         hold.await.ok();
         g.release().await.unwrap();
     });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let value: Option<String> = redis::cmd("GET")
-            .arg(g.key())
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if value.is_some_and(|v| v.ends_with(" waiting")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the waiter marked the value");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_for_mark(&mut admin, g.key(), Duration::from_secs(10)).await;
     let (published, native_deletes) = (calls("publish").await, deletes().await);
     g.release().await.unwrap();
     assert!(

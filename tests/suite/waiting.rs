@@ -772,20 +772,7 @@ async fn client_id(server: &RedisServer, locks: &Locks) -> String {
     // The waiter marks the holder's value on its try after subscribing; a release before
     // the mark is a plain one that names no client.
     let mut raw = server.raw().await;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let held: Option<String> = redis::AsyncCommands::get(&mut raw, "lock:whoami")
-            .await
-            .unwrap();
-        if held.is_some_and(|v| v.ends_with(" waiting")) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the waiter never marked the lock"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::wait_for_mark(&mut raw, "lock:whoami", Duration::from_secs(5)).await;
     g.release().await.unwrap();
     waiter.await.unwrap();
     let turns: String = redis::cmd("GET")

@@ -308,13 +308,13 @@ impl RedisBackend {
             let runtime = current_runtime()?;
             self.check_policy_once().await;
             let _in_flight = InFlight::enter(&self.in_flight);
-            let direct = route == Route::Direct && _in_flight.before < DIRECT_BELOW;
-            if direct && let Some(mut direct) = self.take_direct(runtime).await? {
+            let may_go_direct = route == Route::Direct && _in_flight.before < DIRECT_BELOW;
+            if may_go_direct && let Some(mut direct) = self.take_direct(runtime).await? {
                 let reply = what.run::<T, _>(&mut direct).await;
                 self.done_with(direct, &reply);
                 return reply.map_err(BackendError::from);
             }
-            if direct
+            if may_go_direct
                 && self.sharded
                 && let Some(reply) = Box::pin(self.direct_to_owner(runtime, what)).await
             {
