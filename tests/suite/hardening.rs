@@ -260,7 +260,16 @@ async fn release_cancelled_at_every_point(local_waiter: bool) {
         })
     };
     for step in 0..30u64 {
-        let g = locks.lock("k").ttl(ttl).acquire().await.unwrap();
+        // With a wait: the last step's cancelled release goes on in a task of its own and
+        // keeps this client's local turn until its reply is read, which on a loaded
+        // machine can come after the other client has taken and released the key.
+        let g = locks
+            .lock("k")
+            .ttl(ttl)
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap();
         holding.fetch_add(1, Ordering::SeqCst);
         let local = local_waiter.then(|| take(&locks));
         let remote = take(&other);
