@@ -192,16 +192,22 @@ async fn leaks_finds_keys_without_ttl_stuck_records_and_dead_local_holders() {
     assert_eq!((code(&out), stdout(&out).trim()), (1, "no leaks"));
 
     // A holder on another host whose key lost its ttl (a `PERSIST` by hand, say).
-    raw_set(&server, "lock:no-ttl", "6f1c:web-3:77", None).await;
+    raw_set(
+        &server,
+        "lock:no-ttl",
+        "0b5c6a8e-3f4d-4c2a-9d61-7e1f2a3b4c5d:web-3:77",
+        None,
+    )
+    .await;
     // A claim whose caller died: its lease ended long ago.
-    let claim = r#"{"claimed_at_ms":1764485970000,"fp":"ab","lease_until_ms":1764486000000,"owner":"9a9a:web-9:4242","retention_ms":86400000,"status":"in_progress"}"#;
+    let claim = r#"{"claimed_at_ms":1764485970000,"fp":"ab","lease_until_ms":1764486000000,"owner":"1c2d3e4f-3f4d-4c2a-9d61-7e1f2a3b4c5d:web-9:4242","retention_ms":86400000,"status":"in_progress"}"#;
     raw_set(&server, "lock:idem:app::pay:K9", claim, Some(3_600_000)).await;
     // A holder on this host whose process is gone.
     let mut child = Command::new("true").spawn().unwrap();
     let dead_pid = child.id();
     child.wait().unwrap();
     let host = locks.holder_id().rsplit_once(':').unwrap().0.to_owned();
-    let dead = format!("0b0b:{host}:{dead_pid}");
+    let dead = format!("2e3f4a5b-3f4d-4c2a-9d61-7e1f2a3b4c5d:{host}:{dead_pid}");
     raw_set(&server, "lock:orphan", &dead, Some(60_000)).await;
     // A live holder here and a running claim are no leaks.
     let live = locks.lock("live").acquire().await.unwrap();

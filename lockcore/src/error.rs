@@ -99,6 +99,19 @@ pub enum Error {
         /// What cannot be done, and what to do instead.
         reason: String,
     },
+    /// The name is held as another kind (a lock's key holding a semaphore, say): a name
+    /// is one kind at a time, and the kinds that cannot exclude each other refuse each
+    /// other alike on every backend (see "What each primitive writes" in the crate
+    /// docs). Nothing was taken.
+    #[error("`{key}` is held as {held}, so it cannot be taken as {asked}")]
+    WrongKind {
+        /// The full key.
+        key: String,
+        /// What holds it.
+        held: crate::key::Kind,
+        /// What was asked for.
+        asked: crate::key::Kind,
+    },
     /// `#[idempotent]`: another call with the same key is still running (its claim's
     /// lease has not ended). The body did not run; retry after `retry_after`.
     #[error(
@@ -160,7 +173,8 @@ impl Error {
             | Error::InProgress { key, .. }
             | Error::NotReplicated { key, .. }
             | Error::PayloadMismatch { key }
-            | Error::Unrepresentable { key, .. } => key,
+            | Error::Unrepresentable { key, .. }
+            | Error::WrongKind { key, .. } => key,
             Error::StaleFence { resource, .. } => resource,
             Error::MissingKey { header } => header,
         }
@@ -230,6 +244,13 @@ impl BackendError {
             wrong_type: false,
             undecided: false,
         }
+    }
+
+    /// A `WRONGTYPE` answer, as the in-memory backend gives it where Redis would.
+    pub(crate) fn wrong_type(detail: impl Into<String>) -> Self {
+        let mut error = Self::new(BackendErrorKind::Response, detail);
+        error.wrong_type = true;
+        error
     }
 
     /// Whether Redis answered `WRONGTYPE` (by its error code, not the text).

@@ -23,7 +23,9 @@ impl Locks {
     /// The value stays plain UTF-8 that any client reads with `GET`.
     ///
     /// Errors: [`Error::StaleFence`] when a larger fence was seen (nothing is written),
-    /// [`Error::InvalidKey`], [`Error::Backend`]; over Redlock a `Backend` error says it
+    /// [`Error::InvalidKey`] (also for a key under the locks' prefix, or one of
+    /// distlock's companion keys: a fenced value never shares a name with a lock),
+    /// [`Error::Backend`]; over Redlock a `Backend` error says it
     /// is not available there, as fences are not.
     ///
     /// ```
@@ -40,7 +42,7 @@ impl Locks {
     /// # }
     /// ```
     pub async fn set_fenced(&self, key: &str, value: &str, fence: u64) -> Result<()> {
-        crate::key::checked(key)?;
+        self.check_fenced(key)?;
         match self.inner.backend.set_fenced(key, value, fence).await {
             Ok(None) => Ok(()),
             Ok(Some(seen)) => Err(Error::StaleFence {
@@ -55,11 +57,28 @@ impl Locks {
     /// The value [`set_fenced`](Self::set_fenced) stored at `key`, and the highest fence
     /// seen for it (0 when none).
     pub async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64)> {
-        crate::key::checked(key)?;
+        self.check_fenced(key)?;
         self.inner
             .backend
             .fenced_value(key)
             .await
             .map_err(|e| Error::backend(key, e))
+    }
+
+    /// A fenced value's key: a valid key outside the locks' prefix (a fenced value
+    /// written over a lock's key would take it from its holder).
+    fn check_fenced(&self, key: &str) -> Result<()> {
+        crate::key::checked(key)?;
+        let prefix = &self.inner.prefix;
+        if !prefix.is_empty() && key.starts_with(prefix.as_str()) {
+            return Err(Error::InvalidKey {
+                key: key.to_owned(),
+                reason: format!(
+                    "a fenced value's key must not start with the locks' prefix `{prefix}`: \
+                     it would share a name with a lock"
+                ),
+            });
+        }
+        Ok(())
     }
 }

@@ -26,6 +26,42 @@
 
 use std::fmt::{self, Write as _};
 
+/// What a name is held as (see "What each primitive writes" in the crate docs): the
+/// kinds named by [`Error::WrongKind`](crate::Error::WrongKind).
+///
+/// ```
+/// assert_eq!(lockcore::key::Kind::Semaphore.to_string(), "a semaphore");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// A lock, or as what holds a key, a lock or a write lock: one holder's token at the
+    /// key (the two exclude each other by design, as two locks do).
+    Lock,
+    /// A write lock (asked for; held, it is told from a lock by nothing at the key).
+    WriteLock,
+    /// A read lock's shares: the readers in `{key}:readers`, and `readers` at the key
+    /// while any reader holds (so a lock, a write lock and a multi-lock wait for them).
+    ReadLock,
+    /// A semaphore's permits: a sorted set at the key.
+    Semaphore,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Lock => "a lock",
+            Kind::WriteLock => "a write lock",
+            Kind::ReadLock => "a read lock",
+            Kind::Semaphore => "a semaphore",
+        })
+    }
+}
+
+/// The value at a read lock's key while readers hold it (see [`Kind::ReadLock`]): never a
+/// token (tokens are `<uuid>:<holder>`).
+pub(crate) const READERS_MARK: &str = "readers";
+
 /// Appends `value` to `out`, percent-encoding the bytes listed in the [module docs](self).
 pub fn escape_into(out: &mut String, value: &str) {
     for ch in value.chars() {
@@ -128,18 +164,55 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
     crc % 16384
 }
 
-/// Checks that companion keys can share `key`'s hash slot.
+/// Checks that `key` (a name, or a full key with its prefix) can be a lock's key: not
+/// empty, at most one hash tag (`{...}`) and no other brace, so that its companions
+/// share its hash slot and no key can ever be another key's companion (see
+/// [`companion`]).
 pub(crate) fn check_key(key: &str) -> Result<(), &'static str> {
     if key.is_empty() {
         return Err("the key is empty");
     }
-    if hash_tag(key).is_none() && key.contains('}') {
+    let Some(tag) = hash_tag(key) else {
+        if key.contains('}') {
+            return Err(
+                "a `}` without a valid `{...}` hash tag before it would split the key's companions across hash slots",
+            );
+        }
+        if key.starts_with('{') {
+            return Err("a key without a hash tag must not start with `{`: distlock's own keys do");
+        }
+        return Ok(());
+    };
+    // The first `{` opens the tag; after its `}`, no brace: a second group is how
+    // distlock writes a tagged key's companions.
+    let open = key.find('{').unwrap_or(0);
+    let after = open + 1 + tag.len() + 1;
+    if key[after..].contains(['{', '}']) {
         return Err(
-            "a `}` without a valid `{...}` hash tag before it would split the key's companions across hash slots",
+            "a key holds at most one `{...}` hash tag and no other brace: `<key>{:suffix}` is how distlock names a tagged key's companions",
+        );
+    }
+    if is_companion(key) {
+        return Err("the key is another key's companion (`{<key>}:fence`, say): distlock's own");
+    }
+    Ok(())
+}
+
+/// The names a lock, a semaphore or a read/write lock may not take: those of the
+/// idempotency records, which live under the same prefix (`<prefix>idem:...`).
+pub(crate) fn check_lock_name(name: &str) -> Result<(), &'static str> {
+    if name.starts_with(RECORDS) {
+        return Err(
+            "names under `idem:` are idempotency records' keys, not locks': look at one with \
+             `Locks::idem_record` (`distlock idem show`), delete one with `Locks::forget_idem` \
+             (`distlock idem forget`)",
         );
     }
     Ok(())
 }
+
+/// Where the idempotency records live, under the client's prefix.
+pub(crate) const RECORDS: &str = "idem:";
 
 /// [`check_key`] as the caller's error: [`Error::InvalidKey`](crate::Error::InvalidKey)
 /// naming `key`.
@@ -150,8 +223,14 @@ pub(crate) fn checked(key: &str) -> crate::error::Result<()> {
     })
 }
 
-/// A key that hashes to the same slot as `key` (which passed [`check_key`]):
-/// `key` + `suffix` when `key` has a hash tag, else `{key}` + `suffix`.
+/// A key that hashes to the same slot as `key` (which passed [`check_key`]) and that no
+/// name can produce: `{key}` + `suffix` when `key` has no hash tag (no lock key starts
+/// with `{`), else `key` + `{` + `suffix` + `}` (no lock key has a brace after its tag).
+///
+/// ```text
+/// lock:order:1      -> {lock:order:1}:fence
+/// lock:{acct}:7     -> lock:{acct}:7{:fence}
+/// ```
 pub(crate) fn companion(key: &str, suffix: &'static str) -> String {
     Companion(key, suffix).to_string()
 }
@@ -172,19 +251,35 @@ pub(crate) const COMPANIONS: &[&str] = &[
 ];
 
 /// The key a companion belongs to, the inverse of [`companion`]: `{<key>}<suffix>` and a
-/// hash-tagged `<key><suffix>` stand for `<key>`; any other key for itself.
+/// hash-tagged `<key>{<suffix>}` stand for `<key>`; any other key for itself.
 pub(crate) fn companion_of(found: &str) -> &str {
     for suffix in COMPANIONS {
         if let Some(base) = found.strip_suffix(suffix) {
             if let Some(inner) = base.strip_prefix('{').and_then(|b| b.strip_suffix('}')) {
                 return inner;
             }
-            if hash_tag(base).is_some() {
-                return base;
-            }
+        }
+        if let Some(base) = found
+            .strip_suffix('}')
+            .and_then(|b| b.strip_suffix(suffix))
+            .and_then(|b| b.strip_suffix('{'))
+            && hash_tag(base).is_some()
+        {
+            return base;
         }
     }
     found
+}
+
+/// The lock key whose readers' set `set` is (`{key}:readers`), if it is one.
+pub(crate) fn readers_of(set: &str) -> Option<&str> {
+    let base = companion_of(set);
+    (base.len() != set.len() && Companion(base, ":readers").to_string() == set).then_some(base)
+}
+
+/// Whether `found` is a companion key (see [`companion`]), not a key of its own.
+pub(crate) fn is_companion(found: &str) -> bool {
+    companion_of(found).len() != found.len()
 }
 
 /// [`companion`] as a command argument, written in place (no `String` per call).
@@ -194,7 +289,7 @@ impl std::fmt::Display for Companion<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Companion(key, suffix) = *self;
         if hash_tag(key).is_some() {
-            write!(f, "{key}{suffix}")
+            write!(f, "{key}{{{suffix}}}")
         } else {
             write!(f, "{{{key}}}{suffix}")
         }
@@ -217,8 +312,10 @@ mod tests {
         assert_eq!(lock_of("lock:doc"), "lock:doc");
         assert_eq!(lock_of("{lock:doc}:readers"), "lock:doc");
         assert_eq!(lock_of("{lock:doc}:fence"), "lock:doc");
-        assert_eq!(lock_of("lock:{t}:doc:readers-waiting"), "lock:{t}:doc");
-        assert_eq!(lock_of("lock:{t}:doc:turns"), "lock:{t}:doc");
+        assert_eq!(lock_of("lock:{t}:doc{:readers-waiting}"), "lock:{t}:doc");
+        assert_eq!(lock_of("lock:{t}:doc{:turns}"), "lock:{t}:doc");
+        // A tagged name that ends as a companion once did is a lock of its own.
+        assert_eq!(lock_of("lock:{t}:doc:turns"), "lock:{t}:doc:turns");
         assert_eq!(lock_of("{lock:doc}:turns"), "lock:doc");
         // Untagged: a name that ends as a companion does is a lock of its own.
         assert_eq!(lock_of("lock:job:fence"), "lock:job:fence");
@@ -280,7 +377,7 @@ mod tests {
         assert_eq!(hash_tag("lock:{}:x"), None);
         assert_eq!(hash_tag("lock:order:1"), None);
         assert_eq!(companion("lock:order:1", ":fence"), "{lock:order:1}:fence");
-        assert_eq!(companion("lock:{u}:1", ":fence"), "lock:{u}:1:fence");
+        assert_eq!(companion("lock:{u}:1", ":fence"), "lock:{u}:1{:fence}");
         // Written into a command in place, it is the same argument.
         for key in ["lock:order:1", "lock:{u}:1"] {
             let mut cmd = redis::Cmd::new();
@@ -296,7 +393,16 @@ mod tests {
         }
         assert!(check_key("a}b").is_err());
         assert!(check_key("").is_err());
-        assert!(check_key("{a}}").is_ok());
+        assert!(check_key("{a}}").is_err());
+        assert!(check_key("{a}:b{c}").is_err());
+        assert!(check_key("{lock:a}:fence").is_err(), "a companion");
+        assert!(
+            check_key("lock:{acct}:7:fence").is_ok(),
+            "a name of its own"
+        );
+        assert!(check_key("lock:{acct}:7{:fence}").is_err(), "a companion");
+        assert!(check_key("{a").is_err());
+        assert!(check_key("lock:a{b").is_ok());
     }
 
     #[test]

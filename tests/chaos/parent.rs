@@ -810,8 +810,9 @@ fn end_state(port: u16) -> Vec<String> {
     for key in keys {
         let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap_or(-3);
         let value: Option<String> = redis::cmd("GET").arg(&key).query(&mut con).unwrap_or(None);
-        let fence = key.ends_with(":fence");
-        let turns = key.ends_with(":turns");
+        // Companions: `{<key>}:fence`, or `<key>{:fence}` for a hash-tagged key.
+        let fence = key.ends_with(":fence") || key.ends_with("{:fence}");
+        let turns = key.ends_with(":turns") || key.ends_with("{:turns}");
         let idem = key.starts_with(&format!("{}idem:", cfg::PREFIX));
         let ok = if fence {
             true

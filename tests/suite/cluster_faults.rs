@@ -366,13 +366,13 @@ async fn redirects_to_a_new_node_reuse_one_connection() {
         fences.push(g.fence().await.unwrap());
     }
     let made = testkit::connections_received(to) - before;
-    // A key with a hash tag keeps it for its companions: `<key>:fence`. Asked with
+    // A key with a hash tag keeps it for its companions: `<key>{:fence}`. Asked with
     // `ASKING` (the slot is still the old owner's).
     let (counters,): (u32,) = redis::pipe()
         .cmd("ASKING")
         .ignore()
         .cmd("EXISTS")
-        .arg(format!("{}:fence", keys[0]))
+        .arg(format!("{}{{:fence}}", keys[0]))
         .query(
             &mut redis::Client::open(format!("redis://127.0.0.1:{to}/"))
                 .unwrap()

@@ -393,7 +393,7 @@ async fn a_dead_claim_shows_as_stuck() {
     let server = RedisServer::start();
     let locks = Locks::connect(&server.url()).await.unwrap();
     let mut raw = server.raw().await;
-    let claim = r#"{"claimed_at_ms":1764485970000,"fp":"ab","lease_until_ms":1764486000000,"owner":"6f1c:web-9:4242","retention_ms":86400000,"status":"in_progress"}"#;
+    let claim = r#"{"claimed_at_ms":1764485970000,"fp":"ab","lease_until_ms":1764486000000,"owner":"0b5c6a8e-3f4d-4c2a-9d61-7e1f2a3b4c5d:web-9:4242","retention_ms":86400000,"status":"in_progress"}"#;
     let key = "lock:idem:app::pay:K9";
     let _: () = redis::cmd("SET")
         .arg(key)

@@ -23,6 +23,7 @@ mod idempotent_fns;
 mod idempotent_http;
 mod inspect;
 mod jobs;
+mod kinds;
 mod multilocks;
 mod proxy;
 mod redlock;

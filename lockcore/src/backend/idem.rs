@@ -143,8 +143,9 @@ pub(crate) trait Records: Send + Sync {
     async fn idem_look(&self, key: &str) -> Result<Looked, BackendError>;
 
     /// Deletes `key` and wakes the repeats waiting on `channel` (`idem_forget.lua`):
-    /// `true` when there was a record.
-    async fn idem_forget(&self, key: &str, channel: &str) -> Result<bool, BackendError>;
+    /// `Some(true)` when there was a record, `Some(false)` when there was nothing, `None`
+    /// when the key holds something that is not an idempotency record (left as it is).
+    async fn idem_forget(&self, key: &str, channel: &str) -> Result<Option<bool>, BackendError>;
 }
 
 /// What [`Records::idem_look`] saw: the raw value, its ttl (`None`: no key or no ttl)
@@ -196,7 +197,7 @@ impl Records for Backend {
         each!(self, b => b.idem_look(key))
     }
 
-    async fn idem_forget(&self, key: &str, channel: &str) -> Result<bool, BackendError> {
+    async fn idem_forget(&self, key: &str, channel: &str) -> Result<Option<bool>, BackendError> {
         each!(self, b => b.idem_forget(key, channel))
     }
 }
@@ -361,10 +362,14 @@ impl Records for RedisBackend {
         })
     }
 
-    async fn idem_forget(&self, key: &str, channel: &str) -> Result<bool, BackendError> {
+    async fn idem_forget(&self, key: &str, channel: &str) -> Result<Option<bool>, BackendError> {
         let mut inv = self.script(&FORGET).prepare_invoke();
         inv.key(key).arg(channel);
-        Ok(self.eval_via::<i64>(&inv, Route::Shared).await? == 1)
+        Ok(match self.eval_via::<i64>(&inv, Route::Shared).await? {
+            1 => Some(true),
+            0 => Some(false),
+            _ => None,
+        })
     }
 }
 
@@ -601,12 +606,13 @@ impl Records for MemoryBackend {
         })
     }
 
-    async fn idem_forget(&self, key: &str, channel: &str) -> Result<bool, BackendError> {
+    async fn idem_forget(&self, key: &str, channel: &str) -> Result<Option<bool>, BackendError> {
+        // Only records live here: locks are kept apart.
         let found = self.records().remove(key).is_some();
         if found {
             self.waiters.publish(channel);
         }
-        Ok(found)
+        Ok(Some(found))
     }
 }
 

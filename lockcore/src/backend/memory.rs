@@ -34,22 +34,57 @@ struct State {
 }
 
 impl State {
-    /// A lock's try at `now` (see acquire.lua).
-    fn take(&mut self, key: &str, token: &str, ttl: Duration, now: Instant) -> Try {
+    /// A lock's try at `now` (see acquire.lua): busy while readers hold the name, and
+    /// refused (`WRONGTYPE`, as Redis) while a semaphore does.
+    fn take(
+        &mut self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<Try, BackendError> {
+        if self.live(key, now).is_some() {
+            return Err(wrong_type());
+        }
+        if let Some(until) = self.live(&crate::key::companion(key, ":readers"), now) {
+            return Ok(Try::Busy(Some(until - now)));
+        }
         if let Some((held, until)) = self.held.get_mut(key)
             && *until > now
         {
             if held != token {
-                return Try::Busy(Some(*until - now));
+                return Ok(Try::Busy(Some(*until - now)));
             }
             // Handed to this token by a release whose caller gave up (see acquire.lua).
             *until = now + ttl;
-            return Try::Taken;
+            return Ok(Try::Taken);
         }
         self.held
             .insert(key.to_owned(), (token.to_owned(), now + ttl));
-        Try::Taken
+        Ok(Try::Taken)
     }
+
+    /// When the last live lease of the sorted set `set` (a semaphore, a read lock's
+    /// readers) ends, if one runs at `now`.
+    fn live(&self, set: &str, now: Instant) -> Option<Instant> {
+        self.permits
+            .get(set)?
+            .iter()
+            .map(|(_, until)| *until)
+            .filter(|until| *until > now)
+            .max()
+    }
+
+    /// Whether a lock or a write lock holds `key` at `now`.
+    fn locked(&self, key: &str, now: Instant) -> bool {
+        self.held.get(key).is_some_and(|(_, until)| *until > now)
+    }
+}
+
+/// What Redis answers a command on a key of another type (a lock's try on a semaphore,
+/// say): the in-memory backend refuses where Redis does.
+fn wrong_type() -> BackendError {
+    BackendError::wrong_type("WRONGTYPE Operation against a key holding the wrong kind of value")
 }
 
 impl MemoryBackend {
@@ -58,7 +93,7 @@ impl MemoryBackend {
         Wakeups::Local(self.waiters.clone())
     }
 
-    fn take(&self, key: &str, token: &str, ttl: Duration) -> Try {
+    fn take(&self, key: &str, token: &str, ttl: Duration) -> Result<Try, BackendError> {
         let mut st = crate::util::lock(&self.state);
         st.take(key, token, ttl, Instant::now())
     }
@@ -69,7 +104,8 @@ impl MemoryBackend {
         let mut st = crate::util::lock(&self.state);
         match st.held.get(key) {
             Some((held, until)) if held == token && *until > now => {
-                let fence = st.fences.entry(key.to_owned()).or_insert(0);
+                // Seeded from the clock as `fence.lua` seeds a new counter.
+                let fence = st.fences.entry(key.to_owned()).or_insert_with(clock_micros);
                 *fence += 1;
                 Some(*fence)
             }
@@ -104,33 +140,53 @@ impl MemoryBackend {
     }
 
     /// As `permit_acquire.lua`.
-    fn take_permit(&self, key: &str, token: &str, ttl: Duration, permits: u32) -> Try {
+    fn take_permit(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        permits: u32,
+    ) -> Result<Try, BackendError> {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
+        // A lock, a write lock or readers (`readers` at the key, in Redis) hold the name.
+        let readers = crate::key::companion(key, ":readers");
+        if st.locked(key, now) || st.live(&readers, now).is_some() {
+            return Err(wrong_type());
+        }
         let holders = st.permits.entry(key.to_owned()).or_default();
         holders.retain(|(_, until)| *until > now);
         if let Some(mine) = holders.iter_mut().find(|(held, _)| held == token) {
             mine.1 = now + ttl;
-            return Try::Taken;
+            return Ok(Try::Taken);
         }
         if holders.len() < permits as usize {
             holders.push((token.to_owned(), now + ttl));
-            return Try::Taken;
+            return Ok(Try::Taken);
         }
         let first = holders.iter().map(|(_, until)| *until).min();
-        Try::Busy(first.map(|until| until - now))
+        Ok(Try::Busy(first.map(|until| until - now)))
     }
 
     /// As `read_acquire.lua`.
-    fn take_read(&self, key: &str, token: &str, ttl: Duration, waiting: Duration) -> Try {
+    fn take_read(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        waiting: Duration,
+    ) -> Result<Try, BackendError> {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
+        if st.live(key, now).is_some() {
+            return Err(wrong_type());
+        }
         let set = crate::key::companion(key, ":readers");
         let readers = st.permits.entry(set).or_default();
         readers.retain(|(_, until)| *until > now);
         if let Some(mine) = readers.iter_mut().find(|(held, _)| held == token) {
             mine.1 = now + ttl;
-            return Try::Taken;
+            return Ok(Try::Taken);
         }
         let waited = st.readers_wait.entry(key.to_owned()).or_default();
         waited.retain(|(_, until)| *until > now);
@@ -145,12 +201,12 @@ impl MemoryBackend {
                 waited.retain(|(t, _)| t != token);
                 waited.push((token.to_owned(), now + waiting));
             }
-            return Try::Busy(Some(left));
+            return Ok(Try::Busy(Some(left)));
         }
         if let Some((_, until)) = st.writer_waits.get(key).filter(|(_, until)| *until > now)
             && !my_turn
         {
-            return Try::Busy(Some(*until - now));
+            return Ok(Try::Busy(Some(*until - now)));
         }
         if let Some(waited) = st.readers_wait.get_mut(key) {
             waited.retain(|(t, _)| t != token);
@@ -163,15 +219,24 @@ impl MemoryBackend {
             .entry(set)
             .or_default()
             .push((token.to_owned(), now + ttl));
-        Try::Taken
+        Ok(Try::Taken)
     }
 
     /// As `write_acquire.lua`.
-    fn take_write(&self, key: &str, token: &str, ttl: Duration, waiting: Duration) -> Try {
+    fn take_write(
+        &self,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        waiting: Duration,
+    ) -> Result<Try, BackendError> {
         let now = Instant::now();
         // One critical section, as one script: a reader cannot come in between the
         // look at the readers and the take.
         let mut st = crate::util::lock(&self.state);
+        if st.live(key, now).is_some() {
+            return Err(wrong_type());
+        }
         let set = crate::key::companion(key, ":readers");
         let readers = st.permits.entry(set).or_default();
         readers.retain(|(_, until)| *until > now);
@@ -184,8 +249,8 @@ impl MemoryBackend {
             .filter(|_| !mine);
         let tried = match (first_reader, readers_turn) {
             (Some(until), _) => Try::Busy(Some(until - now)),
-            (None, Some(until)) => return Try::Busy(Some(until - now)),
-            (None, None) => st.take(key, token, ttl, now),
+            (None, Some(until)) => return Ok(Try::Busy(Some(until - now))),
+            (None, None) => st.take(key, token, ttl, now)?,
         };
         match tried {
             Try::Busy(_) if !waiting.is_zero() => {
@@ -197,7 +262,7 @@ impl MemoryBackend {
             }
             _ => {}
         }
-        tried
+        Ok(tried)
     }
 
     /// As `permit_release.lua` (`Some(wake)`) and `permit_extend.lua` (`None`).
@@ -250,6 +315,13 @@ impl MemoryBackend {
     }
 }
 
+/// Microseconds since the epoch: where a new fence counter starts (see `fence.lua`).
+pub(crate) fn clock_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 /// Every call answers at once: nothing here waits or fails.
 impl Locking for MemoryBackend {
     async fn try_acquire(
@@ -260,7 +332,7 @@ impl Locking for MemoryBackend {
         _client: &str,
         _attempt: Attempt,
     ) -> Result<Try, BackendError> {
-        Ok(self.take(key, token, ttl))
+        self.take(key, token, ttl)
     }
 
     async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
@@ -309,7 +381,7 @@ impl Locking for MemoryBackend {
         ttl: Duration,
         permits: u32,
     ) -> Result<Try, BackendError> {
-        Ok(self.take_permit(key, token, ttl, permits))
+        self.take_permit(key, token, ttl, permits)
     }
 
     async fn release_permit(
@@ -335,7 +407,7 @@ impl Locking for MemoryBackend {
         _mark: bool,
         waiting: Duration,
     ) -> Result<Try, BackendError> {
-        Ok(self.take_read(key, token, ttl, waiting))
+        self.take_read(key, token, ttl, waiting)
     }
 
     async fn try_write(
@@ -346,7 +418,7 @@ impl Locking for MemoryBackend {
         _who: (&str, bool),
         waiting: Duration,
     ) -> Result<Try, BackendError> {
-        Ok(self.take_write(key, token, ttl, waiting))
+        self.take_write(key, token, ttl, waiting)
     }
 
     async fn extend_permits(
@@ -462,10 +534,15 @@ impl Locking for MemoryBackend {
     ) -> Result<bool, BackendError> {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
-        if keys
-            .iter()
-            .any(|k| st.held.get(*k).is_some_and(|(_, until)| *until > now))
-        {
+        // Held, by a lock, readers (`readers` at the key, in Redis) or a semaphore: each
+        // is tried alone (and a semaphore refuses there, as in Redis).
+        if keys.iter().any(|k| {
+            st.locked(k, now)
+                || st.live(k, now).is_some()
+                || st
+                    .live(&crate::key::companion(k, ":readers"), now)
+                    .is_some()
+        }) {
             return Ok(false);
         }
         for (key, token) in keys.iter().zip(tokens) {

@@ -184,6 +184,14 @@ pub(crate) trait Locking: Send + Sync {
         Ok(false)
     }
 
+    /// A release before `min_hold` ran out (`keep.lua`): the lock's lease set to `left`,
+    /// shorter or longer, and marked kept, so that no renewal still in flight sets it
+    /// back: `true` when the key held `token` (or was kept by it already).
+    async fn keep(&self, key: &str, token: &str, left: Duration) -> Result<bool, BackendError> {
+        let extended = self.extend_many(&[(key, token, left)]).await?;
+        Ok(extended.first().copied().unwrap_or(false))
+    }
+
     /// Stores `value` at `key` when `fence` is at least the highest fence seen for it
     /// (kept beside it, in its hash slot), which `fence` then becomes. `Some(seen)`:
     /// refused, `seen` being that highest fence.
@@ -396,6 +404,10 @@ impl Locking for Backend {
 
     async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
         each!(self, b => b.delete_if(key, token))
+    }
+
+    async fn keep(&self, key: &str, token: &str, left: Duration) -> Result<bool, BackendError> {
+        each!(self, b => b.keep(key, token, left))
     }
 
     async fn set_fenced(

@@ -280,7 +280,7 @@ impl Records for RedlockBackend {
         Err(unsupported("showing an idempotency record"))
     }
 
-    async fn idem_forget(&self, _key: &str, _channel: &str) -> Result<bool, BackendError> {
+    async fn idem_forget(&self, _key: &str, _channel: &str) -> Result<Option<bool>, BackendError> {
         Err(unsupported("forgetting an idempotency record"))
     }
 }

@@ -206,11 +206,16 @@ impl RedisBackend {
     ) -> Result<Acked<bool>, BackendError> {
         let mut pipe = redis::pipe();
         // EVAL, not EVALSHA: a NOSCRIPT inside a pipeline would leave the WAIT alone.
+        // A read share keeps its lock key's `readers` with it (permit_extend.lua).
+        let lock = crate::key::readers_of(key).filter(|_| script == super::scripts::PERMIT_EXTEND);
         pipe.cmd("EVAL")
             .arg(script)
-            .arg(1)
-            .arg(key)
-            .arg(token)
+            .arg(1 + usize::from(lock.is_some()))
+            .arg(key);
+        if let Some(lock) = lock {
+            pipe.arg(lock);
+        }
+        pipe.arg(token)
             .arg(millis(ttl))
             .cmd("WAIT")
             .arg(replicas)
@@ -260,29 +265,20 @@ impl Acknowledging for RedisBackend {
         token: &str,
         replicas: u32,
     ) -> Result<Acked<Option<u64>>, BackendError> {
-        if self.is_cluster() {
-            // One script (see `RedisBackend::fence`), EVAL for the reason above.
-            let mut pipe = redis::pipe();
-            pipe.cmd("EVAL")
-                .arg(super::scripts::FENCE)
-                .arg(2)
-                .arg(key)
-                .arg(Companion(key, ":fence"))
-                .arg(token)
-                .cmd("WAIT")
-                .arg(replicas)
-                .arg(self.replica_wait());
-            let (fence, acked): (Option<u64>, u32) = self.query_pipe_alone(&pipe).await?;
-            return Ok(Acked {
-                value: fence,
-                replicas: acked,
-            });
-        }
-        let mut pipe = super::redis::fence_pipe(key);
-        pipe.cmd("WAIT").arg(replicas).arg(self.replica_wait());
-        let (fence, held, acked): (u64, Option<String>, u32) = self.query_pipe_alone(&pipe).await?;
+        // One script (see `RedisBackend::fence`), EVAL for the reason above.
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(super::scripts::FENCE)
+            .arg(2)
+            .arg(key)
+            .arg(Companion(key, ":fence"))
+            .arg(token)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(self.replica_wait());
+        let (fence, acked): (Option<u64>, u32) = self.query_pipe_alone(&pipe).await?;
         Ok(Acked {
-            value: super::redis::fence_if_held(fence, held, token),
+            value: fence,
             replicas: acked,
         })
     }

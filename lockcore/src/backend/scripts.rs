@@ -7,8 +7,13 @@ pub const ACQUIRE: &str = include_str!("../scripts/acquire.lua");
 pub const UNLOCK: &str = include_str!("../scripts/unlock.lua");
 /// Release, hand over or yield a lock, waking its waiters.
 pub const RELEASE: &str = include_str!("../scripts/release.lua");
-/// A fence on a cluster (one server pipelines `INCR` and `GET` instead).
+/// A fence: the counter's next value while the key holds the token, a new counter
+/// seeded from the server's clock.
 pub const FENCE: &str = include_str!("../scripts/fence.lua");
+/// The fence counter's step alone (a cluster slot migrating).
+pub const FENCE_COUNTER: &str = include_str!("../scripts/fence_counter.lua");
+/// A release before `min_hold` ran out: the lock kept until then, marked kept.
+pub const KEEP: &str = include_str!("../scripts/keep.lua");
 /// Compare-and-extend leases.
 pub const EXTEND: &str = include_str!("../scripts/extend.lua");
 /// Store a value only under a fence at least the highest seen for it.
@@ -93,6 +98,8 @@ mod tests {
             ACQUIRE,
             UNLOCK,
             FENCE,
+            FENCE_COUNTER,
+            KEEP,
             EXTEND,
             SET_FENCED,
             PERMIT_ACQUIRE,

@@ -78,8 +78,8 @@ const CLAIM_RETRY_CAP: Duration = Duration::from_millis(250);
 /// `<prefix>idem:<module::fn>[:<scope>]:<key>`; `scope` and `key` arrive escaped.
 pub(crate) fn record_key(prefix: &str, function: &str, scope: Option<&str>, key: &str) -> String {
     match scope {
-        Some(scope) => format!("{prefix}idem:{function}:{scope}:{key}"),
-        None => format!("{prefix}idem:{function}:{key}"),
+        Some(scope) => format!("{prefix}{}{function}:{scope}:{key}", key::RECORDS),
+        None => format!("{prefix}{}{function}:{key}", key::RECORDS),
     }
 }
 

@@ -146,7 +146,7 @@ impl Locks {
     /// # }
     /// ```
     pub async fn idem_record(&self, key: &str) -> Result<Option<IdemRecord>> {
-        let key = self.record_key(key);
+        let key = self.record_key(key)?;
         let looked = self.inner.backend.idem_look(&key).await;
         let looked = looked.map_err(|e| Error::backend(&key, e))?;
         Ok(looked
@@ -164,10 +164,17 @@ impl Locks {
     /// has, it gets [`Error::Lost`], or its own result unstored when the other call
     /// stored the same payload's result first. Not over Redlock.
     pub async fn forget_idem(&self, key: &str) -> Result<bool> {
-        let key = self.record_key(key);
+        let key = self.record_key(key)?;
         let channel = super::done_channel(&key);
         let forgot = self.inner.backend.idem_forget(&key, &channel).await;
-        let forgot = forgot.map_err(|e| Error::backend(&key, e))?;
+        let Some(forgot) = forgot.map_err(|e| Error::backend(&key, e))? else {
+            return Err(Error::InvalidKey {
+                reason: "the key holds something that is not an idempotency record (a lock, \
+                         or an application's data): nothing was deleted"
+                    .to_owned(),
+                key,
+            });
+        };
         if forgot {
             tracing::warn!(target: "distlock", key = %key, "idempotency record forgotten: the next call under its key runs the body");
         }
@@ -183,19 +190,36 @@ impl Locks {
         &self,
         pattern: &str,
     ) -> impl futures_util::Stream<Item = Result<IdemRecord>> + Send + '_ {
-        let walk = crate::lock::KeyWalk::new(vec![format!("{}idem:{pattern}", self.inner.prefix)]);
+        let walk = crate::lock::KeyWalk::new(vec![format!(
+            "{}{}{pattern}",
+            self.inner.prefix,
+            crate::key::RECORDS
+        )]);
         let keep = |found: &str| Some(found.to_owned());
         let look = move |key: String| async move { self.idem_record(&key).await };
         walk.looked(self, keep, look)
     }
 
     /// A record's full key: `key` as given when it begins with the client's prefix, else
-    /// the prefix then `key`.
-    fn record_key(&self, key: &str) -> String {
-        if key.starts_with(&*self.inner.prefix) {
+    /// the prefix then `key`; refused unless it names a record (`<prefix>idem:...`): a
+    /// lock's key is never read or deleted as a record.
+    fn record_key(&self, key: &str) -> Result<String> {
+        let prefix = &*self.inner.prefix;
+        let full = if !prefix.is_empty() && key.starts_with(prefix) {
             key.to_owned()
         } else {
-            format!("{}{key}", self.inner.prefix)
+            format!("{prefix}{key}")
+        };
+        if !full[prefix.len()..].starts_with(crate::key::RECORDS) {
+            return Err(Error::InvalidKey {
+                key: full,
+                reason: format!(
+                    "an idempotency record's key begins with `{prefix}{}` (a lock's does not: \
+                     look at a lock with `Locks::inspect`, `distlock inspect`)",
+                    crate::key::RECORDS
+                ),
+            });
         }
+        Ok(full)
     }
 }

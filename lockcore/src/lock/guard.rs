@@ -374,12 +374,12 @@ impl Releasing {
             let retry = self.sent.is_some();
             self.sent.get_or_insert_with(Instant::now);
             let extended = match self.info.shape.set(&key) {
-                None => {
-                    inner
-                        .backend
-                        .extend_many(&[(&key, &self.token, left)])
-                        .await
-                }
+                // Marked kept: a renewal still in flight cannot set the lease back.
+                None => inner
+                    .backend
+                    .keep(&key, &self.token, left)
+                    .await
+                    .map(|kept| vec![kept]),
                 Some(set) => {
                     let lease = [(&*set, &*self.token, left)];
                     inner.backend.extend_permits(&lease).await

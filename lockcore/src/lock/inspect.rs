@@ -23,11 +23,14 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// Reads a token; `None` for a value that is not one (empty, without a `:`, or with
-    /// whitespace).
+    /// Reads a token; `None` for a value that is not one (not a UUID, then `:` and a
+    /// holder id, without whitespace): application data under the prefix is not a lock.
     pub fn from_token(token: &str) -> Option<Holder> {
         let (uuid, id) = token.split_once(':')?;
-        if uuid.is_empty() || id.is_empty() || token.contains(char::is_whitespace) {
+        if uuid::Uuid::try_parse(uuid).is_err()
+            || id.is_empty()
+            || token.contains(char::is_whitespace)
+        {
             return None;
         }
         let (host, pid) = match id.rsplit_once(':') {
@@ -239,13 +242,13 @@ impl Locks {
     ) -> impl futures_util::Stream<Item = Result<LockState>> + Send + '_ {
         let full = format!("{}{pattern}", self.inner.prefix);
         // The keys, the readers' sets of untagged keys (`{<key>}:readers`), and those of
-        // hash-tagged keys (`<key>:readers`), for a lock held by readers alone.
+        // hash-tagged keys (`<key>{:readers}`), for a lock held by readers alone.
         let globs = vec![
             full.clone(),
             format!("{{{full}}}:readers"),
-            format!("{full}:readers"),
+            format!("{full}{{:readers}}"),
         ];
-        let records = format!("{}idem:", self.inner.prefix);
+        let records = format!("{}{}", self.inner.prefix, crate::key::RECORDS);
         let keep = move |found: &str| {
             let key = crate::key::companion_of(found);
             let ours = key.starts_with(&*self.inner.prefix)
@@ -300,6 +303,8 @@ impl Locks {
                     Some(token) => (token, true),
                     None => (value.as_str(), false),
                 };
+                // Kept for `min_hold` after its holder's release (keep.lua).
+                let token = token.strip_suffix(" kept").unwrap_or(token);
                 (Vec::new(), Holder::from_token(token), marked)
             }
         };
@@ -364,10 +369,11 @@ mod tests {
 
     #[test]
     fn tokens_name_their_holder() {
-        let h = Holder::from_token("6f1c:web-1:4242").unwrap();
-        assert_eq!((h.uuid.as_str(), h.id.as_str()), ("6f1c", "web-1:4242"));
+        const UUID: &str = "0b5c6a8e-3f4d-4c2a-9d61-7e1f2a3b4c5d";
+        let h = Holder::from_token(&format!("{UUID}:web-1:4242")).unwrap();
+        assert_eq!((h.uuid.as_str(), h.id.as_str()), (UUID, "web-1:4242"));
         assert_eq!((h.host.as_deref(), h.pid), (Some("web-1"), Some(4242)));
-        let custom = Holder::from_token("6f1c:billing").unwrap();
+        let custom = Holder::from_token(&format!("{UUID}:billing")).unwrap();
         assert_eq!((custom.host, custom.pid), (None, None));
         assert!(Holder::from_token("no-colon").is_none());
         assert!(Holder::from_token(":x").is_none());
@@ -375,5 +381,9 @@ mod tests {
             Holder::from_token("web-1:4242 web-2:77").is_none(),
             "a turns list"
         );
+        // Application data under the prefix is no holder.
+        assert!(Holder::from_token("eu:west-1").is_none());
+        assert!(Holder::from_token("6f1c:web-1:4242").is_none());
+        assert!(Holder::from_token("readers").is_none());
     }
 }

@@ -58,6 +58,16 @@ impl Shape {
         }
     }
 
+    /// The kind this shape takes (see [`key::Kind`]).
+    pub(crate) fn kind(self) -> key::Kind {
+        match self {
+            Shape::Exclusive => key::Kind::Lock,
+            Shape::Write => key::Kind::WriteLock,
+            Shape::Read => key::Kind::ReadLock,
+            Shape::Permit(_) => key::Kind::Semaphore,
+        }
+    }
+
     /// Whether a release wakes the waiters only when the last holder leaves (a read
     /// lock: only a writer waits for readers).
     pub(crate) fn wakes_on_last(self) -> bool {
@@ -574,9 +584,10 @@ impl<'a> LockRequest<'a> {
     /// `min_hold` is counted from when the lock reached this client (never before the
     /// server took it), and the kept lease has the margin of a lease for clock drift. A
     /// nested acquisition of a lock the task holds keeps the outer one's `min_hold`. A
-    /// lock given back for want of replicas is released at once. With `renew`, a
-    /// renewal already in flight when the body ends may set the lease back to `ttl`
-    /// after the keep: the lock is then kept longer, never shorter.
+    /// lock given back for want of replicas is released at once. The kept lock's value
+    /// is `<token> kept`: with `renew`, a renewal already in flight when the body ends
+    /// no longer finds its token, so it cannot set the lease back to `ttl` (longer or
+    /// shorter than `min_hold`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -799,10 +810,34 @@ impl<'a> LockRequest<'a> {
         }
     }
 
+    /// What [`Error::WrongKind`] says when a try found `key` of another type
+    /// (`WRONGTYPE`): a semaphore where a lock's kind was asked for, else what holds the
+    /// key as a string (`readers`: a read lock; a token: a lock or a write lock).
+    async fn wrong_kind(&self, key: &str) -> Error {
+        let asked = self.shape.kind();
+        let held = if asked != key::Kind::Semaphore {
+            key::Kind::Semaphore
+        } else {
+            match self.locks.inner.backend.inspect(key).await {
+                Ok(seen) if seen.value.as_deref() == Some(key::READERS_MARK) => key::Kind::ReadLock,
+                Ok(seen) if !seen.readers.is_empty() => key::Kind::ReadLock,
+                _ => key::Kind::Lock,
+            }
+        };
+        Error::WrongKind {
+            key: key.to_owned(),
+            held,
+            asked,
+        }
+    }
+
     /// The full key (prefix and name), checked.
     fn full_key(&self) -> Result<Arc<str>> {
         let key = crate::util::arc_str(format_args!("{}{}", self.locks.inner.prefix, self.name));
-        match key::check_key(&self.name).and(key::check_key(&key)) {
+        let checked = key::check_key(&self.name)
+            .and(key::check_key(&key))
+            .and(key::check_lock_name(&self.name));
+        match checked {
             Ok(()) => Ok(key),
             Err(reason) => Err(Error::InvalidKey {
                 key: key.to_string(),
@@ -890,7 +925,11 @@ impl<'a> LockRequest<'a> {
                         // The SET may have landed with its reply lost: take it back.
                         spawn_cleanup(self.locks.clone(), (key.clone(), token, self.shape));
                     }
-                    let error = Error::backend(&key, source);
+                    let error = if source.is_wrong_type() {
+                        self.wrong_kind(&key).await
+                    } else {
+                        Error::backend(&key, source)
+                    };
                     inner.events.emit(
                         Event::AcquireFailed {
                             key: &key,

@@ -18,6 +18,11 @@ if held == ARGV[1] or held == ARGV[1] .. ' waiting' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 0
 end
+-- `readers`: a read lock's readers hold the name (see read_acquire.lua): wait for them
+-- (the last one to leave deletes it and wakes the waiters; it ends with their leases).
+if held == 'readers' then
+  return math.max(redis.call('PTTL', KEYS[1]), 1)
+end
 -- A yield marker `yield: <id> <id> ... `: released while other clients waited, and left
 -- to them for a short window. Free for every client it does not name (the releaser and
 -- the clients that had the previous turns).

@@ -1,8 +1,9 @@
 -- Gives a semaphore's permit (or a read lock's share) back and wakes its waiters (see
 -- permit_acquire.lua, read_acquire.lua).
--- KEYS[1] the semaphore (the readers); ARGV[1] token; ARGV[2] the channel that wakes
+-- KEYS[1] the semaphore (the readers); KEYS[2], for a read lock, its lock key (where
+-- `readers` stands while readers hold); ARGV[1] token; ARGV[2] the channel that wakes
 -- waiters; ARGV[3] '1' to wake them only when the set is left empty (a read lock: only
--- a writer waits for readers, and only for the last).
+-- a writer, a lock or a multi-lock waits for readers, and only for the last).
 -- Returns 1 released; 0 when the set no longer holds the token, or its lease had ended
 -- (the permit counted as free since: lost).
 local t = redis.call('TIME')
@@ -12,17 +13,25 @@ if not ends then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-if tonumber(ends) <= now then
-  return 0
+local live = tonumber(ends) > now
+local released = 0
+if live then
+  released = 1
 end
 if ARGV[3] == '1' then
-  -- Leases that ended count as gone: the last live holder wakes the waiter.
+  -- Leases that ended count as gone: the last live holder wakes the waiters, and takes
+  -- `readers` off the lock key.
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   if redis.call('EXISTS', KEYS[1]) == 1 then
-    return 1
+    return released
   end
+  if KEYS[2] and redis.call('GET', KEYS[2]) == 'readers' then
+    redis.call('DEL', KEYS[2])
+  end
+elseif not live then
+  return 0
 end
 if redis.call('PUBSUB', 'NUMSUB', ARGV[2])[2] > 0 then
   redis.call('PUBLISH', ARGV[2], '1')
 end
-return 1
+return released

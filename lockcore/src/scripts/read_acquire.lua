@@ -12,6 +12,9 @@
 -- Returns 0 when taken (also when the readers hold this token already: an earlier try
 -- of the same caller took it, its reply lost); else how long until it may be free, in ms
 -- (-1 when unknown).
+-- While readers hold, the lock key holds `readers` (never a token), with a ttl at least
+-- the longest reader's lease: a lock, a write lock and a multi-lock of the same name
+-- find it held and wait (acquire.lua), as they would for a writer.
 -- Turns alternate. A writer that waits comes before new readers: they queue behind it
 -- (its mark). Readers that waited behind a writer come before the next writer once it
 -- releases: while one of them has not come in, writers are kept out, and they pass a
@@ -27,12 +30,21 @@ local function take()
   if redis.call('PTTL', KEYS[2]) < ttl then
     redis.call('PEXPIRE', KEYS[2], ttl)
   end
+  local mark = redis.call('GET', KEYS[1])
+  if not mark then
+    redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
+  elseif mark == 'readers' and redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  end
   return 0
 end
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return take()
 end
 local held = redis.call('GET', KEYS[1])
+if held == 'readers' then
+  held = false
+end
 if held then
   if ARGV[3] == '1' and string.sub(held, -8) ~= ' waiting' then
     redis.call('APPEND', KEYS[1], ' waiting')

@@ -13,6 +13,10 @@
 -- another token (the caller tells a lost lock from a retry of a release that happened).
 -- A token may carry a waiter's mark (`<token> waiting`, see acquire.lua).
 local held = redis.call('GET', KEYS[1])
+-- Kept for `min_hold` (keep.lua) by this holder: still its own.
+if held == ARGV[1] .. ' kept' or held == ARGV[1] .. ' kept waiting' then
+  held = ARGV[1]
+end
 if held ~= ARGV[1] and held ~= ARGV[1] .. ' waiting' then
   if ARGV[5] ~= '' and (held == ARGV[5] or held == ARGV[5] .. ' waiting') then
     return 4

@@ -4,6 +4,12 @@
 -- a waiter marked it (`<token> waiting`), so the caller runs `release.lua` to wake the
 -- waiters or yield.
 local held = redis.call('GET', KEYS[1])
+-- Kept for `min_hold` (keep.lua) by this holder: still its own.
+if held == ARGV[1] .. ' kept' then
+  held = ARGV[1]
+elseif held == ARGV[1] .. ' kept waiting' then
+  held = ARGV[1] .. ' waiting'
+end
 if held == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1

@@ -24,6 +24,11 @@ if first[1] then
   wait_mark()
   return math.max(tonumber(first[2]) - now, 1)
 end
+-- No reader holds: a `readers` left at the key (a reader whose lease ended without a
+-- release) goes.
+if redis.call('GET', KEYS[1]) == 'readers' then
+  redis.call('DEL', KEYS[1])
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local waiting = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 if waiting[1] then

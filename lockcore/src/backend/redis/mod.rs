@@ -52,6 +52,9 @@ static RELEASE: LazyLock<[Script; 2]> =
     LazyLock::new(|| super::scripts::both(super::scripts::RELEASE));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
+static KEEP: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::KEEP));
+static FENCE_COUNTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(super::scripts::FENCE_COUNTER));
 static SET_FENCED: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::SET_FENCED));
 static PERMIT_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(super::scripts::PERMIT_ACQUIRE));
@@ -246,19 +249,23 @@ impl RedisBackend {
     }
 
     /// A fence while the key and its counter are split between the two nodes of a
-    /// migrating slot: the `INCR`, then the `GET` once it answered, each a call on one
-    /// key that goes wherever its key is (a counter that does not exist yet is made on the
-    /// slot's new node). The same reasoning as the pipelined form on one server: a key
-    /// that still holds the token after the increment held it from before.
+    /// migrating slot: the counter's step (`fence_counter.lua`, seeded as `fence.lua`
+    /// seeds it), then the `GET` once it answered, each a call on one key that goes
+    /// wherever its key is (a counter that does not exist yet is made on the slot's new
+    /// node). A key that still holds the token after the increment held it from before
+    /// (tokens are unique and never written back once gone), so every later holder's
+    /// fence is larger.
     async fn fence_split(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
         tracing::debug!(target: "distlock", key, "lock fence while its slot migrates: the counter and the key asked one after the other");
-        let mut incr = redis::cmd("INCR");
+        let mut incr = evalsha(&FENCE_COUNTER, 1, 0, key.len() + 16);
         incr.arg(Companion(key, ":fence"));
-        let fence: u64 = self.query(&incr).await?;
+        let fence: u64 = self.evalsha_call(&FENCE_COUNTER, &incr).await?;
         let mut get = redis::cmd("GET");
         get.arg(key);
         let held: Option<String> = self.query(&get).await?;
-        Ok(fence_if_held(fence, held, token))
+        Ok(held
+            .is_some_and(|v| holds_token(&v, token))
+            .then_some(fence))
     }
 
     /// `release.lua`; `with_turns`: with the recent turns' key declared, so it may yield.
@@ -370,23 +377,15 @@ impl Locking for RedisBackend {
         Ok(busy_for(reply))
     }
 
-    /// `INCR` of the counter, then `GET` of the key, pipelined (one round trip, two
-    /// plain commands). The `GET` finding the token (marked or not) makes the value a
-    /// fence: the key held the token from before the `INCR` (tokens are unique and never
-    /// written back once gone), so every later holder's fence is larger. Otherwise the
-    /// lock is lost and the value is skipped.
+    /// `fence.lua`: the counter's next value while the key holds the token, the counter
+    /// seeded from the server's clock when it is made (see the script).
     async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
-        if self.sharded {
-            let mut cmd = evalsha(&FENCE, 2, 1, 2 * key.len() + token.len());
-            cmd.arg(key).arg(Companion(key, ":fence")).arg(token);
-            return match self.evalsha_call(&FENCE, &cmd).await {
-                Err(e) if e.is_split() => Box::pin(self.fence_split(key, token)).await,
-                asked => asked,
-            };
+        let mut cmd = evalsha(&FENCE, 2, 1, 2 * key.len() + token.len());
+        cmd.arg(key).arg(Companion(key, ":fence")).arg(token);
+        match self.evalsha_call(&FENCE, &cmd).await {
+            Err(e) if e.is_split() => Box::pin(self.fence_split(key, token)).await,
+            asked => asked,
         }
-        let (fence, held): (u64, Option<String>) =
-            self.query_pipe(&fence_pipe(key), Route::Direct).await?;
-        Ok(fence_if_held(fence, held, token))
     }
 
     /// Without a successor, first the plain compare-and-delete (the server's own, else
@@ -427,6 +426,14 @@ impl Locking for RedisBackend {
             released => released,
         };
         released.map_err(|e| if undecided { e.undecided() } else { e })
+    }
+
+    /// `keep.lua`.
+    async fn keep(&self, key: &str, token: &str, left: Duration) -> Result<bool, BackendError> {
+        let mut cmd = evalsha(&KEEP, 1, 2, key.len() + token.len() + 24);
+        cmd.arg(key).arg(token).arg(millis(left));
+        let kept: i64 = self.evalsha_call(&KEEP, &cmd).await?;
+        Ok(kept == 1)
     }
 
     /// `set_fenced.lua`: the value and its highest fence seen share the key's slot.
@@ -484,8 +491,19 @@ impl Locking for RedisBackend {
     ) -> Result<Released, BackendError> {
         let script = self.script(&PERMIT_RELEASE);
         let channel = crate::notify::channel_of(of);
-        let mut cmd = evalsha(script, 1, 3, set.len() + token.len() + channel.len());
-        cmd.arg(set).arg(token).arg(&channel).arg(u8::from(last));
+        // The last reader takes `readers` off the lock key (permit_release.lua).
+        let keys = 1 + usize::from(last);
+        let mut cmd = evalsha(
+            script,
+            keys,
+            3,
+            set.len() + of.len() + token.len() + channel.len(),
+        );
+        cmd.arg(set);
+        if last {
+            cmd.arg(of);
+        }
+        cmd.arg(token).arg(&channel).arg(u8::from(last));
         let reply: i64 = self.evalsha_call(script, &cmd).await?;
         Ok(if reply == 1 {
             Released::Now
@@ -709,8 +727,15 @@ impl Locking for RedisBackend {
         leases: &[(&str, &str, Duration)],
     ) -> Result<Vec<bool>, BackendError> {
         let calls = leases.iter().map(|(key, token, ttl)| async move {
-            let mut cmd = evalsha(&PERMIT_EXTEND, 1, 2, key.len() + token.len() + 24);
-            cmd.arg(*key).arg(*token).arg(millis(*ttl));
+            // A read share keeps its lock key's `readers` with it (permit_extend.lua).
+            let lock = crate::key::readers_of(key);
+            let keys = 1 + usize::from(lock.is_some());
+            let mut cmd = evalsha(&PERMIT_EXTEND, keys, 2, 2 * key.len() + token.len() + 24);
+            cmd.arg(*key);
+            if let Some(lock) = lock {
+                cmd.arg(lock);
+            }
+            cmd.arg(*token).arg(millis(*ttl));
             self.evalsha_call::<i64>(&PERMIT_EXTEND, &cmd)
                 .await
                 .map(|r| r == 1)
@@ -839,22 +864,6 @@ fn may_take_over(held: &str, token: &str, client: &str) -> bool {
 
 /// Whether a lock key's value `held` is `token`, as written, or with a waiter's mark
 /// (`<token> waiting`, see `acquire.lua`).
-/// `INCR` of `key`'s fence counter, then `GET` of the key: see [`RedisBackend::fence`].
-pub(super) fn fence_pipe(key: &str) -> redis::Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.cmd("INCR")
-        .arg(Companion(key, ":fence"))
-        .cmd("GET")
-        .arg(key);
-    pipe
-}
-
-/// The counter's value is a fence when the key still held the token.
-pub(super) fn fence_if_held(fence: u64, held: Option<String>, token: &str) -> Option<u64> {
-    held.is_some_and(|v| holds_token(&v, token))
-        .then_some(fence)
-}
-
 fn holds_token(held: &str, token: &str) -> bool {
     held.strip_prefix(token)
         .is_some_and(|rest| rest.is_empty() || rest == " waiting")

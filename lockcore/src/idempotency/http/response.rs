@@ -71,7 +71,10 @@ pub(crate) fn status_of(e: &Error) -> u16 {
         Error::InProgress { .. } | Error::StaleFence { .. } => 409,
         Error::PayloadMismatch { .. } => 422,
         Error::Busy { .. } | Error::Backend { .. } | Error::NotReplicated { .. } => 503,
-        Error::Lost { .. } | Error::Unrepresentable { .. } | Error::Unsupported { .. } => 500,
+        Error::Lost { .. }
+        | Error::Unrepresentable { .. }
+        | Error::Unsupported { .. }
+        | Error::WrongKind { .. } => 500,
     }
 }
 
@@ -135,6 +138,11 @@ pub(crate) fn problem(e: &Error) -> Captured {
             "unrepresentable",
             "Internal error",
             "This request's payload or result cannot be recorded for idempotency.".to_owned(),
+        ),
+        Error::WrongKind { .. } => (
+            "wrong-kind",
+            "Internal error",
+            "This operation's lock is named like another kind of lock that holds it.".to_owned(),
         ),
         Error::Unsupported { .. } => (
             "unsupported",
