@@ -59,6 +59,7 @@ pub mod fingerprint;
 pub(crate) mod fns;
 pub(crate) mod http;
 pub(crate) mod record;
+mod recording;
 pub(crate) mod show;
 
 pub use fingerprint::Fingerprint;

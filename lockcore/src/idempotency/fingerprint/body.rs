@@ -30,47 +30,70 @@ pub(super) fn percent_decode(raw: &[u8], plus: bool) -> Vec<u8> {
 /// `application/x-www-form-urlencoded`, which axum's `Query` and actix's `web::Query`
 /// read), sorted by name; the values of one name keep their order, which a handler may
 /// read (`Query<HashMap>` keeps the last, `Vec` all in order): `a=%41&b` and `b=&a=A`
-/// are one query, `a=1&a=2` and `a=2&a=1` are two.
+/// are one query, `a=1&a=2` and `a=2&a=1` are two. A name or value that does not decode
+/// to UTF-8 is written as the array of its bytes, so that two such (`%FF`, `%FE`) stay
+/// apart.
 pub(super) fn canonical_query(query: &str) -> Value {
-    let mut pairs: Vec<(String, String)> = query
-        .split('&')
+    canonical_form(query.as_bytes())
+}
+
+/// [`canonical_query`] of bytes: a query string, or an `application/x-www-form-urlencoded`
+/// body (the same syntax).
+pub(super) fn canonical_form(form: &[u8]) -> Value {
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = form
+        .split(|&b| b == b'&')
         .filter(|p| !p.is_empty())
         .map(|p| {
-            let (name, value) = p.split_once('=').unwrap_or((p, ""));
-            let text =
-                |s: &str| String::from_utf8_lossy(&percent_decode(s.as_bytes(), true)).into_owned();
-            (text(name), text(value))
+            let (name, value) = match p.iter().position(|&b| b == b'=') {
+                Some(at) => (&p[..at], &p[at + 1..]),
+                None => (p, &b""[..]),
+            };
+            (percent_decode(name, true), percent_decode(value, true))
         })
         .collect();
-    // Stable: equal names keep their order.
+    // By the decoded bytes (for UTF-8, the order of the text). Stable: equal names keep
+    // their order.
     pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    let text = |bytes: Vec<u8>| match String::from_utf8(bytes) {
+        Ok(text) => Value::String(text),
+        Err(e) => Value::Array(e.into_bytes().into_iter().map(Value::from).collect()),
+    };
     Value::Array(
         pairs
             .into_iter()
-            .map(|(n, v)| Value::Array(vec![Value::String(n), Value::String(v)]))
+            .map(|(n, v)| Value::Array(vec![text(n), text(v)]))
             .collect(),
     )
 }
 
 /// What the fingerprint records of a request body: `json:<sha256>` of its canonical JSON
-/// when `content_type` is JSON and the body parses, else `bytes:<sha256>` of the bytes;
-/// empty for no body.
+/// when `content_type` is JSON and the body parses; `form:<sha256>` of the canonical
+/// JSON of its fields ([`canonical_form`], as the query is) when it is
+/// `application/x-www-form-urlencoded`; `multipart:<sha256>` of its parts when it is
+/// `multipart/form-data` and parses; else `bytes:<sha256>` of the bytes; empty for no
+/// body.
 #[cfg_attr(not(any(feature = "axum", feature = "actix")), allow(dead_code))]
 pub(crate) fn body_label(content_type: Option<&[u8]>, body: &[u8]) -> String {
     if body.is_empty() {
         return String::new();
     }
-    let json = content_type.is_some_and(|ct| {
-        let mime = ct
-            .split(|&b| b == b';')
+    let mime = content_type.map(|ct| {
+        ct.split(|&b| b == b';')
             .next()
             .unwrap_or_default()
-            .trim_ascii();
+            .trim_ascii()
+    });
+    let json = mime.is_some_and(|mime| {
         mime.eq_ignore_ascii_case(b"application/json")
             || (mime.len() >= 5 && mime[mime.len() - 5..].eq_ignore_ascii_case(b"+json"))
     });
     if json && let Some(text) = canonical_json(body) {
         return format!("json:{}", hex(&Sha256::digest(text.as_bytes())));
+    }
+    if mime.is_some_and(|mime| mime.eq_ignore_ascii_case(b"application/x-www-form-urlencoded")) {
+        let mut text = String::new();
+        write_canonical(&canonical_form(body), &mut text);
+        return format!("form:{}", hex(&Sha256::digest(text.as_bytes())));
     }
     if let Some(parts) = content_type.and_then(|ct| multipart_parts(ct, body)) {
         return format!("multipart:{}", hex(&Sha256::digest(parts.as_bytes())));
@@ -80,10 +103,10 @@ pub(crate) fn body_label(content_type: Option<&[u8]>, body: &[u8]) -> String {
 
 /// A `multipart/form-data` body by its parts, not its boundary (every client makes a new
 /// random one per submission, so a form sent again differs in its bytes): a JSON array,
-/// in order, of each part's `name`, `filename` (`null` when absent), `content_type`
-/// (lower case, empty when absent) and the SHA-256 of its bytes. `None` when the type is
-/// not multipart with a boundary, or the body does not parse as one (the bytes are the
-/// payload then).
+/// in order, of each part's `name`, `filename` (`null` when absent), `filename*`
+/// (decoded; only when present), `content_type` (lower case, empty when absent) and the
+/// SHA-256 of its bytes ([`part_headers`]). `None` when the type is not multipart with a
+/// boundary, or the body does not parse as one (the bytes are the payload then).
 fn multipart_parts(content_type: &[u8], body: &[u8]) -> Option<String> {
     let ct = std::str::from_utf8(content_type).ok()?;
     let mut params = ct.split(';');
@@ -127,19 +150,24 @@ fn multipart_parts(content_type: &[u8], body: &[u8]) -> Option<String> {
             // No headers: the part starts with the blank line.
             None => (&b""[..], part.strip_prefix(b"\r\n")?),
         };
-        let (name, filename, part_type) = part_headers(head)?;
+        let headers = part_headers(head)?;
         if out.len() > 1 {
             out.push(',');
         }
         out.push_str("{\"content_type\":");
-        push_json_str(&part_type, &mut out);
+        push_json_str(&headers.content_type, &mut out);
         out.push_str(",\"filename\":");
-        match &filename {
+        match &headers.filename {
             Some(f) => push_json_str(f, &mut out),
             None => out.push_str("null"),
         }
+        // Only when present: a part without it is written as before.
+        if let Some(f) = &headers.filename_ext {
+            out.push_str(",\"filename*\":");
+            push_json_str(f, &mut out);
+        }
         out.push_str(",\"name\":");
-        push_json_str(name.as_deref().unwrap_or(""), &mut out);
+        push_json_str(headers.name.as_deref().unwrap_or(""), &mut out);
         out.push_str(",\"sha256\":\"");
         out.push_str(&hex(&Sha256::digest(content)));
         out.push_str("\"}");
@@ -149,32 +177,132 @@ fn multipart_parts(content_type: &[u8], body: &[u8]) -> Option<String> {
     Some(out)
 }
 
-/// A multipart part's `name`, `filename` (from `Content-Disposition`) and content type
-/// (lower case, empty when absent). `None` when the headers are not UTF-8.
-fn part_headers(head: &[u8]) -> Option<(Option<String>, Option<String>, String)> {
-    let (mut name, mut filename, mut part_type) = (None, None, String::new());
+/// A multipart part's headers as the fingerprint covers them.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct PartHeaders {
+    /// `name` of `Content-Disposition`.
+    pub(super) name: Option<String>,
+    /// `filename` of `Content-Disposition`.
+    pub(super) filename: Option<String>,
+    /// `filename*` of `Content-Disposition` (RFC 6266, an RFC 8187 ext-value), decoded.
+    pub(super) filename_ext: Option<String>,
+    /// `Content-Type`, lower case, empty when absent.
+    pub(super) content_type: String,
+}
+
+/// A multipart part's headers (see [`PartHeaders`]). `None` when they are not UTF-8,
+/// name a header of these twice, or hold a `Content-Disposition` that does not parse
+/// ([`disposition_params`]): the body's bytes are the payload then.
+pub(super) fn part_headers(head: &[u8]) -> Option<PartHeaders> {
+    let mut out = PartHeaders::default();
+    let (mut seen_type, mut seen_disposition) = (false, false);
     for line in std::str::from_utf8(head).ok()?.split("\r\n") {
         let Some((field, value)) = line.split_once(':') else {
             continue;
         };
         let field = field.trim();
         if field.eq_ignore_ascii_case("content-type") {
-            part_type = value.trim().to_ascii_lowercase();
+            (!seen_type).then_some(())?;
+            seen_type = true;
+            out.content_type = value.trim().to_ascii_lowercase();
         } else if field.eq_ignore_ascii_case("content-disposition") {
-            for param in value.split(';').skip(1) {
-                let Some((k, v)) = param.split_once('=') else {
-                    continue;
-                };
-                let v = v.trim().trim_matches('"').to_owned();
-                match k.trim().to_ascii_lowercase().as_str() {
-                    "name" => name = Some(v),
-                    "filename" => filename = Some(v),
+            (!seen_disposition).then_some(())?;
+            seen_disposition = true;
+            for (param, value) in disposition_params(value)? {
+                match param.as_str() {
+                    "name" => out.name = Some(value),
+                    "filename" => out.filename = Some(value),
+                    "filename*" => out.filename_ext = Some(ext_value(&value)?),
                     _ => {}
                 }
             }
         }
     }
-    Some((name, filename, part_type))
+    Some(out)
+}
+
+/// The parameters of a `Content-Disposition` value (RFC 6266 section 4.1, RFC 7578
+/// section 4.2): after the disposition type, `; name=value` pairs, each value a token or
+/// a quoted string (a `;` inside the quotes is part of it, a backslash escapes the next
+/// character, so `\"` does not end it), names in lower case (they are
+/// case-insensitive). A quoted value is its text between the quotes as sent, escapes
+/// kept: readers differ on unescaping (browsers do not escape, and send `\` in a name
+/// as it is), so `"a\b"` and `"ab"`, which one reader takes for one name, stay two.
+/// `None` when it does not parse (an unterminated quote, a parameter without `=`,
+/// text after a quoted string) or names one parameter twice (a reader might take
+/// either).
+pub(super) fn disposition_params(value: &str) -> Option<Vec<(String, String)>> {
+    let is_space = |c: char| c == ' ' || c == '\t';
+    let mut rest = value.trim_start_matches(is_space);
+    // The disposition type: a token.
+    let end = rest.find(';').unwrap_or(rest.len());
+    rest = &rest[end..];
+    let mut params: Vec<(String, String)> = Vec::new();
+    loop {
+        rest = rest.trim_start_matches(is_space);
+        if rest.is_empty() {
+            break;
+        }
+        rest = rest.strip_prefix(';')?.trim_start_matches(is_space);
+        if rest.is_empty() {
+            break; // a trailing `;`
+        }
+        let eq = rest.find('=')?;
+        let name = rest[..eq].trim_matches(is_space).to_ascii_lowercase();
+        if name.is_empty() || name.contains([';', '"']) {
+            return None;
+        }
+        rest = rest[eq + 1..].trim_start_matches(is_space);
+        let value = if let Some(quoted) = rest.strip_prefix('"') {
+            let mut value = String::new();
+            let mut chars = quoted.char_indices();
+            let close = loop {
+                match chars.next()? {
+                    (i, '"') => break i,
+                    (_, '\\') => {
+                        value.push('\\');
+                        value.push(chars.next()?.1);
+                    }
+                    (_, c) => value.push(c),
+                }
+            };
+            rest = &quoted[close + 1..];
+            let after = rest.trim_start_matches(is_space);
+            if !(after.is_empty() || after.starts_with(';')) {
+                return None;
+            }
+            value
+        } else {
+            let end = rest.find(';').unwrap_or(rest.len());
+            let token = rest[..end].trim_end_matches(is_space);
+            if token.contains(['"', '\\']) {
+                return None;
+            }
+            rest = &rest[end..];
+            token.to_owned()
+        };
+        if params.iter().any(|(n, _)| *n == name) {
+            return None;
+        }
+        params.push((name, value));
+    }
+    Some(params)
+}
+
+/// An RFC 8187 ext-value (`charset'language'percent-encoded`, as `filename*` carries),
+/// decoded: `UTF-8` or `ISO-8859-1` (any case). `None` for another charset, a missing
+/// `'`, or bytes that are not in the charset.
+pub(super) fn ext_value(text: &str) -> Option<String> {
+    let (charset, rest) = text.split_once('\'')?;
+    let (_language, encoded) = rest.split_once('\'')?;
+    let bytes = percent_decode(encoded.as_bytes(), false);
+    if charset.eq_ignore_ascii_case("utf-8") {
+        String::from_utf8(bytes).ok()
+    } else if charset.eq_ignore_ascii_case("iso-8859-1") {
+        Some(bytes.into_iter().map(char::from).collect())
+    } else {
+        None
+    }
 }
 
 /// The canonical JSON of a request body read from its text (see the module docs): object

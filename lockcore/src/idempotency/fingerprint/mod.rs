@@ -17,8 +17,9 @@
 //!   that fails to serialize at run time (a `u128` above `u64::MAX`, a map with
 //!   non-string keys) is never left out: the call fails with `Unrepresentable` before
 //!   anything is claimed. A float binding (or `Some` of one) that is not finite is
-//!   written `"+inf"`, `"-inf"` or `"NaN"` (`serde_json` writes all three as `null`;
-//!   inside a struct they still are). With
+//!   written `"+inf"`, `"-inf"` or `"NaN"` (`serde_json` writes all three as `null`,
+//!   as it writes `None`), at any depth: a struct's field, a list's element, a map's
+//!   key or value. With
 //!   `fingerprint = [a, b]` only those bindings are hashed. A `HashSet` or `HashMap`
 //!   binding hashes the same whatever its iteration order (sets are sorted); inside a
 //!   struct, write `BTreeSet` for a set (serde cannot tell a `HashSet` field from a list).
@@ -26,12 +27,18 @@
 //!   `route` (the route template the framework matched, e.g. `/orders/{id}`; empty when
 //!   unknown), `path` (the request path, percent-decoded: the path parameters), `query`
 //!   (the query string as decoded `[name, value]` pairs, `+` read as a space, sorted by
-//!   name, the values of one name in their order) and
+//!   name, the values of one name in their order; a name or value that decodes to no
+//!   UTF-8 as the array of its bytes) and
 //!   `body`: `json:<sha256>` of the canonical JSON of a JSON body (`application/json` or
-//!   `*/*+json` that parses), `multipart:<sha256>` of a `multipart/form-data` body's
-//!   parts (each part's name, file name, content type and the SHA-256 of its bytes, in
-//!   order: not the boundary, which clients make anew per submission), else
-//!   `bytes:<sha256>` of the raw bytes; empty without a body.
+//!   `*/*+json` that parses), `form:<sha256>` of an `application/x-www-form-urlencoded`
+//!   body's fields read as the query is (so reordered fields, `+` or `%20`, `%41` or
+//!   `A` are one form), `multipart:<sha256>` of a `multipart/form-data` body's parts
+//!   (each part's name, file name, decoded `filename*` when present, content type and
+//!   the SHA-256 of its bytes, in order: not the boundary, which clients make anew per
+//!   submission; `Content-Disposition` read as RFC 6266 and RFC 7578 say: quoted
+//!   strings whole with their backslash escapes, parameter names in any case), else
+//!   `bytes:<sha256>` of the raw bytes (a multipart body whose part headers do not parse,
+//!   or name a parameter twice, too); empty without a body.
 //!
 //! Numbers are written canonically: a number with an integral value is written as an
 //! integer (`1`, `1.0` and `1e0` are one number; so are `100` and `1e2`; `-0` is `0`),
@@ -54,12 +61,14 @@ use crate::util::push_json_str;
 mod body;
 mod dispatch;
 mod probe;
+#[cfg(test)]
+mod props;
 
 #[cfg(any(feature = "axum", feature = "actix"))]
 pub(crate) use body::body_label;
 use body::{canonical_query, percent_decode};
 pub use dispatch::*;
-use probe::FloatProbe;
+use probe::{Finite, FloatProbe, non_finite};
 
 /// Collects what the fingerprint covers; built by generated code.
 #[derive(Debug, Default, Clone)]
@@ -92,7 +101,7 @@ impl Fingerprint {
         if let Ok(float) = value.serialize(FloatProbe) {
             return self.add_float(name, float);
         }
-        match serde_json::to_value(value) {
+        match serde_json::to_value(Finite(value)) {
             Ok(v) => {
                 self.args.insert(name, v);
             }
@@ -105,11 +114,9 @@ impl Fingerprint {
     /// fingerprint). Within one fn a binding has one type, so such a string cannot be a
     /// string argument's.
     fn add_float(&mut self, name: &'static str, value: f64) {
-        let v = match serde_json::Number::from_f64(value) {
-            Some(n) => Value::Number(n),
-            None if value.is_nan() => Value::String("NaN".into()),
-            None if value > 0.0 => Value::String("+inf".into()),
-            None => Value::String("-inf".into()),
+        let v = match non_finite(value) {
+            Some(text) => Value::String(text.into()),
+            None => serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number),
         };
         self.args.insert(name, v);
     }
@@ -155,7 +162,7 @@ impl Fingerprint {
     ) {
         let mut elems: Vec<(String, Value)> = Vec::new();
         for item in items {
-            match serde_json::to_value(item) {
+            match serde_json::to_value(Finite(item)) {
                 Ok(v) => {
                     let mut text = String::new();
                     write_canonical(&v, &mut text);
@@ -437,6 +444,129 @@ mod tests {
             body_label(Some(b"multipart/form-data"), b"--a\r\n\r\nx\r\n--a--")
                 .starts_with("bytes:")
         );
+    }
+
+    /// A quoted parameter is read whole (a `;` inside quotes does not end it, nor does
+    /// `\"`) and `filename*` (an RFC 5987 ext-value) is read: two uploads that differ
+    /// only there are two payloads. Control: parameter names in any case, a token or a
+    /// quoted string of the same text, are one payload (as before).
+    #[test]
+    fn multipart_quoted_parameters_are_read_whole() {
+        let form = |disposition: &str| {
+            let body = format!(
+                "--b1\r\nContent-Disposition: {disposition}\r\n\r\nPDF bytes\r\n--b1--\r\n"
+            );
+            body_label(Some(b"multipart/form-data; boundary=b1"), body.as_bytes())
+        };
+        let a = form(r#"form-data; name="file"; filename="invoice;2025.pdf""#);
+        assert!(a.starts_with("multipart:"), "{a}");
+        assert_ne!(
+            a,
+            form(r#"form-data; name="file"; filename="invoice;2026.pdf""#)
+        );
+        assert_ne!(
+            form(r#"form-data; name="file"; filename="a\"b.pdf""#),
+            form(r#"form-data; name="file"; filename="a\"c.pdf""#)
+        );
+        // Escapes kept: a reader that does not unescape sees two names here.
+        assert_ne!(
+            form(r#"form-data; name="file"; filename="C:\dir\a.pdf""#),
+            form(r#"form-data; name="file"; filename="C:dira.pdf""#)
+        );
+        assert_ne!(
+            form("form-data; name=\"file\"; filename*=UTF-8''invoice%E2%82%AC.pdf"),
+            form("form-data; name=\"file\"; filename*=UTF-8''invoice%E2%82%A4.pdf")
+        );
+        // The control: equivalent spellings of one part.
+        assert_eq!(
+            form(r#"form-data; name="file"; filename="a.pdf""#),
+            form(r#"form-data; NAME="file"; Filename=a.pdf"#)
+        );
+        assert_eq!(
+            form("form-data; name=\"file\"; filename*=UTF-8''a%2Epdf"),
+            form("form-data; name=\"file\"; FILENAME*=utf-8''a.pdf")
+        );
+    }
+
+    /// An `application/x-www-form-urlencoded` body is its fields, read as the query is:
+    /// reordered fields, `+` or `%20` for a space, `%41` or `A`, are one form. Control:
+    /// another value, or the values of one name in another order, are another form.
+    #[test]
+    fn urlencoded_forms_are_canonical_as_queries() {
+        let label = |body: &str| {
+            body_label(
+                Some(b"application/x-www-form-urlencoded; charset=UTF-8"),
+                body.as_bytes(),
+            )
+        };
+        let a = label("amount=12&note=two%20words&to=%41lice");
+        assert_eq!(a, label("to=Alice&note=two+words&amount=12"));
+        assert_eq!(a, label("note=two+words&&to=Alice&amount=12"));
+        // The control: a changed value, or one name's values reordered, differ.
+        assert_ne!(a, label("amount=13&note=two+words&to=Alice"));
+        assert_ne!(label("id=1&id=2"), label("id=2&id=1"));
+        assert_ne!(label("a=%2B"), label("a=+"));
+        assert!(body_label(Some(b"text/plain"), b"b=1&a=2").starts_with("bytes:"));
+    }
+
+    /// A non-finite float inside a struct, a list or a map has its own encoding, as at
+    /// the top level: `NaN`, `+inf`, `-inf` and `None` are four payloads. Control: the
+    /// top-level ones and finite nested ones are written as before.
+    #[test]
+    fn nested_non_finite_floats_have_own_encodings() {
+        #[derive(serde::Serialize)]
+        struct Reading {
+            value: Option<f64>,
+            history: Vec<f32>,
+        }
+        let fp = |r: &Reading| {
+            let mut fp = Fingerprint::new();
+            fp.add("r", r);
+            fp.canonical()
+        };
+        let one = |v: Option<f64>| {
+            fp(&Reading {
+                value: v,
+                history: vec![],
+            })
+        };
+        let all = [
+            None,
+            Some(f64::NAN),
+            Some(f64::INFINITY),
+            Some(f64::NEG_INFINITY),
+            Some(1.5),
+        ];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(one(*a), one(*b), "{a:?} {b:?}");
+            }
+        }
+        let list = |h: Vec<f32>| {
+            fp(&Reading {
+                value: None,
+                history: h,
+            })
+        };
+        assert_ne!(list(vec![f32::NAN]), list(vec![f32::INFINITY]));
+        let map = |x: f64| {
+            let mut fp = Fingerprint::new();
+            fp.add("m", &BTreeMap::from([("k", x)]));
+            fp.canonical()
+        };
+        assert_ne!(map(f64::NAN), map(f64::NEG_INFINITY));
+        // The control: finite values as before, and the top level as before.
+        assert_eq!(
+            fp(&Reading {
+                value: Some(2.0),
+                history: vec![0.5]
+            }),
+            r#"{"args":{"r":{"history":[0.5],"value":2}}}"#
+        );
+        let mut top = Fingerprint::new();
+        top.add("x", &f64::NAN);
+        top.add("y", &f64::NEG_INFINITY);
+        assert_eq!(top.canonical(), r#"{"args":{"x":"NaN","y":"-inf"}}"#);
     }
 
     /// Numbers are compared by their exact decimal value, not the `f64` nearest to it;
