@@ -72,20 +72,24 @@
 //! ## Fencing
 //!
 //! On demand: `current_lock().unwrap().fence().await?` (or [`LockGuard::fence`]) is one
-//! round trip of two plain commands, `INCR {lock:order:42}:fence` then `GET
-//! lock:order:42`: when the key still holds the lock's token, the number is its fence,
-//! else `Lost` (and the number is skipped); later calls in the same acquisition (nested
-//! ones included) return the same number without a round trip while the lease lasts,
-//! and `Lost` once it has ended; a lock that never asks pays nothing. A holder that gets a fence after another got one gets a larger
-//! one; a holder paused past its ttl either got a smaller fence than the next holder's
-//! or gets `Lost` when it asks. So ask right before the write, and hand it to storage
-//! that rejects smaller fences: the check and the guard in one. The counter has no ttl
-//! on purpose: under a `maxmemory-policy` other than `noeviction` Redis may evict it
-//! (or the lock key itself, which lets a second holder in), and `FLUSHDB` deletes it;
-//! either way fences start again from 1, as they do after a restart of a Redis without
-//! persistence (RDB or AOF) or a failover to a replica that had not received the
-//! counter's last value. Use `noeviction` and persistence; a client reads the policy once and warns
-//! when it is another.
+//! round trip, a script that increments the key's fence counter (`{lock:order:42}:fence`)
+//! while the key still holds the lock's token: the number is its fence, else `Lost`;
+//! later calls in the same acquisition (nested ones included) return the same number
+//! without a round trip while the lease lasts, and `Lost` once it has ended; a lock that
+//! never asks pays nothing. A holder that gets a fence after another got one gets a
+//! larger one; a holder paused past its ttl either got a smaller fence than the next
+//! holder's or gets `Lost` when it asks. So ask right before the write, and hand it to
+//! storage that rejects smaller fences: the check and the guard in one.
+//!
+//! A counter made afresh starts from the server's clock in microseconds since the epoch
+//! (`1796533624825279`, say), so fences never go backwards when the counter is lost: a
+//! restart of a Redis without persistence, `FLUSHDB`, eviction, or a failover to a
+//! replica that had not received its last value. Every fence an earlier counter gave
+//! stays below (fewer than one fence a microsecond per name), as long as the server's
+//! clock does not jump back. The counter has no ttl; the lock key itself can still be
+//! lost in those events (a second holder), which the fence then tells the storage. Use
+//! `noeviction` and persistence; a client reads the policy once and warns when it is
+//! another.
 //!
 //! ## Fences that the storage checks
 //!
@@ -278,20 +282,34 @@
 //!
 //! ## What each primitive writes
 //!
-//! Every value is plain UTF-8 that `redis-cli` reads, every companion key shares the
-//! key's hash slot (`{lock:order:42}:fence` when the key has no hash tag of its own):
+//! One module, `lockcore::key`, owns the key space: every script, the in-memory backend,
+//! `inspect`, `list`, `force_release`, `forget_idem` and the `distlock` command read the
+//! layout from it. Every value is plain UTF-8 that `redis-cli` reads. A key's companions
+//! share its hash slot and are named so that no name can address them: `{<key>}:<suffix>`
+//! when the key has no hash tag (no key starts with `{`), `<key>{:<suffix>}` when it has
+//! one (a name holds at most one `{...}`, so `{acct}:7:fence` is a lock of its own, never
+//! `{acct}:7`'s fence counter).
 //!
 //! | primitive | key | value | companions |
 //! |---|---|---|---|
-//! | lock | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>`, `<token> waiting` while a waiter listens, `yield: <client ids> ` for a yield window | `:fence` (counter, no ttl), `:turns` (recent turns), `:released` (the wake-up channel) |
-//! | semaphore | `lock:gpu:eu` (sorted set) | each holder's token, scored by when its lease ends (ms since the epoch, the server's clock); the key expires with the last lease | `:released` (the channel) |
-//! | read/write lock | `lock:catalog:7` (string) | the writer's token, as a lock's | `:readers` (sorted set of the readers' tokens, as a semaphore's), `:writer` (a waiting writer's token, a few hundred ms), `:readers-waiting` (the tokens of readers that wait behind a writer, scored by when each stops counting), `:released` |
-//! | fenced value | the key given | the value | `:fence-seen` (the highest fence) |
+//! | lock, write lock, multi-lock member | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>`; `<token> waiting` while a waiter listens; `<token> kept` after a release before `min_hold`; `yield: <client ids> ` for a yield window | `:fence` (counter, no ttl), `:turns` (recent turns), `:released` (the wake-up channel) |
+//! | read lock | `lock:catalog:7` (string) | `readers` while any reader holds, its ttl at least the longest share | `:readers` (sorted set of the readers' tokens, scored by their leases' ends), `:writer` (a waiting writer's token, a few hundred ms), `:readers-waiting` (readers that wait behind a writer), `:released` |
+//! | semaphore | `lock:gpu:eu` (sorted set) | each holder's token, scored by when its lease ends (ms since the epoch, the server's clock); the key expires with the last lease | `:released` |
+//! | idempotency record | `lock:idem:<module::fn>[:<scope>]:<key>` (string) | JSON: the claim (owner, fingerprint, lease), then the stored result appended after it | `:done` (the wake-up channel), `:acked` (with `replicas`) |
+//! | fenced value | the key given, outside the lock prefix | the value | `:fence-seen` (the highest fence) |
 //!
-//! A name is one kind: a lock, a semaphore or a read/write lock. Redis refuses a key
-//! used as two (`WRONGTYPE`, a `Backend` error); the in-memory backend keeps them apart
-//! and does not check.
-//! | idempotency record | `lock:idem:<module::fn>[:<scope>]:<key>` (string) | JSON: the claim (owner, fingerprint, lease), then the stored result appended after it | `:released` |
+//! How kinds meet on one name, alike on Redis, Valkey and in memory:
+//!
+//! - a lock, a write lock and a multi-lock exclude each other and the readers by design:
+//!   each waits for the others (`Busy` when its `wait` runs out), since readers keep
+//!   `readers` at the key;
+//! - a semaphore and any other kind refuse each other: the second gets
+//!   [`Error::WrongKind`](crate::Error::WrongKind) naming both (`` `lock:gpu` is held
+//!   as a semaphore, so it cannot be taken as a lock ``), and nothing is taken;
+//! - names under `idem:` are records', not locks' ([`Error::InvalidKey`]); a record's
+//!   operations (`idem_record`, `forget_idem`) take record keys only, and `forget_idem`
+//!   deletes a record and nothing else; a fenced value's key may not start with the lock
+//!   prefix nor be a companion.
 //!
 //! ## Errors
 //!
@@ -300,7 +318,8 @@
 //! | `Busy { key, waited }` | held by someone else until `wait` ran out | did not run |
 //! | `Lost { key }` | at release the key was gone (ttl expired) or held another token | ran and returned `Ok`, which is replaced by this error; an `Err` of the body is kept and the loss logged |
 //! | `Backend { key, source }` | Redis unreachable, failing, or silent past the command timeout (default 1 s): never a hang | did not run (acquire) or ran (release) |
-//! | `InvalidKey { key, reason }` | an empty key, or braces that would split the lock from its fence counter across hash slots | did not run |
+//! | `InvalidKey { key, reason }` | an empty key, braces that would split the lock from its companions across hash slots or name a companion, a name under `idem:` | did not run |
+//! | `WrongKind { key, held, asked }` | the name is held as a kind that refuses this one (a semaphore and a lock, say) | did not run |
 //! | `NotReplicated { key, acked, wanted }` | with `replicas = n`: fewer replicas acknowledged the lock (Redis `WAIT`, up to half the command timeout); the lock was given back | did not run |
 //! | `Unsupported { key, reason }` | a request that cannot be served as asked: a semaphore of 0 permits or with `min_hold` (runtime API), a permit's fence | did not run |
 //!

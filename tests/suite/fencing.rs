@@ -296,6 +296,54 @@ mod on_postgres {
         assert_eq!(seen, 40);
     }
 
+    /// Under REPEATABLE READ and SERIALIZABLE, a transaction whose snapshot predates
+    /// another's committed advance of the same resource gets `StaleFence`, not a
+    /// serialization `Backend` error, for a smaller or a larger fence alike (it cannot
+    /// read the other's fence). Control: under READ COMMITTED the larger fence goes
+    /// through once the first commits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stricter_isolation_answers_stale_fence() {
+        let pool = pool_with("accounts_iso").await;
+        for (level, n) in [
+            ("REPEATABLE READ", 0),
+            ("SERIALIZABLE", 1),
+            ("READ COMMITTED", 2),
+        ] {
+            let resource = format!("iso:{n}");
+            advance(&mut *pool.acquire().await.unwrap(), &resource, 10)
+                .await
+                .unwrap();
+            for (second, committed) in [(15, 20), (50, 40)] {
+                let resource = format!("{resource}:{second}");
+                let mut t2 = pool.begin().await.unwrap();
+                sqlx::query(&format!("SET TRANSACTION ISOLATION LEVEL {level}"))
+                    .execute(&mut *t2)
+                    .await
+                    .unwrap();
+                // Its snapshot is taken now, before the other transaction commits.
+                let _: i64 = sqlx::query_scalar("SELECT count(*) FROM distlock_fences")
+                    .fetch_one(&mut *t2)
+                    .await
+                    .unwrap();
+                let mut t1 = pool.begin().await.unwrap();
+                advance(&mut t1, &resource, committed).await.unwrap();
+                t1.commit().await.unwrap();
+                let r = advance(&mut t2, &resource, second).await;
+                match (level, second > committed) {
+                    ("READ COMMITTED", true) => r.unwrap(),
+                    ("READ COMMITTED", false) => assert!(
+                        matches!(r, Err(Error::StaleFence { seen, .. }) if seen == committed),
+                        "{level}: {r:?}"
+                    ),
+                    _ => assert!(
+                        matches!(r, Err(Error::StaleFence { .. })),
+                        "{level}, {second} after {committed}: {r:?}"
+                    ),
+                }
+            }
+        }
+    }
+
     #[distributed_lock(key = "account:<id>", client = locks)]
     async fn withdraw(locks: &Locks, pool: &PgPool, id: u32) -> Result<u64, AppError> {
         let fence = current_lock().unwrap().fence().await?;

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use common::*;
 use distlock::key::Kind;
-use distlock::{Error, Locks};
+use distlock::{Error, Locks, idempotent};
 
 both!(
     every_pair_of_kinds_excludes_or_is_refused_alike,
@@ -23,6 +23,8 @@ both!(
     a_write_lock_waiting_behind_a_lock_never_joins_a_reader,
     companions_are_never_another_names_keys,
     operations_refuse_what_is_not_theirs,
+    a_record_that_vanishes_mid_body_is_written_again,
+    a_record_taken_over_mid_body_is_lost,
 );
 
 const LONG: Duration = Duration::from_secs(10);
@@ -467,4 +469,86 @@ async fn fences_never_go_backwards_across_a_restart_without_persistence() {
     }
     let after = after.expect("the client came back");
     assert!(after > before, "{after} after {before}");
+}
+
+/// Runs once `gate` opens; its lease is short so renewals come every 200 ms.
+#[idempotent(key = "vanish:<k>", client = locks, lease = "600ms", skip = [gate, runs])]
+async fn charge(
+    locks: &Locks,
+    k: &str,
+    gate: &tokio::sync::Semaphore,
+    runs: &Runs,
+) -> Result<u32, Error> {
+    let n = runs.bump();
+    drop(gate.acquire().await);
+    Ok(n)
+}
+
+/// The record of `k` under `charge`'s namespace.
+async fn charge_record(locks: &Locks, k: &str) -> Option<distlock::idempotency::IdemRecord> {
+    use futures_util::TryStreamExt;
+    let all: Vec<_> = locks.idem_records("*").try_collect().await.unwrap();
+    all.into_iter()
+        .find(|r| r.key.ends_with(&format!("vanish:{k}")))
+}
+
+/// Fault: a record that vanished while its body ran (a restart without persistence, a
+/// failover that lost it, eviction, a forget) made the renewal answer "lost": the body was
+/// cancelled or its result dropped, and the retry ran it again. Gone is not taken: the
+/// renewal writes the claim again, the body finishes, its result is stored, and the retry
+/// replays it.
+async fn a_record_that_vanishes_mid_body_is_written_again(locks: Locks) {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let runs = std::sync::Arc::new(Runs::default());
+    let first = tokio::spawn({
+        let (locks, gate, runs) = (locks.clone(), gate.clone(), runs.clone());
+        async move { charge(&locks, "v1", &gate, &runs).await }
+    });
+    while runs.get() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let key = charge_record(&locks, "v1").await.unwrap().key;
+    assert!(locks.forget_idem(&key).await.unwrap());
+    // A renewal (every 200 ms) finds it gone and writes the claim again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = locks
+        .idem_record(&key)
+        .await
+        .unwrap()
+        .expect("written again");
+    assert_eq!(again.state, distlock::idempotency::RecordState::InProgress);
+    gate.add_permits(10);
+    assert_eq!(first.await.unwrap().unwrap(), 1);
+    // The retry replays the stored result: the body ran once.
+    assert_eq!(charge(&locks, "v1", &gate, &runs).await.unwrap(), 1);
+    assert_eq!(runs.get(), 1);
+}
+
+/// Control: a record another call claimed while the body ran (written as another
+/// owner's claim) is lost, as before: its result is not stored over the other's.
+async fn a_record_taken_over_mid_body_is_lost(locks: Locks) {
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let runs = std::sync::Arc::new(Runs::default());
+    let first = tokio::spawn({
+        let (locks, gate, runs) = (locks.clone(), gate.clone(), runs.clone());
+        async move { charge(&locks, "v2", &gate, &runs).await }
+    });
+    while runs.get() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let key = charge_record(&locks, "v2").await.unwrap().key;
+    assert!(locks.forget_idem(&key).await.unwrap());
+    // Another call claims the key before the first one's renewal comes.
+    let second = tokio::spawn({
+        let (locks, gate, runs) = (locks.clone(), gate.clone(), runs.clone());
+        async move { charge(&locks, "v2", &gate, &runs).await }
+    });
+    while runs.get() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    gate.add_permits(10);
+    let (a, b) = (first.await.unwrap(), second.await.unwrap());
+    assert!(matches!(a, Err(Error::Lost { .. })), "{a:?}");
+    assert_eq!(b.unwrap(), 2);
 }

@@ -133,10 +133,10 @@ pub(crate) trait Records: Send + Sync {
     async fn idem_renew(
         &self,
         key: &str,
-        owner: &str,
+        owner: &Owner<'_>,
         lease: Duration,
         lifetime: Duration,
-    ) -> Result<bool, BackendError>;
+    ) -> Result<Renewal, BackendError>;
 
     /// One read-only look at `key` (`idem_look.lua`): its value, its ttl, and the
     /// server's time in ms.
@@ -146,6 +146,28 @@ pub(crate) trait Records: Send + Sync {
     /// `Some(true)` when there was a record, `Some(false)` when there was nothing, `None`
     /// when the key holds something that is not an idempotency record (left as it is).
     async fn idem_forget(&self, key: &str, channel: &str) -> Result<Option<bool>, BackendError>;
+}
+
+/// A claim as its renewal names it: the owner token and the payload's fingerprint (to
+/// write the record again when it is gone, see `idem_renew.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owner<'a> {
+    pub(crate) token: &'a str,
+    pub(crate) fp: &'a str,
+}
+
+/// What a renewal of a claim found (`idem_renew.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The claim was this owner's: its lease starts again.
+    Renewed,
+    /// The record was gone (a restart that kept nothing, a failover that lost it,
+    /// eviction, `forget_idem`) and nobody had claimed the key since: written again as
+    /// this owner's claim, taken over (a release leaves it in progress), so that the body
+    /// finishes and its result is stored.
+    Recreated,
+    /// Another call owns the key now, or stored its result: the claim is lost.
+    Lost,
 }
 
 /// What [`Records::idem_look`] saw: the raw value, its ttl (`None`: no key or no ttl)
@@ -186,10 +208,10 @@ impl Records for Backend {
     async fn idem_renew(
         &self,
         key: &str,
-        owner: &str,
+        owner: &Owner<'_>,
         lease: Duration,
         lifetime: Duration,
-    ) -> Result<bool, BackendError> {
+    ) -> Result<Renewal, BackendError> {
         each!(self, b => b.idem_renew(key, owner, lease, lifetime))
     }
 
@@ -338,16 +360,21 @@ impl Records for RedisBackend {
     async fn idem_renew(
         &self,
         key: &str,
-        owner: &str,
+        owner: &Owner<'_>,
         lease: Duration,
         lifetime: Duration,
-    ) -> Result<bool, BackendError> {
+    ) -> Result<Renewal, BackendError> {
         let mut inv = RENEW.prepare_invoke();
         inv.key(key)
-            .arg(owner)
+            .arg(owner.token)
             .arg(millis(lease))
-            .arg(millis(lifetime));
-        Ok(self.eval_via::<i64>(&inv, Route::Shared).await? == 1)
+            .arg(millis(lifetime))
+            .arg(owner.fp);
+        Ok(match self.eval_via::<i64>(&inv, Route::Shared).await? {
+            1 => Renewal::Renewed,
+            2 => Renewal::Recreated,
+            _ => Renewal::Lost,
+        })
     }
 
     async fn idem_look(&self, key: &str) -> Result<Looked, BackendError> {
@@ -539,18 +566,26 @@ impl MemoryBackend {
         }
     }
 
-    fn renew(&self, key: &str, owner: &str, lease: Duration, lifetime: Duration) -> bool {
+    /// As `idem_renew.lua`.
+    fn renew(&self, key: &str, owner: &Owner<'_>, lease: Duration, lifetime: Duration) -> Renewal {
         let mut map = self.records();
+        let now = Instant::now();
         match map.get_mut(key) {
-            Some((raw, until)) if Self::owned_in_progress(raw, owner) => {
+            Some((raw, until)) if *until > now && Self::owned_in_progress(raw, owner.token) => {
                 let mut v: serde_json::Value =
                     serde_json::from_str(raw).unwrap_or(serde_json::Value::Null);
                 v["lease_until_ms"] = serde_json::Value::from(now_ms() + millis(lease));
                 *raw = v.to_string();
-                *until = Instant::now() + lifetime;
-                true
+                *until = now + lifetime;
+                Renewal::Renewed
             }
-            _ => false,
+            Some((_, until)) if *until > now => Renewal::Lost,
+            _ => {
+                let retention = lifetime.saturating_sub(lease);
+                let record = in_progress(owner.token, owner.fp, now_ms(), lease, retention, true);
+                map.insert(key.to_owned(), (record, now + lifetime));
+                Renewal::Recreated
+            }
         }
     }
 }
@@ -584,10 +619,10 @@ impl Records for MemoryBackend {
     async fn idem_renew(
         &self,
         key: &str,
-        owner: &str,
+        owner: &Owner<'_>,
         lease: Duration,
         lifetime: Duration,
-    ) -> Result<bool, BackendError> {
+    ) -> Result<Renewal, BackendError> {
         Ok(self.renew(key, owner, lease, lifetime))
     }
 

@@ -266,14 +266,22 @@ impl Records for RedlockBackend {
     async fn idem_renew(
         &self,
         key: &str,
-        owner: &str,
+        owner: &super::idem::Owner<'_>,
         lease: Duration,
         lifetime: Duration,
-    ) -> Result<bool, BackendError> {
+    ) -> Result<super::idem::Renewal, BackendError> {
+        use super::idem::Renewal;
         let votes = self
-            .votes(|node| node.idem_renew(key, owner, lease, lifetime))
+            .votes(|node| async move {
+                let renewed = node.idem_renew(key, owner, lease, lifetime).await?;
+                Ok(renewed != Renewal::Lost)
+            })
             .await;
-        self.decide(&votes)
+        Ok(if self.decide(&votes)? {
+            Renewal::Renewed
+        } else {
+            Renewal::Lost
+        })
     }
 
     async fn idem_look(&self, _key: &str) -> Result<super::idem::Looked, BackendError> {

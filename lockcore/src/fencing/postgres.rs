@@ -62,6 +62,14 @@ pub async fn install(pool: &PgPool) -> Result<()> {
 /// Errors: [`Error::StaleFence`] when a larger fence was recorded (roll the transaction
 /// back: the later holder's writes stay); [`Error::Backend`] when Postgres fails or the
 /// fence does not fit a `bigint`.
+///
+/// Under `REPEATABLE READ` or `SERIALIZABLE`, another transaction that advanced the same
+/// resource and committed after this transaction's snapshot makes Postgres refuse the
+/// record (a serialization failure): that is [`Error::StaleFence`] too, with `seen` equal
+/// to `fence`, since the other fence cannot be read in this transaction. Roll back; a
+/// holder that still holds its lock may run the transaction again, and its next
+/// `advance` tells (under `READ COMMITTED` the second transaction waits for the first
+/// and is judged against what it committed).
 pub async fn advance(conn: &mut PgConnection, resource: &str, fence: u64) -> Result<()> {
     let Ok(fence_i) = i64::try_from(fence) else {
         return Err(Error::backend(
@@ -81,7 +89,19 @@ pub async fn advance(conn: &mut PgConnection, resource: &str, fence: u64) -> Res
     .bind(fence_i)
     .fetch_optional(&mut *conn)
     .await
-    .map_err(|e| failed(resource, &e))?;
+    .map_err(|e| {
+        if serialization_failure(&e) {
+            // Another transaction advanced the resource and committed after this one's
+            // snapshot (REPEATABLE READ, SERIALIZABLE): its fence cannot be read here.
+            Error::StaleFence {
+                resource: resource.to_owned(),
+                fence,
+                seen: fence,
+            }
+        } else {
+            failed(resource, &e)
+        }
+    })?;
     if stored.is_some() {
         return Ok(());
     }
@@ -96,6 +116,12 @@ pub async fn advance(conn: &mut PgConnection, resource: &str, fence: u64) -> Res
         fence,
         seen: u64::try_from(seen).unwrap_or(0),
     })
+}
+
+/// Whether Postgres refused the statement to keep the transaction serializable
+/// (`40001`), or broke a deadlock with it (`40P01`).
+fn serialization_failure(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40001" | "40P01")))
 }
 
 fn failed(resource: &str, e: &sqlx::Error) -> Error {

@@ -48,7 +48,7 @@ use tracing::Instrument as _;
 use tracing::instrument::WithSubscriber as _;
 
 use crate::backend::Locking;
-use crate::backend::idem::{ClaimArgs, Claimed, Records};
+use crate::backend::idem::{ClaimArgs, Claimed, Owner, Records, Renewal};
 use crate::client::Locks;
 use crate::contention::{Contention, Next, in_flight};
 use crate::error::{BackendError, Error};
@@ -336,6 +336,7 @@ pub(crate) async fn begin(
         locks,
         function,
         key: &key,
+        fp: digest,
         channel: &channel,
         lease,
         lifetime,
@@ -401,6 +402,7 @@ struct ClaimPlan<'a> {
     locks: &'a Locks,
     function: &'static str,
     key: &'a str,
+    fp: &'a str,
     channel: &'a str,
     lease: Duration,
     lifetime: Duration,
@@ -463,6 +465,7 @@ impl ClaimPlan<'_> {
             function: self.function,
             key: self.key.to_owned(),
             owner: owner.to_owned(),
+            fp: self.fp.to_owned(),
             channel: self.channel.to_owned(),
             lease: self.lease,
             lifetime: self.lifetime,
@@ -501,6 +504,8 @@ pub(crate) struct Claim {
     function: &'static str,
     key: String,
     owner: String,
+    /// The payload's fingerprint: a renewal that finds the record gone writes it again.
+    fp: String,
     channel: String,
     lease: Duration,
     lifetime: Duration,
@@ -573,13 +578,22 @@ impl Claim {
                 let sent = Instant::now();
                 // The renewal rewrites the record (landed or not, its text is unknown now).
                 crate::util::lock(&self.written).take();
-                match self
+                let owner = Owner {
+                    token: &self.owner,
+                    fp: &self.fp,
+                };
+                let renewed = self
                     .locks
                     .inner
                     .backend
-                    .idem_renew(&self.key, &self.owner, self.lease, self.lifetime)
-                    .await
-                {
+                    .idem_renew(&self.key, &owner, self.lease, self.lifetime)
+                    .await;
+                if matches!(renewed, Ok(Renewal::Recreated)) {
+                    // Gone, and nobody claimed it since: this claim again, so the body
+                    // finishes and its result is stored for the retries to replay.
+                    tracing::warn!(target: "distlock", key = self.key, "idempotency record gone while the body ran (a restart, a failover, eviction or a forget): written again as this call's claim");
+                }
+                match renewed.map(|r| r != Renewal::Lost) {
                     // With `replicas`, a renewal counts once they acknowledged it.
                     Ok(true) => match self.acked().await {
                         Ok(()) => *crate::util::lock(&self.renewed) = sent,
@@ -588,7 +602,7 @@ impl Claim {
                         }
                     },
                     Ok(false) => {
-                        tracing::warn!(target: "distlock", key = self.key, cancel = cancel_on_lost, "idempotency claim lost while the body ran (its lease ended and another call took it over)");
+                        tracing::warn!(target: "distlock", key = self.key, cancel = cancel_on_lost, "idempotency claim lost while the body ran (another call took it over, or stored its result)");
                         return;
                     }
                     Err(e) if Instant::now() >= self.lease_end() => {
@@ -825,6 +839,7 @@ impl Drop for Claim {
             function: self.function,
             key: std::mem::take(&mut self.key),
             owner: std::mem::take(&mut self.owner),
+            fp: std::mem::take(&mut self.fp),
             channel: std::mem::take(&mut self.channel),
             lease: self.lease,
             lifetime: self.lifetime,

@@ -98,7 +98,8 @@ tokio::task_local! {
 /// let guard = locks.lock("job").acquire().await.unwrap();
 /// let info = guard.info().clone();
 /// assert_eq!(info.key(), "lock:job");
-/// assert_eq!(info.fence().await.unwrap(), 1);
+/// let fence = info.fence().await.unwrap(); // from the clock, for a name's first fence
+/// assert_eq!(guard.fence().await.unwrap(), fence);
 /// # guard.release().await.unwrap();
 /// # }
 /// ```
@@ -166,10 +167,9 @@ impl LockInfo {
     /// storage that keeps the largest fence it has seen per resource and rejects writes
     /// that carry a smaller one.
     ///
-    /// The first call is one round trip of two plain commands: it increments the key's
-    /// fence counter, then reads the key. When the key still holds this lock's token, it
-    /// held it from before the increment (a token never comes back once gone), so the
-    /// number is this lock's fence; otherwise the lock is lost and the number is skipped.
+    /// The first call is one round trip, a script that increments the key's fence
+    /// counter while the key holds this lock's token: the number is this lock's fence;
+    /// otherwise the lock is lost.
     /// Later calls (on any clone of this info, a reentrant guard or [`current_lock`]
     /// included) return the same number without a round trip. A lock that does not ask
     /// pays nothing.
@@ -190,11 +190,13 @@ impl LockInfo {
     /// and [`Error::Lost`] once it has ended or lease keeping found it lost (storage that
     /// compares fences stays the guard).
     ///
-    /// The counter (`{<key>}:fence`) has no ttl on purpose. A Redis that may evict keys
-    /// (any `maxmemory-policy` but `noeviction`) may evict it, or the lock key itself, and
-    /// `FLUSHDB` deletes it: the next fence then starts again from 1. Run Redis with
-    /// `noeviction`; the client warns through `tracing` when it connects to one that may
-    /// evict.
+    /// The counter (`{<key>}:fence`) has no ttl. One made afresh (the first fence of a
+    /// name, or after the counter was lost: a restart of a Redis without persistence,
+    /// `FLUSHDB`, eviction) starts from the server's clock in microseconds since the
+    /// epoch, so fences never go backwards. A Redis that may evict keys (any
+    /// `maxmemory-policy` but `noeviction`) may evict the lock key itself too, which lets
+    /// a second holder in; run Redis with `noeviction`: the client warns through
+    /// `tracing` when it connects to one that may evict.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), lockcore::Error> {

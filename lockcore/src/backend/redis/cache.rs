@@ -75,7 +75,8 @@ pub(crate) fn may_evict_locks(policy: &str) -> bool {
 }
 
 /// Reads `maxmemory-policy` and warns when Redis may evict keys: an evicted lock key lets
-/// a second holder in, an evicted fence counter starts again from 1. Servers that refuse
+/// a second holder in (an evicted fence counter starts again above every earlier fence,
+/// from the server's clock). Servers that refuse
 /// `CONFIG GET` (managed Redis, ACLs) are skipped.
 pub(super) async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: Duration) {
     let mut cmd = redis::cmd("CONFIG");
@@ -89,8 +90,7 @@ pub(super) async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: D
                     target: "distlock",
                     policy,
                     "redis maxmemory-policy {policy} may evict keys under memory pressure: an \
-                     evicted lock key lets a second holder in, and an evicted fence counter \
-                     (`{{<lock key>}}:fence`) starts again from 1; use `noeviction`"
+                     evicted lock key lets a second holder in; use `noeviction`"
                 );
             } else {
                 tracing::debug!(target: "distlock", policy, "redis evicts no keys");
@@ -102,7 +102,7 @@ pub(super) async fn warn_if_evicting(mut conn: MultiplexedConnection, timeout: D
             target: "distlock",
             error = %e,
             "cannot read redis maxmemory-policy: make sure it is `noeviction` (an evicted \
-             lock key lets a second holder in, an evicted fence counter starts again from 1)"
+             lock key lets a second holder in)"
         ),
         Err(_) => tracing::debug!(target: "distlock", "reading redis maxmemory-policy timed out"),
     }
