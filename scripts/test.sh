@@ -26,7 +26,7 @@ cargo test --workspace --all-features "$@"
 # single-topic tests are modules of the `suite` binary; a filter picks the modules.
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
   behaviour:: waiting:: hardening:: hardening_locks:: jobs:: fencing:: semaphores:: rwlocks:: inspect:: spans:: \
-  multilocks::
+  multilocks:: kinds::
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test chaos
 DISTLOCK_TEST_ACL=1 cargo test --workspace --all-features "$@" --test cli
 
@@ -34,8 +34,8 @@ DISTLOCK_TEST_ACL=1 cargo test --workspace --all-features "$@" --test cli
 # suites, then the same as the least-privilege user (native commands found through HELLO).
 REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test suite -- \
   behaviour:: waiting:: hardening:: hardening_locks:: idempotent_fns:: jobs:: fencing:: semaphores:: \
-  rwlocks:: multilocks:: family_faults:: inspect::
+  rwlocks:: multilocks:: family_faults:: inspect:: kinds::
 REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test processes --test cluster
 REDIS_SERVER_BIN="$valkey" cargo test --workspace --all-features "$@" --test cli
 REDIS_SERVER_BIN="$valkey" DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
-  behaviour:: hardening_locks:: semaphores:: rwlocks:: multilocks:: inspect::
+  behaviour:: hardening_locks:: semaphores:: rwlocks:: multilocks:: inspect:: kinds::

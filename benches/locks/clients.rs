@@ -264,7 +264,7 @@ impl Client {
     }
 
     /// The fencing token of a held lock: distlock's `fence()`, the baseline's `INCR` of
-    /// `{key}:fence`, raw+lua's pipelined `INCR` and `GET` as distlock sends them.
+    /// `{key}:fence`, raw+lua's `fence.lua` as distlock sends it.
     pub(crate) async fn fence(&self, held: &Held) -> Result<u64, String> {
         match (self, held) {
             (Client::Distlock(_), Held::Distlock(guard)) => {
@@ -276,19 +276,17 @@ impl Client {
                 .await
                 .map_err(|e| e.to_string()),
             (Client::RawLua { conn, .. }, Held::Raw { key, token }) => {
-                let (fence, held): (u64, Option<String>) = redis::pipe()
-                    .cmd("INCR")
-                    .arg(format!("{{{key}}}:fence"))
-                    .cmd("GET")
-                    .arg(key)
-                    .query_async(&mut conn.clone())
+                static FENCE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+                    redis::Script::new(distlock::__private::scripts::FENCE)
+                });
+                let fence: Option<u64> = FENCE
+                    .key(key)
+                    .key(format!("{{{key}}}:fence"))
+                    .arg(token)
+                    .invoke_async(&mut conn.clone())
                     .await
                     .map_err(|e| e.to_string())?;
-                if held.as_deref() == Some(token.as_str()) {
-                    Ok(fence)
-                } else {
-                    Err(format!("{key}: lost"))
-                }
+                fence.ok_or_else(|| format!("{key}: lost"))
             }
             _ => Err("no fence here".into()),
         }

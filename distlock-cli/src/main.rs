@@ -143,6 +143,20 @@ impl From<Error> for Failure {
     }
 }
 
+/// A key given to `idem show` or `idem forget` that is no record's (a lock's, say): a
+/// refusal (1), as when the key holds something else, not a usage error; nothing was
+/// read or deleted.
+fn not_a_record(e: Error) -> Failure {
+    let code = match e {
+        Error::InvalidKey { .. } => 1,
+        ref e => Failure::from(e.clone()).code,
+    };
+    Failure {
+        code,
+        message: format!("{e}; nothing was deleted"),
+    }
+}
+
 fn usage(message: impl Into<String>) -> Failure {
     Failure {
         code: 2,
@@ -285,7 +299,7 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Idem {
             command: IdemCommand::Show { key },
         } => {
-            let record = locks.idem_record(key).await?;
+            let record = locks.idem_record(key).await.map_err(not_a_record)?;
             if cli.json {
                 let doc = record
                     .as_ref()
@@ -302,7 +316,7 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Idem {
             command: IdemCommand::Forget { key },
         } => {
-            let forgot = locks.forget_idem(key).await?;
+            let forgot = locks.forget_idem(key).await.map_err(not_a_record)?;
             if cli.json {
                 output::json_line(
                     &mut out,

@@ -333,6 +333,55 @@ async fn idem_show_and_forget() {
     );
 }
 
+/// Each operation refuses a key of another kind and says what it is; nothing is read as
+/// it, deleted or released. `idem forget` of a held lock once deleted it, and another
+/// client took the lock while the first held it; `inspect` and `release --force` of a
+/// record showed it held by `{"claimed_at_ms"` and deleted it. Control: the same
+/// commands on their own kinds work (the test above and `idem_show_and_forget`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_refuse_keys_of_another_kind() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let held = locks.lock("order:1").acquire().await.unwrap();
+    for key in ["order:1", "lock:order:1"] {
+        let out = distlock(&url, &["idem", "forget", key]);
+        assert_eq!(code(&out), 1, "{key}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("idem:") && err.contains("nothing was deleted"),
+            "{err}"
+        );
+    }
+    raw_set(&server, "lock:idem:region", "eu:west-1", None).await;
+    let out = distlock(&url, &["idem", "forget", "idem:region"]);
+    assert_eq!(code(&out), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("did not write"), "{err}");
+    // Still there, and the lock still its holder's.
+    assert!(locks.inspect("order:1").await.unwrap().holder.is_some());
+    let other = Locks::connect(&url).await.unwrap();
+    assert!(other.lock("order:1").acquire().await.is_err());
+
+    let record = r#"{"status":"completed","fp":"cd","completed_at_ms":1764485971234,"value":7}"#;
+    raw_set(&server, "lock:idem:app::pay:K9", record, Some(3_600_000)).await;
+    for args in [
+        &["inspect", "idem:app::pay:K9"][..],
+        &["release", "idem:app::pay:K9", "--force", "--yes"],
+    ] {
+        let out = distlock(&url, args);
+        assert_ne!(code(&out), 0, "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("idem show") && err.contains("idem forget"),
+            "{err}"
+        );
+    }
+    let out = distlock(&url, &["idem", "show", "idem:app::pay:K9"]);
+    assert_eq!(code(&out), 0, "the record is untouched");
+    held.release().await.unwrap();
+}
+
 #[test]
 fn exit_codes_for_usage_and_an_unreachable_redis() {
     let closed = format!("redis://127.0.0.1:{}/", testkit::free_port());

@@ -342,7 +342,16 @@ impl From<redis::RedisError> for BackendError {
         };
         let mut error = BackendError::new(kind, e.to_string());
         error.split = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain);
-        error.wrong_type = e.code() == Some("WRONGTYPE");
+        error.wrong_type = is_wrong_type(&e);
         error
     }
+}
+
+/// Whether Redis answered `WRONGTYPE` (a key of another kind), by the error code: the
+/// reply of one command, or every failed command of a pipeline.
+pub(crate) fn is_wrong_type(e: &redis::RedisError) -> bool {
+    e.code() == Some("WRONGTYPE")
+        || e.clone().into_server_errors().is_some_and(|failed| {
+            !failed.is_empty() && failed.iter().all(|(_, s)| s.code() == "WRONGTYPE")
+        })
 }

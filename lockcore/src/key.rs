@@ -45,6 +45,10 @@ pub enum Kind {
     ReadLock,
     /// A semaphore's permits: a sorted set at the key.
     Semaphore,
+    /// An idempotency record (`<prefix>idem:...`).
+    IdempotencyRecord,
+    /// A value distlock did not write (an application's data under the prefix).
+    Unknown,
 }
 
 impl fmt::Display for Kind {
@@ -54,6 +58,8 @@ impl fmt::Display for Kind {
             Kind::WriteLock => "a write lock",
             Kind::ReadLock => "a read lock",
             Kind::Semaphore => "a semaphore",
+            Kind::IdempotencyRecord => "an idempotency record",
+            Kind::Unknown => "a value distlock did not write",
         })
     }
 }
@@ -254,10 +260,12 @@ pub(crate) const COMPANIONS: &[&str] = &[
 /// hash-tagged `<key>{<suffix>}` stand for `<key>`; any other key for itself.
 pub(crate) fn companion_of(found: &str) -> &str {
     for suffix in COMPANIONS {
-        if let Some(base) = found.strip_suffix(suffix) {
-            if let Some(inner) = base.strip_prefix('{').and_then(|b| b.strip_suffix('}')) {
-                return inner;
-            }
+        if let Some(inner) = found
+            .strip_suffix(suffix)
+            .and_then(|b| b.strip_prefix('{'))
+            .and_then(|b| b.strip_suffix('}'))
+        {
+            return inner;
         }
         if let Some(base) = found
             .strip_suffix('}')

@@ -107,10 +107,13 @@ fn parse_parts(text: &str, name: &str) -> Result<Vec<Part>, String> {
     Ok(parts)
 }
 
-/// Literal braces must form one well-formed hash tag: `{` ... `}` with something inside.
+/// Literal braces must form one well-formed hash tag: `{` ... `}` with something inside,
+/// at most once (Redis hashes the first; a second brace group is how distlock names a
+/// tagged key's companions, so no key may hold one).
 fn check_hash_tags(text: &str, name: &str, parts: &[Part]) -> Result<(), String> {
     let mut open = false;
     let mut inside = false;
+    let mut closed = false;
     for part in parts {
         match part {
             Part::Arg { .. } => inside |= open,
@@ -120,6 +123,11 @@ fn check_hash_tags(text: &str, name: &str, parts: &[Part]) -> Result<(), String>
                         '{' if open => {
                             return Err(format!(
                                 "nested `{{` in {name} template `{text}`: a hash tag is one `{{...}}`"
+                            ));
+                        }
+                        '{' if closed => {
+                            return Err(format!(
+                                "a second hash tag in {name} template `{text}`: a key holds at most one `{{...}}` (Redis hashes the first)"
                             ));
                         }
                         '{' => {
@@ -136,7 +144,10 @@ fn check_hash_tags(text: &str, name: &str, parts: &[Part]) -> Result<(), String>
                                 "empty hash tag `{{}}` in {name} template `{text}`"
                             ));
                         }
-                        '}' => open = false,
+                        '}' => {
+                            open = false;
+                            closed = true;
+                        }
                         _ => inside |= open,
                     }
                 }
@@ -211,7 +222,20 @@ mod tests {
     #[test]
     fn rejects_malformed() {
         for bad in [
-            "", "a<b", "a>b", "a<>", "a<b<c>>", "a<b c>", "<1a>", "{a", "a}", "{}", "{{a}}", "<a.>",
+            "",
+            "a<b",
+            "a>b",
+            "a<>",
+            "a<b<c>>",
+            "a<b c>",
+            "<1a>",
+            "{a",
+            "a}",
+            "{}",
+            "{{a}}",
+            "<a.>",
+            "{a}:x:{b}",
+            "{<t>}{:fence}",
         ] {
             assert!(parse_parts_key(bad).is_err(), "{bad:?} should be rejected");
         }

@@ -14,7 +14,7 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -262,9 +262,9 @@ async fn expired_lock_reports_lost(locks: Locks) {
 }
 
 #[distributed_lock(key = "stolen", ttl = "100ms", client = locks)]
-async fn outlives_ttl(locks: &Locks, fail: bool, fence_seen: &AtomicU32) -> Result<(), AppError> {
+async fn outlives_ttl(locks: &Locks, fail: bool, fence_seen: &AtomicU64) -> Result<(), AppError> {
     fence_seen.store(
-        distlock::current_lock().unwrap().fence().await? as u32,
+        distlock::current_lock().unwrap().fence().await?,
         Ordering::SeqCst,
     );
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -276,7 +276,7 @@ async fn outlives_ttl(locks: &Locks, fail: bool, fence_seen: &AtomicU32) -> Resu
 
 async fn stolen_lock_reports_lost_and_body_error_wins(locks: Locks) {
     for fail in [false, true] {
-        let fence = Arc::new(AtomicU32::new(0));
+        let fence = Arc::new(AtomicU64::new(0));
         let call = tokio::spawn({
             let (locks, fence) = (locks.clone(), fence.clone());
             async move { outlives_ttl(&locks, fail, &fence).await }
@@ -284,7 +284,8 @@ async fn stolen_lock_reports_lost_and_body_error_wins(locks: Locks) {
         tokio::time::sleep(Duration::from_millis(150)).await;
         // The lease ran out: another holder takes the lock while the body still runs.
         let thief = locks.lock("stolen").acquire().await.unwrap();
-        assert!(u64::from(fence.load(Ordering::SeqCst)) < thief.fence().await.unwrap());
+        let before = fence.load(Ordering::SeqCst);
+        assert!(before > 0 && before < thief.fence().await.unwrap());
         let result = call.await.unwrap();
         if fail {
             assert!(

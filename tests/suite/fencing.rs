@@ -310,7 +310,7 @@ mod on_postgres {
             ("READ COMMITTED", 2),
         ] {
             let resource = format!("iso:{n}");
-            advance(&mut *pool.acquire().await.unwrap(), &resource, 10)
+            advance(&mut pool.acquire().await.unwrap(), &resource, 10)
                 .await
                 .unwrap();
             for (second, committed) in [(15, 20), (50, 40)] {

@@ -23,6 +23,8 @@ both!(
     a_write_lock_waiting_behind_a_lock_never_joins_a_reader,
     companions_are_never_another_names_keys,
     operations_refuse_what_is_not_theirs,
+    a_lock_is_not_starved_by_a_stream_of_readers,
+    a_name_taken_by_another_kind_is_lost_not_an_error,
     a_record_that_vanishes_mid_body_is_written_again,
     a_record_taken_over_mid_body_is_lost,
 );
@@ -221,7 +223,7 @@ async fn companions_are_never_another_names_keys(locks: Locks) {
     let fence = g.fence().await.unwrap();
     // The name that was its counter is a lock of its own, free.
     let named = locks.lock("{acct}:7:fence").acquire().await.unwrap();
-    assert_eq!(named.fence().await.unwrap() > 0, true);
+    assert!(named.fence().await.unwrap() > 0);
     g.release().await.unwrap();
     let again = locks.lock("{acct}:7").acquire().await.unwrap();
     assert_eq!(again.fence().await.unwrap(), fence + 1);
@@ -310,7 +312,17 @@ async fn forget_deletes_records_and_nothing_else() {
         r#"{"status":"completed","fp":"ab","value":7}"#,
     );
     let e = locks.forget_idem("idem:config").await;
-    assert!(matches!(e, Err(Error::InvalidKey { .. })), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Err(Error::WrongKind {
+                held: Kind::Unknown,
+                asked: Kind::IdempotencyRecord,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
     let kept: Option<String> = redis::cmd("GET")
         .arg("lock:idem:config")
         .query_async(&mut raw)
@@ -551,4 +563,95 @@ async fn a_record_taken_over_mid_body_is_lost(locks: Locks) {
     let (a, b) = (first.await.unwrap(), second.await.unwrap());
     assert!(matches!(a, Err(Error::Lost { .. })), "{a:?}");
     assert_eq!(b.unwrap(), 2);
+}
+
+/// A lock waiting behind readers keeps new readers out as a waiting writer does, so a
+/// stream of overlapping readers never starves it. Control: tries that never wait (and so
+/// never mark) find the readers every time while the stream runs.
+async fn a_lock_is_not_starved_by_a_stream_of_readers(locks: Locks) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stream = tokio::spawn({
+        let (locks, stop) = (locks.clone(), stop.clone());
+        async move {
+            let mut readers = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let locks = locks.clone();
+                readers.push(tokio::spawn(async move {
+                    if let Ok(r) = locks.read_lock("feed").wait(LONG).acquire().await {
+                        tokio::time::sleep(Duration::from_millis(120)).await;
+                        r.release().await.unwrap();
+                    }
+                }));
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            for r in readers {
+                r.await.unwrap();
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Control: no try that does not wait gets in while the readers overlap.
+    for _ in 0..20 {
+        let r = locks.lock("feed").acquire().await;
+        assert!(matches!(r, Err(Error::Busy { .. })), "control: {r:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let g = locks
+        .lock("feed")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await;
+    let still_streaming = !stop.load(Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
+    let g = g.expect("a waiting lock gets in between the readers");
+    assert!(still_streaming);
+    assert!(locks.inspect("feed").await.unwrap().readers.is_empty());
+    g.release().await.unwrap();
+    stream.await.unwrap();
+}
+
+/// A lock whose name another kind took while it was held (force-released, then a
+/// semaphore took the name): its holder is told `Lost` at its renewal and its release,
+/// and the other locks renewed in the same batch stay held (a `WRONGTYPE` once failed the
+/// whole batch, and leases with shorter ttls ran out). Likewise a semaphore's permit
+/// whose name a lock took.
+async fn a_name_taken_by_another_kind_is_lost_not_an_error(locks: Locks) {
+    let ttl = Duration::from_millis(600);
+    let taken = locks
+        .lock("swap:x")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let kept = locks
+        .lock("swap:y")
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    let permit = locks
+        .semaphore("swap:p", 2)
+        .ttl(ttl)
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(locks.force_release("swap:x").await.unwrap());
+    assert!(locks.force_release("swap:p").await.unwrap());
+    let sem = locks.semaphore("swap:x", 2).acquire().await.unwrap();
+    let lock = locks.lock("swap:p").acquire().await.unwrap();
+    // Two renewal periods and more than a ttl.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(kept.info().is_held(), "renewed beside the lost one");
+    assert!(!taken.info().is_held());
+    let r = taken.release().await;
+    assert!(matches!(r, Err(Error::Lost { .. })), "{r:?}");
+    let r = permit.release().await;
+    assert!(matches!(r, Err(Error::Lost { .. })), "{r:?}");
+    kept.release().await.unwrap();
+    sem.release().await.unwrap();
+    lock.release().await.unwrap();
 }

@@ -360,8 +360,9 @@ async fn a_release_whose_reply_is_lost_is_judged_by_the_lease() {
     }
 }
 
-/// `fence()` whose reply is held past the command timeout: a `Backend` error (the `INCR`
-/// ran: its number is skipped), then a fence once replies flow. A `fence()` future
+/// `fence()` whose reply is held past the command timeout: a `Backend` error (the script
+/// ran and its number is skipped, or it found the script not loaded yet and never ran),
+/// then a fence once replies flow. A `fence()` future
 /// dropped mid-call leaves nothing behind, and the fence can be asked from another
 /// runtime than the one that took the lock; every clone sees the one number.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,11 +381,10 @@ async fn a_fence_whose_reply_comes_late_is_an_error_then_asked_again() {
     assert!(tokio::time::timeout(timeout / 4, g.fence()).await.is_err());
     assert_eq!(g.info().cached_fence(), None);
     proxy.release_replies();
-    let counter_before: u64 =
+    let counter_before: Option<u64> =
         redis::AsyncCommands::get(&mut server.raw().await, "{lock:fenced}:fence")
             .await
             .unwrap();
-    assert!(counter_before >= 1, "the late INCR ran");
     // From a runtime of its own.
     let info = g.info().clone();
     let fence = std::thread::spawn(move || {
@@ -398,7 +398,7 @@ async fn a_fence_whose_reply_comes_late_is_an_error_then_asked_again() {
     .unwrap()
     .unwrap();
     assert!(
-        fence > 1,
+        fence > counter_before.unwrap_or(0),
         "the numbers the late calls took are skipped: {fence}"
     );
     assert_eq!(

@@ -47,7 +47,7 @@ impl State {
             return Err(wrong_type());
         }
         if let Some(until) = self.live(&crate::key::companion(key, ":readers"), now) {
-            return Ok(Try::Busy(Some(until - now)));
+            return Ok(Try::Readers(Some(until - now)));
         }
         if let Some((held, until)) = self.held.get_mut(key)
             && *until > now
@@ -118,8 +118,10 @@ impl MemoryBackend {
     fn free(&self, call: &ReleaseCall<'_>) -> Released {
         let (key, now) = (call.key, Instant::now());
         let mut st = crate::util::lock(&self.state);
+        // Kept for `min_hold` (see `keep`): still the holder's.
+        let own = |held: &str| held.strip_suffix(" kept").unwrap_or(held) == call.token;
         match st.held.get(key) {
-            Some((held, until)) if held == call.token && *until > now => {
+            Some((held, until)) if own(held) && *until > now => {
                 if let Some(next) = call.successor {
                     st.held
                         .insert(key.to_owned(), (next.token.to_owned(), now + next.ttl));
@@ -341,6 +343,21 @@ impl Locking for MemoryBackend {
 
     async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
         Ok(self.free(call))
+    }
+
+    /// As `keep.lua`: the value becomes `<token> kept`, which no renewal finds.
+    async fn keep(&self, key: &str, token: &str, left: Duration) -> Result<bool, BackendError> {
+        let now = Instant::now();
+        let kept = format!("{token} kept");
+        let mut st = crate::util::lock(&self.state);
+        Ok(match st.held.get_mut(key) {
+            Some((held, until)) if *until > now && (held == token || *held == kept) => {
+                *held = kept;
+                *until = now + left;
+                true
+            }
+            _ => false,
+        })
     }
 
     async fn set_fenced(

@@ -68,6 +68,11 @@ pub(crate) enum Try {
     Taken,
     /// Held by someone else, for about this much longer (`None`: unknown).
     Busy(Option<Duration>),
+    /// A lock's try found a read lock's readers holding the name (`readers` at the key),
+    /// for about this much longer: the caller's next tries are a writer's
+    /// ([`Locking::try_write`]), whose mark keeps new readers out, so a stream of readers
+    /// never starves it.
+    Readers(Option<Duration>),
 }
 
 /// What a release found.

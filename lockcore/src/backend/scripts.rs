@@ -24,6 +24,8 @@ pub const PERMIT_ACQUIRE: &str = include_str!("../scripts/permit_acquire.lua");
 pub const PERMIT_RELEASE: &str = include_str!("../scripts/permit_release.lua");
 /// Compare-and-extend of a semaphore's permit.
 pub const PERMIT_EXTEND: &str = include_str!("../scripts/permit_extend.lua");
+/// A read lock's `readers` kept alone (a renewal split by a migrating slot).
+pub const MARK_READERS: &str = include_str!("../scripts/mark_readers.lua");
 /// A try for a share of a read lock, behind a writer that holds or waits.
 pub const READ_ACQUIRE: &str = include_str!("../scripts/read_acquire.lua");
 /// A writer's try: the lock's try once no reader holds, and the writer-waiting mark.
@@ -104,6 +106,7 @@ mod tests {
             SET_FENCED,
             PERMIT_ACQUIRE,
             PERMIT_EXTEND,
+            MARK_READERS,
             READ_ACQUIRE,
             WRITE_ACQUIRE,
             MULTI_ACQUIRE,

@@ -168,11 +168,11 @@ impl Locks {
         let channel = super::done_channel(&key);
         let forgot = self.inner.backend.idem_forget(&key, &channel).await;
         let Some(forgot) = forgot.map_err(|e| Error::backend(&key, e))? else {
-            return Err(Error::InvalidKey {
-                reason: "the key holds something that is not an idempotency record (a lock, \
-                         or an application's data): nothing was deleted"
-                    .to_owned(),
+            // Not a record: nothing was deleted.
+            return Err(Error::WrongKind {
                 key,
+                held: crate::key::Kind::Unknown,
+                asked: crate::key::Kind::IdempotencyRecord,
             });
         };
         if forgot {

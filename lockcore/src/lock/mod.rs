@@ -589,7 +589,8 @@ impl<'a> LockRequest<'a> {
     /// lock given back for want of replicas is released at once. The kept lock's value
     /// is `<token> kept`: with `renew`, a renewal already in flight when the body ends
     /// no longer finds its token, so it cannot set the lease back to `ttl` (longer or
-    /// shorter than `min_hold`).
+    /// shorter than `min_hold`; over Redlock, whose masters are written one by one, it
+    /// still may).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -769,13 +770,15 @@ impl<'a> LockRequest<'a> {
         }
     }
 
-    /// One try in Redis, for a lock, a permit, or a read or write lock.
+    /// One try in Redis, for a lock, a permit, or a read or write lock; `as_writer`: a
+    /// lock that found readers holding the name tries as a writer (see [`Try::Readers`]).
     async fn try_once(
         &self,
         key: &str,
         token: &str,
         how: Attempt,
         deadline: Instant,
+        as_writer: bool,
     ) -> Result<Try, BackendError> {
         let inner = &self.locks.inner;
         let mark = matches!(how, Attempt::Again(true));
@@ -784,7 +787,11 @@ impl<'a> LockRequest<'a> {
         // three of them bound its mark.
         let left = deadline.saturating_duration_since(Instant::now());
         let waiting = left.min(3 * LOCK_RETRY_CAP);
-        match self.shape {
+        let shape = match self.shape {
+            Shape::Exclusive if as_writer && matches!(how, Attempt::Again(_)) => Shape::Write,
+            shape => shape,
+        };
+        match shape {
             Shape::Read => {
                 let backend = &inner.backend;
                 backend.try_read(key, token, self.ttl, mark, waiting).await
@@ -897,6 +904,8 @@ impl<'a> LockRequest<'a> {
         }
         // Counted as waiting from its first refusal until it holds, gives up or is dropped.
         let mut waiting = None;
+        // Found readers holding the name: a writer's tries from then on.
+        let mut as_writer = false;
         loop {
             // The lease is counted from before the try is sent: Redis starts it later, so
             // it never outlives the key.
@@ -904,7 +913,7 @@ impl<'a> LockRequest<'a> {
             let epoch = inner.backend.epoch();
             // A waiter woken by messages registers, so the holder's release wakes it.
             let how = contention.waiter().map_or(Attempt::First, Attempt::Again);
-            let tried = in_flight(self.try_once(&key, &token, how, deadline), || {
+            let tried = in_flight(self.try_once(&key, &token, how, deadline, as_writer), || {
                 tracing::trace!(target: "distlock", key = &*key, "lock acquire cancelled with a try in flight; taking its token back");
                 spawn_cleanup(self.locks.clone(), (key.clone(), token.clone(), self.shape));
             })
@@ -920,6 +929,10 @@ impl<'a> LockRequest<'a> {
                     if inner.backend.independent_writes() {
                         token = self.new_token();
                     }
+                    left
+                }
+                Ok(Try::Readers(left)) => {
+                    as_writer = true;
                     left
                 }
                 Err(source) => {

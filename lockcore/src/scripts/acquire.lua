@@ -5,7 +5,7 @@
 -- (`<token> waiting`, with APPEND, which keeps the ttl), so the holder's release knows
 -- to wake it.
 -- Returns 0 when taken; when someone else holds the lock, the holder's remaining ttl in
--- ms (-1 when it has none).
+-- ms (-1 when it has none); when readers hold it, -2 minus their remaining ttl.
 local held = redis.call('GET', KEYS[1])
 if not held then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -20,8 +20,11 @@ if held == ARGV[1] or held == ARGV[1] .. ' waiting' then
 end
 -- `readers`: a read lock's readers hold the name (see read_acquire.lua): wait for them
 -- (the last one to leave deletes it and wakes the waiters; it ends with their leases).
+-- Answered as `-2 - <ms left>`: the caller tries as a writer from then on
+-- (write_acquire.lua), so that new readers queue behind it. (Never reached inside
+-- write_acquire.lua, which takes a stale `readers` off before this try.)
 if held == 'readers' then
-  return math.max(redis.call('PTTL', KEYS[1]), 1)
+  return -2 - math.max(redis.call('PTTL', KEYS[1]), 0)
 end
 -- A yield marker `yield: <id> <id> ... `: released while other clients waited, and left
 -- to them for a short window. Free for every client it does not name (the releaser and

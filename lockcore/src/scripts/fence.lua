@@ -5,7 +5,9 @@
 -- nothing) starts from the server's clock in microseconds since the epoch, so every fence
 -- it gives is above every fence an earlier counter of the name gave (fewer than one a
 -- microsecond), and fences never go backwards, with or without persistence.
-local held = redis.call('GET', KEYS[1])
+-- Read with pcall: a key of another kind (a semaphore that took the name since) is not
+-- this holder's, as a key gone is not (an error here would fail a whole renewal batch).
+local held = redis.pcall('GET', KEYS[1])
 if held == ARGV[1] or held == ARGV[1] .. ' waiting' then
   if redis.call('EXISTS', KEYS[2]) == 0 then
     local t = redis.call('TIME')

@@ -6,7 +6,9 @@
 -- passed while a keep's reply was lost) still finds it its own (release.lua).
 -- Returns 1 kept (also when an earlier try of this keep did), 0 when the key is gone or
 -- holds another token.
-local held = redis.call('GET', KEYS[1])
+-- Read with pcall: a key of another kind (a semaphore that took the name since) is not
+-- this holder's, as a key gone is not (an error here would fail a whole renewal batch).
+local held = redis.pcall('GET', KEYS[1])
 local kept = ARGV[1] .. ' kept'
 if held == ARGV[1] or held == ARGV[1] .. ' waiting' or held == kept
     or held == kept .. ' waiting' then

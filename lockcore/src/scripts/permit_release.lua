@@ -8,7 +8,12 @@
 -- (the permit counted as free since: lost).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
+-- Read with pcall: a key of another kind (a lock that took the name since) holds no
+-- permit of this holder's.
+local ends = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
+if type(ends) == 'table' then
+  ends = false
+end
 if not ends then
   return 0
 end
@@ -23,9 +28,14 @@ if ARGV[3] == '1' then
   -- `readers` off the lock key.
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   if redis.call('EXISTS', KEYS[1]) == 1 then
+    -- Others still read: `readers` ends with the longest share left.
+    if KEYS[2] and redis.pcall('GET', KEYS[2]) == 'readers' then
+      local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+      redis.call('PEXPIRE', KEYS[2], math.max(tonumber(last[2]) - now, 1))
+    end
     return released
   end
-  if KEYS[2] and redis.call('GET', KEYS[2]) == 'readers' then
+  if KEYS[2] and redis.pcall('GET', KEYS[2]) == 'readers' then
     redis.call('DEL', KEYS[2])
   end
 elseif not live then

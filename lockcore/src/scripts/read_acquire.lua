@@ -12,8 +12,8 @@
 -- Returns 0 when taken (also when the readers hold this token already: an earlier try
 -- of the same caller took it, its reply lost); else how long until it may be free, in ms
 -- (-1 when unknown).
--- While readers hold, the lock key holds `readers` (never a token), with a ttl at least
--- the longest reader's lease: a lock, a write lock and a multi-lock of the same name
+-- While readers hold, the lock key holds `readers` (never a token), with a ttl that ends
+-- with the longest reader's lease: a lock, a write lock and a multi-lock of the same name
 -- find it held and wait (acquire.lua), as they would for a writer.
 -- Turns alternate. A writer that waits comes before new readers: they queue behind it
 -- (its mark). Readers that waited behind a writer come before the next writer once it
@@ -30,11 +30,14 @@ local function take()
   if redis.call('PTTL', KEYS[2]) < ttl then
     redis.call('PEXPIRE', KEYS[2], ttl)
   end
+  -- `readers` lasts as long as the longest share, to the millisecond.
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  local left = math.max(tonumber(last[2]) - now, 1)
   local mark = redis.call('GET', KEYS[1])
   if not mark then
-    redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
-  elseif mark == 'readers' and redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('SET', KEYS[1], 'readers', 'PX', left)
+  elseif mark == 'readers' then
+    redis.call('PEXPIRE', KEYS[1], left)
   end
   return 0
 end

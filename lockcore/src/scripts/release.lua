@@ -12,7 +12,9 @@
 -- token: only this release's handoff writes it), 0 when the key is gone or holds
 -- another token (the caller tells a lost lock from a retry of a release that happened).
 -- A token may carry a waiter's mark (`<token> waiting`, see acquire.lua).
-local held = redis.call('GET', KEYS[1])
+-- Read with pcall: a key of another kind (a semaphore that took the name since) is not
+-- this holder's, as a key gone is not (an error here would fail a whole renewal batch).
+local held = redis.pcall('GET', KEYS[1])
 -- Kept for `min_hold` (keep.lua) by this holder: still its own.
 if held == ARGV[1] .. ' kept' or held == ARGV[1] .. ' kept waiting' then
   held = ARGV[1]

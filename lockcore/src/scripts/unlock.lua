@@ -3,7 +3,9 @@
 -- Returns 1 released, 0 lost (the key is gone or holds another token), 2 still held:
 -- a waiter marked it (`<token> waiting`), so the caller runs `release.lua` to wake the
 -- waiters or yield.
-local held = redis.call('GET', KEYS[1])
+-- Read with pcall: a key of another kind (a semaphore that took the name since) is not
+-- this holder's, as a key gone is not (an error here would fail a whole renewal batch).
+local held = redis.pcall('GET', KEYS[1])
 -- Kept for `min_hold` (keep.lua) by this holder: still its own.
 if held == ARGV[1] .. ' kept' then
   held = ARGV[1]

@@ -53,6 +53,7 @@ static RELEASE: LazyLock<[Script; 2]> =
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::EXTEND));
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::FENCE));
 static KEEP: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::KEEP));
+static MARK_READERS: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::MARK_READERS));
 static FENCE_COUNTER: LazyLock<Script> =
     LazyLock::new(|| Script::new(super::scripts::FENCE_COUNTER));
 static SET_FENCED: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::SET_FENCED));
@@ -77,6 +78,8 @@ fn busy_for(reply: i64) -> Try {
     match reply {
         0 => Try::Taken,
         left @ 1.. => Try::Busy(Some(Duration::from_millis(left.unsigned_abs()))),
+        // `-2 - left`: readers hold the name (acquire.lua).
+        ..=-2 => Try::Readers(Some(Duration::from_millis((-2 - reply).unsigned_abs()))),
         _ => Try::Busy(None),
     }
 }
@@ -354,6 +357,9 @@ impl Locking for RedisBackend {
                     .arg("GET");
                 match self.query::<Option<String>>(&set).await {
                     Ok(None) => return Ok(Try::Taken),
+                    Ok(Some(held)) if held == crate::key::READERS_MARK => {
+                        return Ok(Try::Readers(None));
+                    }
                     // Held: by someone else, or by something this caller may take over
                     // (its own token, a yield marker not naming it), which the script does.
                     Ok(Some(held)) if !may_take_over(&held, token, client) => {
@@ -401,7 +407,12 @@ impl Locking for RedisBackend {
             // a waiter (`<token> waiting`), and `release.lua` tells which. A lost lock
             // pays that second call; a marked one pays it after `unlock.lua` too.
             let native = match self.native().delete(call.key, call.token) {
-                Some(cmd) => self.query_native::<i64>(&cmd, Route::Direct).await?,
+                Some(cmd) => match self.query_native::<i64>(&cmd, Route::Direct).await {
+                    // A key of another kind (a semaphore took the name): not this
+                    // holder's, as `release.lua` then says.
+                    Err(e) if e.is_wrong_type() => Some(0),
+                    native => native?,
+                },
                 None => None,
             };
             match native {
@@ -492,19 +503,23 @@ impl Locking for RedisBackend {
         let script = self.script(&PERMIT_RELEASE);
         let channel = crate::notify::channel_of(of);
         // The last reader takes `readers` off the lock key (permit_release.lua).
-        let keys = 1 + usize::from(last);
-        let mut cmd = evalsha(
-            script,
-            keys,
-            3,
-            set.len() + of.len() + token.len() + channel.len(),
-        );
-        cmd.arg(set);
-        if last {
-            cmd.arg(of);
-        }
-        cmd.arg(token).arg(&channel).arg(u8::from(last));
-        let reply: i64 = self.evalsha_call(script, &cmd).await?;
+        let release = |with_lock: bool| {
+            let keys = 1 + usize::from(with_lock);
+            let data = set.len() + of.len() + token.len() + channel.len();
+            let mut cmd = evalsha(script, keys, 3, data);
+            cmd.arg(set);
+            if with_lock {
+                cmd.arg(of);
+            }
+            cmd.arg(token).arg(&channel).arg(u8::from(last));
+            async move { self.evalsha_call::<i64>(script, &cmd).await }
+        };
+        let reply = match release(last).await {
+            // A cluster slot migrating with the two keys on its two nodes: the share alone
+            // (its `readers` ends with its ttl).
+            Err(e) if e.is_split() && last => release(false).await?,
+            reply => reply?,
+        };
         Ok(if reply == 1 {
             Released::Now
         } else {
@@ -729,16 +744,31 @@ impl Locking for RedisBackend {
         let calls = leases.iter().map(|(key, token, ttl)| async move {
             // A read share keeps its lock key's `readers` with it (permit_extend.lua).
             let lock = crate::key::readers_of(key);
-            let keys = 1 + usize::from(lock.is_some());
-            let mut cmd = evalsha(&PERMIT_EXTEND, keys, 2, 2 * key.len() + token.len() + 24);
-            cmd.arg(*key);
-            if let Some(lock) = lock {
-                cmd.arg(lock);
-            }
-            cmd.arg(*token).arg(millis(*ttl));
-            self.evalsha_call::<i64>(&PERMIT_EXTEND, &cmd)
-                .await
-                .map(|r| r == 1)
+            let extend = |lock: Option<&str>| {
+                let keys = 1 + usize::from(lock.is_some());
+                let mut cmd = evalsha(&PERMIT_EXTEND, keys, 2, 2 * key.len() + token.len() + 24);
+                cmd.arg(*key);
+                if let Some(lock) = lock {
+                    cmd.arg(lock);
+                }
+                cmd.arg(*token).arg(millis(*ttl));
+                async move { self.evalsha_call::<i64>(&PERMIT_EXTEND, &cmd).await }
+            };
+            let extended = match extend(lock).await {
+                // A cluster slot migrating with the two keys on its two nodes: the share
+                // alone, then its `readers` alone, each where its key is.
+                Err(e) if e.is_split() && lock.is_some() => {
+                    let extended = extend(None).await?;
+                    if let (1, Some(lock)) = (extended, lock) {
+                        let mut mark = evalsha(&MARK_READERS, 1, 1, lock.len() + 24);
+                        mark.arg(lock).arg(millis(*ttl));
+                        self.evalsha_call::<i64>(&MARK_READERS, &mark).await?;
+                    }
+                    Ok(extended)
+                }
+                extended => extended,
+            };
+            extended.map(|r| r == 1)
         });
         futures_util::future::try_join_all(calls).await
     }
@@ -791,11 +821,10 @@ impl Locking for RedisBackend {
                     // A value a waiter marked does not match: the script decides.
                     Ok(_) => {}
                     // `WRONGTYPE` (a key of another kind) says nothing of the server's
-                    // commands: the scripts answer it too.
+                    // commands: the scripts answer it (0: not this holder's).
+                    Err(e) if crate::error::is_wrong_type(&e) => {}
                     Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                        if e.code() != Some("WRONGTYPE") {
-                            self.refuse_native(&e);
-                        }
+                        self.refuse_native(&e);
                     }
                     Err(e) => return Err(self.failed(generation, e)),
                 }
@@ -824,8 +853,12 @@ impl Locking for RedisBackend {
         let Some(cmd) = self.native().delete(key, token) else {
             return Ok(false);
         };
-        // 0: gone, another holder's, or marked by a waiter: the release decides.
-        Ok(self.query_native::<i64>(&cmd, Route::Direct).await? == Some(1))
+        // 0: gone, another holder's, or marked by a waiter: the release decides (also for
+        // a key of another kind).
+        match self.query_native::<i64>(&cmd, Route::Direct).await {
+            Err(e) if e.is_wrong_type() => Ok(false),
+            deleted => Ok(deleted? == Some(1)),
+        }
     }
 
     async fn ping(&self) -> Result<(), BackendError> {
