@@ -641,7 +641,7 @@ pub use lockmacro::distributed_lock;
 /// | `required = false` | `true` | handlers: run without idempotency when the header is missing, instead of `MissingKey` |
 /// | `fingerprint = [a, b]` | every binding | fns: the bindings whose values make up the payload fingerprint |
 /// | `skip = [pool]` | none | fns: bindings left out of the fingerprint (not part of the payload) |
-/// | `max_body = "1MiB"` | `1MiB` | handlers: larger responses, and streams, pass through unbuffered and are not stored |
+/// | `max_body = "1MiB"` | `1MiB` | handlers: larger responses, and streams, pass through unbuffered and are not stored; fns: an `Ok` value whose JSON is larger is not stored (the first call gets it, repeats get `Unrepresentable`, the body never runs again under the key) |
 /// | `name = "email-notify"` | `module::path::fn` | the records' namespace: required on methods (the methods named alike of two types in one module would share one), and how any fn keeps its records across a rename or a move; two fns found sharing a namespace at run time get a `Backend` error naming both |
 /// | `detach = false` | `true` | run the body in the caller's future even where it could run in a task of its own; see "When the caller goes away" |
 /// | `on_lost = "continue"` | `"cancel"` | when a renewal finds the claim lost (its lease ended and another call took it over, or no renewal succeeded for a whole lease), cancel the body at its next await (`"cancel"`) or let it finish (`"continue"`); either way nothing is stored and the call returns `Lost` (HTTP 500) |
@@ -654,7 +654,8 @@ pub use lockmacro::distributed_lock;
 /// # The record
 ///
 /// One plain UTF-8 value per key at `<prefix>idem:<module::path::fn>[:<scope>]:<key>`
-/// (e.g. `lock:idem:shop::pay::on_paid:pay-callback:N-1`), readable with `redis-cli GET`:
+/// (e.g. `lock:idem:shop::pay::on_paid:pay-callback:N-1`; a fn's rendered key or scope
+/// longer than 255 bytes is written `sha256:<hex>` of it), readable with `redis-cli GET`:
 /// while the body runs `{"status":"in_progress","owner":..,"fp":..,"lease_until_ms":..,
 /// "retention_ms":..}` (its lease is the key's ttl minus the retention); the store then
 /// appends `{"status":"completed","fp":..,"value":..}` (fns) or `..,"response":{"status":..,

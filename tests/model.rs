@@ -28,7 +28,7 @@
 //! | `redis runs acquire(T)` | `acquire.lua`: `SET NX PX`, no fence; the contender's own token: `PEXPIRE` (fault 1, fixed); a yield marker not naming the client: taken over; else busy |
 //! | `gets Taken` / `gets Busy` | `LockRequest::taken` (lease: `ttl` from when the try was *sent*, no fence yet; `Turn::begin`) / trying again later, or giving up at the deadline |
 //! | an acquire try times out | `Error::Backend`, and `spawn_cleanup` (a release) in the background |
-//! | `asks for a fence` | `LockGuard::fence`: a pipeline of `INCR` of the counter, then `GET` of the key, two steps (other clients' commands may run between them). The `GET` finding the token makes the `INCR`'s value the fence, kept for the acquisition (never asked again); else `Err(Lost)` and the value is skipped. Asked at any moment while holding, the lease over or not (a paused process does not look at its clock first). Either command may time out, run or not: no fence, asked again later with a new `INCR` |
+//! | `asks for a fence` | `LockGuard::fence`: modelled as a pipeline of `INCR` of the counter, then `GET` of the key, two steps (other clients' commands may run between them): weaker than `fence.lua`, which does both in one script, so what holds here holds there. The `GET` finding the token makes the `INCR`'s value the fence, kept for the acquisition (never asked again); else `Err(Lost)` and the value is skipped. Asked at any moment while holding, the lease over or not (a paused process does not look at its clock first). Either command may time out, run or not: no fence, asked again later with a new `INCR` |
 //! | `release()` | `Releasing::finish`: `Turn::next` takes the first waiter out of the queue; `release_raw` sends `release.lua`, and after a transport error once more (a retry, the same call); a second error ends it (`Error::Backend`, the lock left to expire) |
 //! | `the release() future is dropped` | `Releasing::drop` (fault 2, fixed): the release goes on in a task of its own, its first try a retry, its outcome heard by no one |
 //! | `redis runs release(..)` | `release.lua`: the key holds the token → handoff to the waiter's token (no fence, the counter untouched), or the yield marker, or delete (`Now`); else the key holds the waiter's token → `Handed` (only this release's handoff writes it); else `NotOurs`. The uncontended release is `release.lua`'s fast path (compare-and-delete when no waiting marker is set): the free choice of `others` covers whether waiters are registered. `PUBSUB NUMSUB` (others listening) and the turn budget (`turn over`) are free choices |
@@ -130,6 +130,15 @@
 //! reader's try that ignores the writer; the writer's that ignores the readers; a
 //! reader's try that reads the writer's lease as ended a tick early.
 //!
+//! # Kinds on one name (`model/rw.rs`, `SharedName`, on the same)
+//!
+//! A reader, a lock and the write lock of one name: the lock and the writer keep their
+//! tokens at the key, the readers `readers` (live while a share runs); the lock's tries
+//! after it found `readers` are a writer's (its mark keeps new readers out). Never two of
+//! them believing they hold at once. Planted (`SharedBugs`), each found: the lock's try
+//! that ignores `readers` (the plain `SET NX` that once let a lock in beside readers);
+//! the writer's that ignores the lock's token.
+//!
 //! # Issues the model found in the code, fixed since (`found_*` tests keep them planted)
 //!
 //! * `local.rs`: a waiter that stopped waiting because the holder's lease ended contended
@@ -176,7 +185,7 @@ use model::idem::{IdemBugs, IdemModel, IdemStep};
 use model::leases::Leases;
 use model::lock::{Found, LockBugs, LockChecks, LockModel, LockStep, Rel, Reply};
 use model::permits::{PermitBugs, PermitModel, Permits};
-use model::rw::{ReadWrite, RwBugs, RwModel};
+use model::rw::{ReadWrite, RwBugs, RwModel, SharedBugs, SharedModel, SharedName};
 
 /// Far more than any exploration here needs: a model whose bounds were loosened by
 /// mistake fails instead of running for minutes.
@@ -936,5 +945,44 @@ fn planted_writer_lease_read_as_ended_early_is_found() {
             ..RwBugs::default()
         }),
         &["beside reader"],
+    );
+}
+
+/// A lock, a write lock and a read lock on one name: never two of them at once, whatever
+/// the network does.
+#[test]
+fn model_kinds_on_one_name_hold() {
+    let explored = holds(
+        "a lock, a write lock and a reader on one name",
+        &SharedModel::fixed(),
+    );
+    assert!(explored.states > 1000, "{explored}");
+}
+
+#[test]
+fn planted_lock_ignoring_the_readers_is_found() {
+    found(
+        "planted: a lock's try that ignores `readers` (a plain SET NX beside readers)",
+        &Leases(SharedName {
+            bugs: SharedBugs {
+                lock_ignores_readers: true,
+                ..SharedBugs::default()
+            },
+        }),
+        &["beside reader 0", "reader 0 believes"],
+    );
+}
+
+#[test]
+fn planted_writer_ignoring_the_lock_is_found() {
+    found(
+        "planted: the writer's try that ignores the lock's token",
+        &Leases(SharedName {
+            bugs: SharedBugs {
+                writer_ignores_lock: true,
+                ..SharedBugs::default()
+            },
+        }),
+        &["the lock believes", "beside the lock"],
     );
 }

@@ -103,3 +103,98 @@ impl Scripts for ReadWrite {
         ))
     }
 }
+
+/// The kinds that meet on one name (see "What each primitive writes" in the crate docs):
+/// reader 0 (`read_acquire.lua`), a lock 1 (`acquire.lua`, whose tries after it found
+/// `readers` at the key are a writer's) and the write lock 2 (`write_acquire.lua`), on
+/// the clients, faults and clock of `model/leases.rs`. The lock and the writer keep their
+/// tokens at the one key; the readers keep `readers` there, whose ttl ends with the
+/// longest share: in the model, live while a reader's lease runs at the server.
+///
+/// Invariant: never two of them believing they hold at once (each by its own lease).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SharedName {
+    pub(crate) bugs: SharedBugs,
+}
+
+/// Planted faults, each off in the scripts as they are.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SharedBugs {
+    /// The lock's try that does not look at `readers` (a plain `SET NX` beside readers,
+    /// as before the key space had one owner).
+    pub(crate) lock_ignores_readers: bool,
+    /// The writer's try that does not look at the lock's token at the key.
+    pub(crate) writer_ignores_lock: bool,
+}
+
+/// The reader, the lock and the writer of [`SharedName`].
+const READER: usize = 0;
+const LOCK: usize = 1;
+
+pub(crate) type SharedModel = Leases<SharedName>;
+
+impl SharedModel {
+    /// The scripts as they are.
+    pub(crate) fn fixed() -> Self {
+        Leases(SharedName {
+            bugs: SharedBugs::default(),
+        })
+    }
+}
+
+impl Scripts for SharedName {
+    /// A waiting writer's (or lock's) mark, until when.
+    type Extra = Option<u8>;
+    const ANSWERED: usize = READER;
+
+    fn take(&self, s: &mut LeaseState<Option<u8>>, c: usize, _kind: Kind) -> Reply {
+        let now = s.now;
+        // The key's holder by its token, and `readers` while a reader's share runs.
+        let token_at_key = |s: &LeaseState<Option<u8>>, other: usize| s.live(other);
+        let readers = s.live(READER);
+        if s.live(c) {
+            s.held[c] = Some(now + TTL);
+            return Reply::Taken;
+        }
+        match c {
+            READER => {
+                let marked = s.extra.is_some_and(|end| end > now);
+                if token_at_key(s, LOCK) || token_at_key(s, WRITER) || marked {
+                    return Reply::Busy;
+                }
+            }
+            LOCK => {
+                if token_at_key(s, WRITER) {
+                    return Reply::Busy;
+                }
+                if readers && !self.bugs.lock_ignores_readers {
+                    // `readers` at the key: busy, and tries as a writer from then on,
+                    // whose mark keeps new readers out.
+                    s.extra = Some(now + 1);
+                    return Reply::Busy;
+                }
+            }
+            _ => {
+                if readers || (token_at_key(s, LOCK) && !self.bugs.writer_ignores_lock) {
+                    s.extra = Some(now + 1);
+                    return Reply::Busy;
+                }
+                s.extra = None;
+            }
+        }
+        s.held[c] = Some(now + TTL);
+        Reply::Taken
+    }
+
+    fn holders(&self, believers: &[usize]) -> Option<String> {
+        let name = |c: usize| ["reader 0", "the lock", "the writer"][c];
+        match believers {
+            [a, b, ..] => Some(format!(
+                "{} believes it holds beside {}, which believes it does",
+                name(*a),
+                name(*b)
+            )),
+            _ => None,
+        }
+    }
+}

@@ -25,6 +25,7 @@ both!(
     operations_refuse_what_is_not_theirs,
     a_lock_is_not_starved_by_a_stream_of_readers,
     a_name_taken_by_another_kind_is_lost_not_an_error,
+    long_keys_are_hashed_and_large_values_not_stored,
     a_record_that_vanishes_mid_body_is_written_again,
     a_record_taken_over_mid_body_is_lost,
 );
@@ -654,4 +655,90 @@ async fn a_name_taken_by_another_kind_is_lost_not_an_error(locks: Locks) {
     kept.release().await.unwrap();
     sem.release().await.unwrap();
     lock.release().await.unwrap();
+}
+
+/// Keyed by a whole argument, however large.
+#[idempotent(key = "doc:<body>", client = locks, max_body = "1KiB", skip = [runs])]
+async fn file_doc(locks: &Locks, body: String, runs: &Runs) -> Result<String, Error> {
+    let n = runs.bump();
+    Ok(format!("{n}:{}", &body[..body.len().min(2048)]))
+}
+
+/// Fault: a fn's key and stored value had no cap: a 1 MiB argument made a 1 MiB Redis key
+/// (and a result of any size was stored). A long key is hashed (two long keys stay two
+/// records, the same one replays); a value past `max_body` is not stored, and repeats get
+/// `Unrepresentable` without running the body. Control: short keys stay readable and a
+/// small value replays.
+async fn long_keys_are_hashed_and_large_values_not_stored(locks: Locks) {
+    use futures_util::TryStreamExt;
+    let runs = Runs::default();
+    let big = "x".repeat(1 << 20);
+    let other = format!("{}y", "x".repeat(1 << 20));
+    let first = file_doc(&locks, big.clone(), &runs).await.unwrap();
+    let e = file_doc(&locks, big.clone(), &runs).await;
+    assert!(
+        matches!(&e, Err(Error::Unrepresentable { reason, .. }) if reason.contains("max_body")),
+        "{e:?}"
+    );
+    assert_eq!(runs.get(), 1, "never run again: {first:.8}");
+    file_doc(&locks, other, &runs).await.unwrap();
+    assert_eq!(runs.get(), 2, "another long key is another record");
+    // Control: a short key and a small value.
+    let small = file_doc(&locks, "k".into(), &runs).await.unwrap();
+    assert_eq!(file_doc(&locks, "k".into(), &runs).await.unwrap(), small);
+    assert_eq!(runs.get(), 3);
+    let records: Vec<_> = locks.idem_records("*").try_collect().await.unwrap();
+    let keys: Vec<_> = records.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert!(keys.iter().all(|k| k.len() < 200), "{keys:?}");
+    assert!(keys.iter().any(|k| k.ends_with(":doc:k")), "{keys:?}");
+    assert_eq!(keys.iter().filter(|k| k.contains(":sha256:")).count(), 2);
+}
+
+/// Fault: a claim's lease end was written from its client's clock while `idem_record`
+/// and `distlock leaks` compared it with the server's: a client whose clock ran an hour
+/// ahead made a dead claim look alive (and one behind, a live claim stuck). The lease is
+/// read as the claim script judges it, the key's ttl minus the retention (the server's
+/// clock). Control: a record written with the clocks agreeing reads the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_lease_is_read_on_the_servers_clock() {
+    let server = RedisServer::start();
+    let locks = Locks::connect(&server.url()).await.unwrap();
+    let mut raw = server.raw().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let owner = "0b5c6a8e-3f4d-4c2a-9d61-7e1f2a3b4c5d:web-9:4242";
+    let retention = 3_600_000u64;
+    // (lease_until_ms as the writer's clock had it, the lease left on the server, stuck?)
+    let cases = [
+        ("ahead", now + 3_600_000, 0u64, true),
+        ("behind", now - 3_600_000, 20_000, false),
+        ("agreeing", now + 20_000, 20_000, false),
+    ];
+    for (name, until, left, stuck) in cases {
+        let claim = format!(
+            r#"{{"claimed_at_ms":{now},"fp":"ab","lease_until_ms":{until},"owner":"{owner}","retention_ms":{retention},"status":"in_progress"}}"#
+        );
+        let _: () = redis::cmd("SET")
+            .arg(format!("lock:idem:app::pay:{name}"))
+            .arg(&claim)
+            .arg("PX")
+            .arg(retention + left)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let record = locks
+            .idem_record(&format!("idem:app::pay:{name}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.is_stuck(), stuck, "{name}: {record:?}");
+        let lease = record.lease_left.unwrap();
+        assert!(
+            lease <= Duration::from_millis(left + 5),
+            "{name}: {lease:?}"
+        );
+    }
 }

@@ -545,3 +545,62 @@ async fn permits_and_read_shares_wait_for_replicas() {
     assert_eq!(writer.as_deref(), Some(w.token()));
     w.release().await.unwrap();
 }
+
+/// A claim's acknowledgement is its confirmation and `WAIT` in one pipeline on one
+/// connection, as a lock's is: a barrier sent on another connection after the claim
+/// (`{record}:acked`, then `WAIT`) could be acknowledged by a new primary's replicas
+/// after a failover that lost the claim. Read from `MONITOR` on the primary (which does
+/// not show `WAIT` itself): before the result is stored, the claim is confirmed by the
+/// renewal script naming the record, and no barrier is written. Control: the stored
+/// result's acknowledgement is still a barrier, which `MONITOR` shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_and_its_wait_go_in_one_pipeline() {
+    let (primary, replica) = pair();
+    let locks = client(&primary).await;
+    let mut monitor = std::process::Command::new("redis-cli")
+        .args(["-p", &primary.port.to_string(), "monitor"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = {
+        use std::io::BufRead;
+        let stdout = monitor.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        rx
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let runs = Arc::new(Runs::default());
+    assert_eq!(pay_one(&locks, 7, &runs, &replica).await.unwrap(), 7);
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    let seen: Vec<String> = lines.try_iter().collect();
+    let record = "pay_one:pay:7";
+    let stored = seen
+        .iter()
+        .position(|l| l.contains(record) && l.contains("completed") && !l.contains("EVAL"))
+        .expect("the result stored");
+    let confirmed = seen[..stored]
+        .iter()
+        .any(|l| l.contains("\"EVAL\"") && l.contains("idem_renew") && l.contains(record));
+    assert!(confirmed, "the claim confirmed by its renewal: {seen:#?}");
+    let barrier = |l: &&String| l.contains(record) && l.contains(":acked");
+    assert!(
+        !seen[..stored].iter().any(|l| barrier(&l)),
+        "no barrier for the claim: {seen:#?}"
+    );
+    assert!(
+        seen[stored..].iter().any(|l| barrier(&l)),
+        "control: the stored result's barrier: {seen:#?}"
+    );
+}

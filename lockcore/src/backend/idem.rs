@@ -170,6 +170,15 @@ pub(crate) enum Renewal {
     Lost,
 }
 
+/// `idem_renew.lua`'s answer.
+pub(crate) fn renewal(reply: i64) -> Renewal {
+    match reply {
+        1 => Renewal::Renewed,
+        2 => Renewal::Recreated,
+        _ => Renewal::Lost,
+    }
+}
+
 /// What [`Records::idem_look`] saw: the raw value, its ttl (`None`: no key or no ttl)
 /// and the server's time in ms.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -370,11 +379,7 @@ impl Records for RedisBackend {
             .arg(millis(lease))
             .arg(millis(lifetime))
             .arg(owner.fp);
-        Ok(match self.eval_via::<i64>(&inv, Route::Shared).await? {
-            1 => Renewal::Renewed,
-            2 => Renewal::Recreated,
-            _ => Renewal::Lost,
-        })
+        Ok(renewal(self.eval_via::<i64>(&inv, Route::Shared).await?))
     }
 
     async fn idem_look(&self, key: &str) -> Result<Looked, BackendError> {

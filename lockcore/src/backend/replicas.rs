@@ -68,6 +68,20 @@ pub(crate) trait Acknowledging: Send + Sync {
         Err(super::redlock::unsupported("replica acknowledgement"))
     }
 
+    /// An idempotency claim's renewal (`idem_renew.lua`: the record still this owner's
+    /// claim, written again if it was gone), then `WAIT`, on one connection: a failover
+    /// between the claim and the acknowledgement makes the renewal find the claim on the
+    /// new primary (or write it there) before the replicas count it.
+    async fn confirm_claim(
+        &self,
+        _key: &str,
+        _owner: &super::idem::Owner<'_>,
+        _lease: (Duration, Duration),
+        _replicas: u32,
+    ) -> Result<Acked<super::idem::Renewal>, BackendError> {
+        Err(super::redlock::unsupported("replica acknowledgement"))
+    }
+
     /// A write of `{record}:acked` (gone after a second), then `WAIT`: every write made
     /// before it, the record's included, reached this many replicas.
     async fn barrier(&self, _record: &str, _replicas: u32) -> Result<u32, BackendError> {
@@ -116,6 +130,20 @@ impl Acknowledging for MemoryBackend {
         Ok(replicas)
     }
 
+    async fn confirm_claim(
+        &self,
+        key: &str,
+        owner: &super::idem::Owner<'_>,
+        (lease, lifetime): (Duration, Duration),
+        replicas: u32,
+    ) -> Result<Acked<super::idem::Renewal>, BackendError> {
+        use super::idem::Records;
+        Ok(Acked {
+            value: self.idem_renew(key, owner, lease, lifetime).await?,
+            replicas,
+        })
+    }
+
     async fn confirm_permit(
         &self,
         set: &str,
@@ -152,6 +180,16 @@ impl Acknowledging for Backend {
 
     async fn barrier(&self, record: &str, replicas: u32) -> Result<u32, BackendError> {
         each!(self, b => b.barrier(record, replicas))
+    }
+
+    async fn confirm_claim(
+        &self,
+        key: &str,
+        owner: &super::idem::Owner<'_>,
+        lease: (Duration, Duration),
+        replicas: u32,
+    ) -> Result<Acked<super::idem::Renewal>, BackendError> {
+        each!(self, b => b.confirm_claim(key, owner, lease, replicas))
     }
 
     async fn confirm_permit(
@@ -279,6 +317,33 @@ impl Acknowledging for RedisBackend {
         let (fence, acked): (Option<u64>, u32) = self.query_pipe_alone(&pipe).await?;
         Ok(Acked {
             value: fence,
+            replicas: acked,
+        })
+    }
+
+    async fn confirm_claim(
+        &self,
+        key: &str,
+        owner: &super::idem::Owner<'_>,
+        (lease, lifetime): (Duration, Duration),
+        replicas: u32,
+    ) -> Result<Acked<super::idem::Renewal>, BackendError> {
+        let mut pipe = redis::pipe();
+        // EVAL for the reason above.
+        pipe.cmd("EVAL")
+            .arg(super::scripts::IDEM_RENEW)
+            .arg(1)
+            .arg(key)
+            .arg(owner.token)
+            .arg(millis(lease))
+            .arg(millis(lifetime))
+            .arg(owner.fp)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(self.replica_wait());
+        let (renewed, acked): (i64, u32) = self.query_pipe_alone(&pipe).await?;
+        Ok(Acked {
+            value: super::idem::renewal(renewed),
             replicas: acked,
         })
     }

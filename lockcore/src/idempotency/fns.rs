@@ -20,7 +20,7 @@ pub struct IdemSpec {
     pub lease_ms: u64,
     /// How long a repeat waits for a running call (0: answer `InProgress` at once).
     pub wait_ms: u64,
-    /// Largest response body stored (handlers).
+    /// Largest response body stored (handlers), or stored value's JSON (keyed fns).
     pub max_body: usize,
     /// The header carrying the key (handlers).
     pub header: &'static str,
@@ -192,8 +192,8 @@ where
     let key = record_key(
         locks.prefix(),
         target.function.namespace,
-        target.scope.as_deref(),
-        &target.key,
+        target.scope.as_deref().map(capped).as_deref(),
+        &capped(&target.key),
     );
     tracing::Span::current().record("distlock.key", key.as_str());
     if let Some(reason) = fp.failure() {
@@ -230,7 +230,19 @@ where
             return R::from_idem_error(lost);
         }
     };
-    match out.to_stored() {
+    let stored = out.to_stored().map(|value| {
+        let value = value?;
+        // As a handler's response body: a value past `max_body` is not stored.
+        let len = value.to_string().len();
+        if len > spec.max_body {
+            return Err(format!(
+                "its JSON is {len} bytes, more than `max_body` ({} bytes)",
+                spec.max_body
+            ));
+        }
+        Ok(value)
+    });
+    match stored {
         Some(Ok(value)) => {
             let record = record::completed_value(&digest, &value);
             if let Err(lost) = claim.complete(record, spec.retention()).await {
@@ -249,6 +261,24 @@ where
         None => claim.release().await,
     }
     out
+}
+
+/// A rendered key or scope as it goes into the record's key: as it is up to
+/// [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes (a header key's limit), else
+/// `sha256:<hex>` of it, so an argument of any size makes a key of bounded size (two
+/// different long keys stay two records).
+fn capped(part: &str) -> std::borrow::Cow<'_, str> {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write as _;
+    if part.len() <= crate::MAX_KEY_LEN {
+        return std::borrow::Cow::Borrowed(part);
+    }
+    let mut hashed = String::with_capacity(7 + 64);
+    hashed.push_str("sha256:");
+    for byte in Sha256::digest(part.as_bytes()) {
+        let _ = write!(hashed, "{byte:02x}");
+    }
+    std::borrow::Cow::Owned(hashed)
 }
 
 /// An idempotent fn's body, offered to the detach traits by generated code:

@@ -49,6 +49,7 @@ use tracing::instrument::WithSubscriber as _;
 
 use crate::backend::Locking;
 use crate::backend::idem::{ClaimArgs, Claimed, Owner, Records, Renewal};
+use crate::backend::replicas::{Acked, Acknowledging};
 use crate::client::Locks;
 use crate::contention::{Contention, Next, in_flight};
 use crate::error::{BackendError, Error};
@@ -486,13 +487,34 @@ impl ClaimPlan<'_> {
 /// away while the replicas acknowledge, or while it is given back), the claim is given
 /// back by its `Drop`: its body has not started.
 async fn claimed(claim: Claim) -> Result<Begin, Error> {
-    match claim.acked().await {
-        Ok(()) => Ok(Begin::Run(claim)),
-        Err(e) => {
-            claim.release_boxed().await;
-            Err(e)
-        }
+    if claim.replicas == 0 {
+        return Ok(Begin::Run(claim));
     }
+    // The claim confirmed and `WAIT` in one pipeline on one connection: a failover since
+    // the claim makes the confirmation find it on the new primary (or write it there,
+    // when nobody claimed the key since) before the replicas count it.
+    let error = match claim.renew().await {
+        Ok(a) if a.value != Renewal::Lost && a.replicas >= claim.replicas => {
+            return Ok(Begin::Run(claim));
+        }
+        // Another call claimed the key first (this claim was lost before replicas had
+        // it): in progress elsewhere; the body did not run.
+        Ok(a) if a.value == Renewal::Lost => Error::InProgress {
+            key: claim.key.clone(),
+            retry_after: retry_after(claim.function, claim.lease),
+        },
+        Ok(a) => {
+            tracing::warn!(target: "distlock", key = claim.key, acked = a.replicas, wanted = claim.replicas, "idempotency claim not acknowledged by enough replicas: given back");
+            Error::NotReplicated {
+                key: claim.key.clone(),
+                acked: a.replicas,
+                wanted: claim.replicas,
+            }
+        }
+        Err(e) => Error::backend(&claim.key, e),
+    };
+    claim.release_boxed().await;
+    Err(error)
 }
 
 /// A claimed record. Complete or release it; see its `Drop` for what a drop does.
@@ -557,6 +579,27 @@ impl Claim {
             .await
     }
 
+    /// One renewal of the claim (`idem_renew.lua`); with `replicas`, the `WAIT` for them
+    /// follows it in one pipeline on one connection (`replicas` is then how many
+    /// acknowledged it).
+    async fn renew(&self) -> Result<Acked<Renewal>, crate::error::BackendError> {
+        let owner = Owner {
+            token: &self.owner,
+            fp: &self.fp,
+        };
+        let backend = &self.locks.inner.backend;
+        if self.replicas == 0 {
+            let value = backend
+                .idem_renew(&self.key, &owner, self.lease, self.lifetime)
+                .await?;
+            return Ok(Acked { value, replicas: 0 });
+        }
+        let lease = (self.lease, self.lifetime);
+        backend
+            .confirm_claim(&self.key, &owner, lease, self.replicas)
+            .await
+    }
+
     /// Runs `body`, renewing the lease every `lease / 3` meanwhile (in this task, so the
     /// body keeps its task-locals and need not be `Send` beyond what it already is).
     ///
@@ -578,30 +621,21 @@ impl Claim {
                 let sent = Instant::now();
                 // The renewal rewrites the record (landed or not, its text is unknown now).
                 crate::util::lock(&self.written).take();
-                let owner = Owner {
-                    token: &self.owner,
-                    fp: &self.fp,
-                };
-                let renewed = self
-                    .locks
-                    .inner
-                    .backend
-                    .idem_renew(&self.key, &owner, self.lease, self.lifetime)
-                    .await;
-                if matches!(renewed, Ok(Renewal::Recreated)) {
+                let renewed = self.renew().await;
+                if matches!(renewed, Ok(ref a) if a.value == Renewal::Recreated) {
                     // Gone, and nobody claimed it since: this claim again, so the body
                     // finishes and its result is stored for the retries to replay.
                     tracing::warn!(target: "distlock", key = self.key, "idempotency record gone while the body ran (a restart, a failover, eviction or a forget): written again as this call's claim");
                 }
-                match renewed.map(|r| r != Renewal::Lost) {
+                match renewed.map(|a| (a.value != Renewal::Lost, a.replicas)) {
                     // With `replicas`, a renewal counts once they acknowledged it.
-                    Ok(true) => match self.acked().await {
-                        Ok(()) => *crate::util::lock(&self.renewed) = sent,
-                        Err(e) => {
-                            tracing::warn!(target: "distlock", key = self.key, error = %e, "idempotency lease renewal not acknowledged by replicas; retrying");
-                        }
-                    },
-                    Ok(false) => {
+                    Ok((true, acked)) if acked >= self.replicas => {
+                        *crate::util::lock(&self.renewed) = sent;
+                    }
+                    Ok((true, acked)) => {
+                        tracing::warn!(target: "distlock", key = self.key, acked, wanted = self.replicas, "idempotency lease renewal not acknowledged by replicas; retrying");
+                    }
+                    Ok((false, _)) => {
                         tracing::warn!(target: "distlock", key = self.key, cancel = cancel_on_lost, "idempotency claim lost while the body ran (another call took it over, or stored its result)");
                         return;
                     }

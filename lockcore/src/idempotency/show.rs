@@ -118,8 +118,19 @@ impl IdemRecord {
                 .and_then(Holder::from_token);
             record.fingerprint = text(&claim, "fp");
             record.claimed_at_ms = int(&claim, "claimed_at_ms");
-            let until = int(&claim, "lease_until_ms").unwrap_or(0);
-            record.lease_left = Some(Duration::from_millis(until.saturating_sub(now_ms)));
+            // The lease is the key's ttl minus the retention the claim was written with:
+            // the server's clock, as the claim script judges it (`lease_until_ms` comes
+            // from the clock of whichever client wrote it); a record without
+            // `retention_ms` (an earlier version's) by `lease_until_ms` and TIME.
+            record.lease_left = match (int(&claim, "retention_ms"), expires_in) {
+                (Some(retention), Some(ttl)) => {
+                    Some(ttl.saturating_sub(Duration::from_millis(retention)))
+                }
+                _ => {
+                    let until = int(&claim, "lease_until_ms").unwrap_or(0);
+                    Some(Duration::from_millis(until.saturating_sub(now_ms)))
+                }
+            };
         }
         record.raw = raw;
         record

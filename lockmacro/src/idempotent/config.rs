@@ -96,7 +96,7 @@ pub(super) fn idem_config(
     valid::idem_options(
         source.as_ref(),
         &scope,
-        [required.name(), max_body.name()],
+        [required.name(), None],
         [fingerprint.name(), skip.name()],
         errors,
     );
