@@ -344,9 +344,12 @@ async fn list_shows_only_what_distlock_wrote() {
     let server = RedisServer::start();
     let locks = Locks::connect(&server.url()).await.unwrap();
     let mut raw = server.raw().await;
+    // Application data, and another application's records under a longer prefix.
+    let claim = r#"{"claimed_at_ms":1,"fp":"ab","lease_until_ms":2,"owner":"0b5c6a8e-3f4d-4c2a-9d61-7e1f2a3b4c5d:web:1","retention_ms":3,"status":"in_progress"}"#;
     for (key, value) in [
         ("lock:config:region", "eu:west-1"),
         ("lock:config:owner", "team:payments:7"),
+        ("lock:app2:idem:pay:K1", claim),
     ] {
         let _: () = redis::cmd("SET")
             .arg(key)
