@@ -215,6 +215,9 @@ pub struct BackendError {
     split: bool,
     /// Redis answered `WRONGTYPE`: the key holds another kind of value.
     wrong_type: bool,
+    /// Redis said it has no such command or form, or the user may not run it (see
+    /// [`capability_missing`]).
+    missing: bool,
     /// A release whose native compare-and-delete answered 0 (the lock lost, or marked
     /// by a waiter) failed before `release.lua` answered: a retry that finds the key not
     /// this holder's cannot tell a release that happened from a lock lost.
@@ -242,6 +245,7 @@ impl BackendError {
             detail: detail.into(),
             split: false,
             wrong_type: false,
+            missing: false,
             undecided: false,
         }
     }
@@ -251,6 +255,14 @@ impl BackendError {
         let mut error = Self::new(BackendErrorKind::Response, detail);
         error.wrong_type = true;
         error
+    }
+
+    /// Whether Redis said it has no such command (or form of it), or that this user may
+    /// not run it: the one answer that turns a capability (native commands, `SET NX
+    /// GET`) off. `BUSY`, `LOADING`, `MASTERDOWN`, `OOM`, `READONLY` and timeouts say
+    /// nothing of the server's commands: the call fails, the capability stays.
+    pub(crate) fn is_capability_missing(&self) -> bool {
+        self.missing
     }
 
     /// Whether Redis answered `WRONGTYPE` (by its error code, not the text).
@@ -343,6 +355,7 @@ impl From<redis::RedisError> for BackendError {
         let mut error = BackendError::new(kind, e.to_string());
         error.split = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain);
         error.wrong_type = is_wrong_type(&e);
+        error.missing = capability_missing(&e);
         error
     }
 }
@@ -354,4 +367,25 @@ pub(crate) fn is_wrong_type(e: &redis::RedisError) -> bool {
         || e.clone().into_server_errors().is_some_and(|failed| {
             !failed.is_empty() && failed.iter().all(|(_, s)| s.code() == "WRONGTYPE")
         })
+}
+
+/// Whether Redis answered that it has no such command or form of one (`ERR unknown
+/// command`, `ERR syntax error` for an option it lacks, `ERR unknown subcommand`), or
+/// that the user may not run it (`NOPERM`): for one command, or any failed command of a
+/// pipeline. The one decision of when a capability is missing (see
+/// [`BackendError::is_capability_missing`]).
+pub(crate) fn capability_missing(e: &redis::RedisError) -> bool {
+    let says = |code: Option<&str>, text: &str| {
+        let text = text.to_ascii_lowercase();
+        code == Some("NOPERM")
+            || text.contains("unknown command")
+            || text.contains("unknown subcommand")
+            || text.contains("syntax error")
+    };
+    match e.clone().into_server_errors() {
+        Some(failed) => failed
+            .iter()
+            .any(|(_, s)| says(Some(s.code()), &s.to_string())),
+        None => says(e.code(), &e.to_string()),
+    }
 }

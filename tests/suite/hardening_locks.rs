@@ -523,3 +523,71 @@ async fn renewals_use_native_commands_where_the_server_has_them() {
         assert!(evalsha >= 3, "control: scripted renewals ({evalsha})");
     }
 }
+
+/// Only a reply that a command is missing (`ERR unknown command`, a syntax error for an
+/// option the server lacks, `NOPERM`) turns the native commands off: a `BUSY` (another
+/// application's slow script) to `DELIFEQ` once did, for good, and every later release
+/// paid a script. The release that met it fails (the server ran nothing); the next ones
+/// are native again. Control: the release during the slow script did meet `BUSY`.
+/// Skipped on servers without a native compare-and-delete (Redis 7.0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_reply_leaves_the_native_commands_on() {
+    let server = RedisServer::start();
+    if !has_del_ifeq(&server).await {
+        eprintln!("skipped: the server has no native compare-and-delete");
+        return;
+    }
+    let locks = Locks::builder(server.url())
+        .command_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    cycles(&locks, "warm", 2).await;
+    let mut admin = server.raw().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(50)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let g = locks
+        .lock("busy")
+        .ttl(Duration::from_millis(500))
+        .acquire()
+        .await
+        .unwrap();
+    // Another application's script that runs until it is killed.
+    let slow = {
+        let mut conn = server.raw().await;
+        tokio::spawn(async move {
+            let _: redis::RedisResult<()> = redis::cmd("EVAL")
+                .arg("local i = 0 while true do i = i + 1 end")
+                .arg(0)
+                .query_async(&mut conn)
+                .await;
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = g.release().await;
+    let _: redis::RedisResult<()> = redis::cmd("SCRIPT")
+        .arg("KILL")
+        .query_async(&mut admin)
+        .await;
+    slow.await.unwrap();
+    assert!(
+        matches!(&released, Err(Error::Backend { source, .. }) if source.to_string().contains("BUSY")),
+        "control: the release met BUSY: {released:?}"
+    );
+    let calls = |name: &'static str| commandstat_calls_of(&server, name);
+    let (evalsha, deletes) = (calls("evalsha").await, calls("delifeq").await);
+    cycles(&locks, "after-busy", 10).await;
+    assert_eq!(
+        (
+            calls("evalsha").await - evalsha,
+            calls("delifeq").await - deletes
+        ),
+        (0, 10),
+        "native releases after the BUSY"
+    );
+}

@@ -174,15 +174,17 @@ pub(super) async fn make(
         Err(_) => return Err(BackendError::timeout(timeout)),
     };
     let server = detect_native(conn.clone(), command).await;
-    Ok((Conn::Single(conn), Some(server), closed))
+    Ok((Conn::Single(conn), server, closed))
 }
 
 /// Reads `INFO server` on a new connection to learn which conditional commands the
-/// server has (none when it cannot be read) and its `run_id`.
+/// server has and its `run_id`; `None` when neither `INFO` nor `HELLO` answered in time
+/// (a slow or loading server): what was known stays, as a look that failed says
+/// nothing of the server's commands.
 pub(super) async fn detect_native(
     mut conn: MultiplexedConnection,
     timeout: Duration,
-) -> (Native, Option<String>) {
+) -> Option<(Native, Option<String>)> {
     // `HELLO` (no arguments) in the same round trip: where an ACL refuses `INFO` (the
     // least-privilege `-@dangerous`) or it is renamed, it still names the server and its
     // version, though not its `run_id`.
@@ -190,7 +192,7 @@ pub(super) async fn detect_native(
     pipe.cmd("INFO").arg("server").cmd("HELLO").ignore_errors();
     let asked = pipe.query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut conn);
     let Ok(Ok(replies)) = tokio::time::timeout(timeout, asked).await else {
-        return (Native::default(), None);
+        return None;
     };
     let mut replies = replies.into_iter();
     let info = match replies.next() {
@@ -199,13 +201,13 @@ pub(super) async fn detect_native(
         _ => None,
     };
     match info {
-        Some(info) => (
+        Some(info) => Some((
             Native::from_info(&info),
             super::super::native::run_id(&info).map(str::to_owned),
-        ),
+        )),
         None => match replies.next() {
-            Some(Ok(hello)) => (Native::from_hello(&hello), None),
-            _ => (Native::default(), None),
+            Some(Ok(hello)) => Some((Native::from_hello(&hello), None)),
+            _ => None,
         },
     }
 }
@@ -553,7 +555,8 @@ impl RedisBackend {
         *crate::util::lock(&self.native)
     }
 
-    /// The server refused a native command: scripts only until the next connection's
+    /// The server said it has no such native command (see
+    /// `BackendError::is_capability_missing`): scripts only until the next connection's
     /// detection.
     pub(super) fn refuse_native(&self, e: &dyn std::fmt::Display) {
         tracing::debug!(target: "distlock", error = %e, "redis refused a native conditional command; using scripts");

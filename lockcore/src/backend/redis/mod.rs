@@ -242,8 +242,7 @@ impl RedisBackend {
     /// Whether `e` is this server refusing `SET ... NX GET` (Redis before 7.0); if so,
     /// remembered: later calls go through the scripts.
     pub(super) fn refuses_nx_get(&self, e: &BackendError) -> bool {
-        let refused = e.kind() == BackendErrorKind::Response
-            && e.to_string().to_ascii_lowercase().contains("syntax");
+        let refused = e.is_capability_missing();
         if refused {
             self.set_nx_get.store(false, Ordering::Relaxed);
             tracing::debug!(target: "distlock", error = %e, "this Redis refuses SET NX GET: lock tries and claims run in scripts");
@@ -316,9 +315,10 @@ impl RedisBackend {
     ) -> Result<Option<T>, BackendError> {
         match self.query_via::<T>(cmd, route).await {
             Ok(reply) => Ok(Some(reply)),
-            // A key of another type answers the scripts' way too (`WRONGTYPE`): that
-            // says nothing of the server's commands.
-            Err(e) if e.kind() == BackendErrorKind::Response && !e.is_wrong_type() => {
+            // Only a reply that the command is missing turns native commands off:
+            // `BUSY`, `LOADING`, a timeout, `WRONGTYPE` (a key of another kind) fail
+            // this call and keep them.
+            Err(e) if e.is_capability_missing() => {
                 self.refuse_native(&e);
                 Ok(None)
             }
@@ -823,7 +823,10 @@ impl Locking for RedisBackend {
                     // `WRONGTYPE` (a key of another kind) says nothing of the server's
                     // commands: the scripts answer it (0: not this holder's).
                     Err(e) if crate::error::is_wrong_type(&e) => {}
-                    Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+                    // Only a reply that the command is missing turns them off (see
+                    // `BackendError::is_capability_missing`); `BUSY` and the like fail
+                    // the batch, to be retried.
+                    Err(e) if crate::error::capability_missing(&e) => {
                         self.refuse_native(&e);
                     }
                     Err(e) => return Err(self.failed(generation, e)),
