@@ -63,6 +63,8 @@ struct Controls {
     /// The first chunk to the server that contains these bytes (the flag: taken) waits
     /// in the proxy, with what follows it on its connection, while set; later ones pass.
     hold_first: Option<(Vec<u8>, Arc<AtomicBool>)>,
+    /// Where connections accepted from now on go, once moved ([`FaultProxy::move_to`]).
+    moved_to: Option<u16>,
 }
 
 impl Controls {
@@ -220,6 +222,13 @@ impl FaultProxy {
         self.ctl.send_modify(|c| c.stalled[dir.index()] = on);
     }
 
+    /// Sends the connections accepted from now on to `127.0.0.1:<port>`; those already
+    /// open stay with the old server: an endpoint name moved to a new primary after a
+    /// failover, the old one keeping its clients.
+    pub fn move_to(&self, port: u16) {
+        self.ctl.send_modify(|c| c.moved_to = Some(port));
+    }
+
     /// Resets every current connection, client and server side (RST where the OS allows:
     /// `SO_LINGER` zero), and returns once they are all closed. Later connections work.
     pub fn reset_all(&self) {
@@ -272,7 +281,8 @@ async fn accept_loop(
         let (ctl, conns) = (ctl.clone(), conns.clone());
         tokio::spawn(async move {
             // Upstream refused (server down): the client sees its connection closed.
-            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)).await else {
+            let upstream = ctl.borrow().moved_to.unwrap_or(upstream_port);
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
                 return;
             };
             let epoch = ctl.borrow().resets;

@@ -604,3 +604,58 @@ async fn a_claim_and_its_wait_go_in_one_pipeline() {
         "control: the stored result's barrier: {seen:#?}"
     );
 }
+
+/// A failover behind one endpoint name (as managed Redis does it): the name moves to the
+/// new primary, the old one is demoted and keeps its clients, answering `READONLY`. Every
+/// kind of connection the client has to the old one (the direct ones that serve lone
+/// lock calls, the multiplexed one) is dropped at its first `READONLY` with its idle
+/// siblings, and the next connection reaches the new primary: a direct connection that
+/// answered `READONLY` once went back to the pool, and 20 of 20 lock cycles failed.
+/// Control: the same cycles before the move, on the old primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_primary_behind_a_moved_name_is_left() {
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    let name = FaultProxy::start(old.port);
+    let locks = Locks::builder(name.url())
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    let cycle = |n: u32| {
+        let locks = locks.clone();
+        async move {
+            let mut ok = 0;
+            for i in 0..n {
+                if let Ok(g) = locks.lock(format!("moved:{i}")).acquire().await
+                    && g.release().await.is_ok()
+                {
+                    ok += 1;
+                }
+            }
+            ok
+        }
+    };
+    assert_eq!(cycle(20).await, 20, "control: on the old primary");
+    // The failover: the name moves to the new primary, the old one follows it.
+    name.move_to(new.port);
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new.port)
+        .query_async(&mut old.raw().await)
+        .await
+        .unwrap();
+    let done = cycle(20).await;
+    assert!(done >= 17, "{done} of 20 cycles after the failover");
+    let mut raw = new.raw().await;
+    let keys: Vec<String> = redis::AsyncCommands::keys(&mut raw, "lock:*")
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "released on the new primary: {keys:?}");
+    let g = locks.lock("moved:last").acquire().await.unwrap();
+    let on_new: Option<String> = redis::AsyncCommands::get(&mut raw, "lock:moved:last")
+        .await
+        .unwrap();
+    assert_eq!(on_new.as_deref(), Some(g.token()));
+    g.release().await.unwrap();
+}

@@ -564,12 +564,11 @@ impl RedisBackend {
     }
 
     /// A call on the multiplexed connection of `generation` failed with `e`: a connection
-    /// that broke is dropped (the next call reconnects) and counts as a sign of lost keys
-    /// (see `epoch`); a server error reply leaves it in use.
+    /// that broke, or whose server was demoted, is dropped (the next call reconnects) and
+    /// counts as a sign of lost keys (see `epoch`); another error reply leaves it in use
+    /// (`policy::after_error`).
     pub(super) fn failed(&self, generation: u64, e: redis::RedisError) -> BackendError {
-        // READONLY: the server was demoted (a failover); the command did not run.
-        let demoted = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
-        if demoted || e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        if policy::after_error(&e) != policy::AfterError::Keep {
             self.forget(generation);
             self.broke();
         }

@@ -19,6 +19,7 @@
 
 mod cache;
 mod cluster;
+mod policy;
 mod pool;
 mod routing;
 

@@ -182,17 +182,19 @@ impl RedisBackend {
         crate::util::lock(&self.idle).push(conn);
     }
 
-    /// A direct connection after a call that got `reply` on it: back to the pool while
-    /// it is in step (an answer, or an error the server sent); else closed, with the idle
-    /// ones (they likely share its fate), and the break counted.
+    /// A direct connection after a call that got `reply` on it, as
+    /// [`policy::after_error`] says: back to the pool while it is in step and its server a primary; else closed,
+    /// with the idle ones (they likely share its fate: a broken link, or a demoted
+    /// primary behind a name that moved), and the break counted.
     pub(super) fn done_with<T>(&self, conn: Direct, reply: &redis::RedisResult<T>) {
-        match reply {
-            Err(e) if !matches!(e.kind(), redis::ErrorKind::Server(_)) => {
-                drop(conn);
-                self.drop_idle();
-                self.broke();
-            }
-            _ => self.give_back(conn),
+        if let Err(e) = reply
+            && policy::after_error(e) != policy::AfterError::Keep
+        {
+            drop(conn);
+            self.drop_idle();
+            self.broke();
+        } else {
+            self.give_back(conn);
         }
     }
 

@@ -336,7 +336,8 @@ impl RedisBackend {
     /// Behind Sentinel, `pipe` over a direct connection to the primary `client` names
     /// (kept for the next such call, not opened and closed each time). `None`: no direct
     /// connection can be had (every one busy, or TLS), and the caller makes its own.
-    /// One that answers `READONLY` (a demoted primary) is closed, with the idle ones.
+    /// One that answers `READONLY` (a demoted primary) is closed, with the idle ones
+    /// (`policy::after_error`).
     pub(super) async fn pipe_on_primary<T: FromRedisValue>(
         &self,
         runtime: tokio::runtime::Id,
@@ -353,14 +354,7 @@ impl RedisBackend {
             Err(e) => return Some(Err(e)),
         };
         let reply = Call::Pipe(pipe).run::<T, _>(&mut direct).await;
-        let demoted = matches!(&reply, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly));
-        if demoted {
-            drop(direct);
-            self.drop_idle();
-            self.broke();
-        } else {
-            self.done_with(direct, &reply);
-        }
+        self.done_with(direct, &reply);
         Some(reply.map_err(BackendError::from))
     }
 
