@@ -20,7 +20,7 @@ use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio::time::Instant;
 
 use crate::backend::replicas::Acknowledging;
-use crate::backend::{Backend, Locking};
+use crate::backend::{Backend, Extended, Locking};
 use crate::error::BackendError;
 use crate::events::{Event, Events};
 
@@ -330,11 +330,14 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
         .map(|&i| tracked[i].lease_end)
         .min()
         .unwrap_or(sent);
-    let renewed = extend_due(backend, tracked, &due, sent, first_end).await;
-    let acked = match &renewed {
-        Ok(extended) => acknowledge(backend, tracked, &due, extended, first_end).await,
-        Err(_) => Vec::new(),
-    };
+    let last_end = due
+        .iter()
+        .map(|&i| tracked[i].lease_end)
+        .max()
+        .unwrap_or(sent);
+    let renewed = extend_due(backend, tracked, &due, sent, last_end).await;
+    let extended: Vec<bool> = renewed.iter().map(|r| matches!(r, Ok(true))).collect();
+    let acked = acknowledge(backend, tracked, &due, &extended, first_end).await;
     record(backend, tracked, &due, renewed, &acked, sent);
 }
 
@@ -380,15 +383,17 @@ fn due_now(tracked: &mut [Tracked], now: Instant) -> Vec<usize> {
 }
 
 /// Phase 3: one compare-and-extend round trip for every due lease (locks in one
-/// batch, semaphores' permits in another, sent together), bounded by the first lease
-/// end.
+/// batch, semaphores' permits in another, sent together), each lease's answer its own
+/// (on a cluster, one primary that hangs fails its keys only), the whole bounded by the
+/// last lease end (each answer is then judged against its own lease's end, see
+/// [`record`]).
 async fn extend_due(
     backend: &Backend,
     tracked: &[Tracked],
     due: &[usize],
     sent: Instant,
-    first_end: Instant,
-) -> Result<Vec<bool>, BackendError> {
+    last_end: Instant,
+) -> Extended {
     let batch = |permits: bool| -> Vec<(&str, &str, Duration)> {
         due.iter()
             .map(|&i| &tracked[i].lease)
@@ -401,29 +406,28 @@ async fn extend_due(
         if permits.is_empty() {
             return backend.extend_many(&locks).await;
         }
-        let (locks, permits) = futures_util::future::try_join(
+        let (locks, permits) = futures_util::future::join(
             async {
                 match locks.is_empty() {
-                    true => Ok(Vec::new()),
+                    true => Vec::new(),
                     false => backend.extend_many(&locks).await,
                 }
             },
             backend.extend_permits(&permits),
         )
-        .await?;
+        .await;
         // Back in `due`'s order.
         let (mut locks, mut permits) = (locks.into_iter(), permits.into_iter());
-        Ok(due
-            .iter()
+        due.iter()
             .map(|&i| match tracked[i].lease.permit {
-                Some(_) => permits.next().unwrap_or(false),
-                None => locks.next().unwrap_or(false),
+                Some(_) => permits.next().unwrap_or(Ok(false)),
+                None => locks.next().unwrap_or(Ok(false)),
             })
-            .collect())
+            .collect()
     };
-    match tokio::time::timeout_at(first_end, both).await {
+    match tokio::time::timeout_at(last_end, both).await {
         Ok(renewed) => renewed,
-        Err(_) => Err(BackendError::timeout(first_end - sent)),
+        Err(_) => vec![Err(BackendError::timeout(last_end - sent)); due.len()],
     }
 }
 
@@ -474,18 +478,26 @@ fn record(
     backend: &Backend,
     tracked: &mut Vec<Tracked>,
     due: &[usize],
-    renewed: Result<Vec<bool>, BackendError>,
+    renewed: Extended,
     acked: &[(u64, u32)],
     sent: Instant,
 ) {
     let retry_soon = |t: &mut Tracked| {
         t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
     };
-    let results = match renewed {
-        Ok(results) => results,
-        Err(e) => {
-            for &i in due {
-                let t = &mut tracked[i];
+    let answered = Instant::now();
+    let mut lost = Vec::new();
+    for (&i, result) in due.iter().zip(renewed) {
+        let t = &mut tracked[i];
+        // A renewal still under way when its lease ended does not keep the lock held:
+        // the key may have expired meanwhile (the next tick finds the lease over).
+        let result = match result {
+            Ok(true) if answered >= t.lease_end => Err(BackendError::timeout(t.lease_end - sent)),
+            result => result,
+        };
+        let extended = match result {
+            Ok(extended) => extended,
+            Err(e) => {
                 t.lease.events.emit(
                     Event::RenewalFailed {
                         key: &t.lease.key,
@@ -494,13 +506,9 @@ fn record(
                     t.lease.state.template,
                 );
                 retry_soon(t);
+                continue;
             }
-            return;
-        }
-    };
-    let mut lost = Vec::new();
-    for (&i, extended) in due.iter().zip(results) {
-        let t = &mut tracked[i];
+        };
         let wanted = t.lease.state.replicas.load(Ordering::Relaxed);
         let acked = if wanted == 0 {
             0

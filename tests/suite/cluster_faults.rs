@@ -387,3 +387,60 @@ async fn redirects_to_a_new_node_reuse_one_connection() {
     assert!(made <= 2, "{made} connections to the new node for 6 fences");
     assert!(fences.iter().all(|f| *f >= 1));
 }
+
+/// One primary hangs (SIGSTOP) while the client holds renewed locks on every primary:
+/// the renewal batch judges each key on its own, so the locks on the healthy primaries
+/// stay held through more than their ttl, and only the hung primary's lock is lost. A
+/// batch once failed whole at the first error (one timer, one `try_join_all`), and every
+/// due lease was retried until its lease ended: healthy locks were reported lost while
+/// their keys were still held with fresh ttls. Control: the hung primary's lock is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_primary_costs_no_lock_on_the_others() {
+    let cluster = RedisCluster::start(3, 0);
+    let locks = Locks::cluster(cluster.urls())
+        .command_timeout(Duration::from_millis(400))
+        .connect()
+        .await
+        .unwrap();
+    let ps = cluster.primaries();
+    // Each renewal's answers (the hung primary's time out) come well within the lease.
+    let ttl = Duration::from_millis(2400);
+    let mut held = Vec::new();
+    for &p in &ps {
+        let key = cluster.key_on(p, "lock:", "batch");
+        let g = locks
+            .lock(key.as_str())
+            .ttl(ttl)
+            .renew(true)
+            .acquire()
+            .await
+            .unwrap();
+        held.push((p, g));
+    }
+    let hung = ps[0];
+    cluster.signal(hung, "STOP");
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    let states: Vec<(u16, bool)> = held.iter().map(|(p, g)| (*p, g.info().is_held())).collect();
+    cluster.signal(hung, "CONT");
+    for (p, is_held) in &states {
+        if *p == hung {
+            assert!(
+                !is_held,
+                "control: the hung primary's lock is lost: {states:?}"
+            );
+        } else {
+            assert!(is_held, "renewed on a healthy primary: {states:?}");
+        }
+    }
+    // Released (the node just resumed may still be catching up: a release may time out,
+    // never be called lost while it holds).
+    for (p, g) in held {
+        let released = g.release().await;
+        if p != hung {
+            assert!(
+                matches!(released, Ok(()) | Err(distlock::Error::Backend { .. })),
+                "{released:?}"
+            );
+        }
+    }
+}

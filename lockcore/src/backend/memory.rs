@@ -381,14 +381,11 @@ impl Locking for MemoryBackend {
         Ok(st.fenced.get(key).cloned().unwrap_or_default())
     }
 
-    async fn extend_many(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError> {
-        Ok(leases
+    async fn extend_many(&self, leases: &[(&str, &str, Duration)]) -> super::Extended {
+        leases
             .iter()
-            .map(|(key, token, ttl)| self.extend(key, token, *ttl))
-            .collect())
+            .map(|(key, token, ttl)| Ok(self.extend(key, token, *ttl)))
+            .collect()
     }
 
     async fn try_permit(
@@ -438,14 +435,11 @@ impl Locking for MemoryBackend {
         self.take_write(key, token, ttl, waiting)
     }
 
-    async fn extend_permits(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError> {
-        Ok(leases
+    async fn extend_permits(&self, leases: &[(&str, &str, Duration)]) -> super::Extended {
+        leases
             .iter()
-            .map(|(key, token, ttl)| self.permit_held(key, token, None, *ttl))
-            .collect())
+            .map(|(key, token, ttl)| Ok(self.permit_held(key, token, None, *ttl)))
+            .collect()
     }
 
     fn one_call(&self, _keys: &[&str]) -> bool {

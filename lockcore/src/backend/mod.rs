@@ -61,6 +61,18 @@ pub(crate) mod replicas;
 pub mod scripts;
 pub(crate) mod sentinel;
 
+/// What a batch of compare-and-extends found, lease by lease: extended or not, or the
+/// call that carried it failed (a cluster node that hangs fails its keys' calls only).
+pub(crate) type Extended = Vec<Result<bool, BackendError>>;
+
+/// A batch's answer when one call carried all of it: the same for every lease.
+pub(crate) fn extended_all(n: usize, answer: Result<Vec<bool>, BackendError>) -> Extended {
+    match answer {
+        Ok(each) => each.into_iter().map(Ok).collect(),
+        Err(e) => vec![Err(e); n],
+    }
+}
+
 /// What one acquire try found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Try {
@@ -193,8 +205,8 @@ pub(crate) trait Locking: Send + Sync {
     /// shorter or longer, and marked kept, so that no renewal still in flight sets it
     /// back: `true` when the key held `token` (or was kept by it already).
     async fn keep(&self, key: &str, token: &str, left: Duration) -> Result<bool, BackendError> {
-        let extended = self.extend_many(&[(key, token, left)]).await?;
-        Ok(extended.first().copied().unwrap_or(false))
+        let extended = self.extend_many(&[(key, token, left)]).await;
+        extended.into_iter().next().unwrap_or(Ok(false))
     }
 
     /// Stores `value` at `key` when `fence` is at least the highest fence seen for it
@@ -257,11 +269,9 @@ pub(crate) trait Locking: Send + Sync {
         waiting: Duration,
     ) -> Result<Try, BackendError>;
 
-    /// Compare-and-extend of many permits in one round trip: `true` where extended.
-    async fn extend_permits(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError>;
+    /// Compare-and-extend of many permits in one round trip: `true` where extended,
+    /// each lease's own error where its call failed.
+    async fn extend_permits(&self, leases: &[(&str, &str, Duration)]) -> Extended;
 
     /// Whether [`try_all`](Self::try_all) can run over `keys`: all on one server, or
     /// in one slot of a cluster.
@@ -300,11 +310,9 @@ pub(crate) trait Locking: Send + Sync {
         pattern: &str,
     ) -> Result<(u64, Vec<String>), BackendError>;
 
-    /// Compare-and-extend of many locks in one round trip: `true` where extended.
-    async fn extend_many(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError>;
+    /// Compare-and-extend of many locks in one round trip: `true` where extended, each
+    /// lease's own error where its call failed.
+    async fn extend_many(&self, leases: &[(&str, &str, Duration)]) -> Extended;
 
     /// Whether the backend answers, within the command timeout.
     async fn ping(&self) -> Result<(), BackendError>;
@@ -428,10 +436,7 @@ impl Locking for Backend {
         each!(self, b => b.fenced_value(key))
     }
 
-    async fn extend_many(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError> {
+    async fn extend_many(&self, leases: &[(&str, &str, Duration)]) -> Extended {
         each!(self, b => b.extend_many(leases))
     }
 
@@ -510,10 +515,7 @@ impl Locking for Backend {
         each!(self, b => b.try_write(key, token, ttl, who, waiting))
     }
 
-    async fn extend_permits(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError> {
+    async fn extend_permits(&self, leases: &[(&str, &str, Duration)]) -> Extended {
         each!(self, b => b.extend_permits(leases))
     }
 

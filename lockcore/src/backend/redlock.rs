@@ -427,38 +427,31 @@ impl Locking for RedlockBackend {
         Err(unsupported("read/write locks"))
     }
 
-    async fn extend_permits(
-        &self,
-        _leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError> {
-        Err(unsupported("semaphores"))
+    async fn extend_permits(&self, leases: &[(&str, &str, Duration)]) -> super::Extended {
+        vec![Err(unsupported("semaphores")); leases.len()]
     }
 
-    async fn extend_many(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError> {
+    /// Each lease judged on its own: renewed on a quorum, lost when a quorum refused (or
+    /// every master answered without a quorum renewing), else the failure.
+    async fn extend_many(&self, leases: &[(&str, &str, Duration)]) -> super::Extended {
         let per_node = join_all(self.nodes.iter().map(|node| node.extend_many(leases))).await;
-        let mut out = Vec::with_capacity(leases.len());
-        for i in 0..leases.len() {
-            let votes = Votes::count(
-                per_node
-                    .iter()
-                    .map(|r| match r {
-                        Ok(extended) => Ok(extended.get(i).copied().unwrap_or(false)),
-                        Err(e) => Err(e.clone()),
-                    })
-                    .collect(),
-            );
-            if votes.yes >= self.quorum() {
-                out.push(true);
-            } else if votes.no >= self.quorum() || votes.error.is_none() {
-                out.push(false);
-            } else {
-                return Err(self.no_quorum(&votes));
-            }
-        }
-        Ok(out)
+        (0..leases.len())
+            .map(|i| {
+                let votes = Votes::count(
+                    per_node
+                        .iter()
+                        .map(|r| r.get(i).cloned().unwrap_or(Ok(false)))
+                        .collect(),
+                );
+                if votes.yes >= self.quorum() {
+                    Ok(true)
+                } else if votes.no >= self.quorum() || votes.error.is_none() {
+                    Ok(false)
+                } else {
+                    Err(self.no_quorum(&votes))
+                }
+            })
+            .collect()
     }
 
     async fn ping(&self) -> Result<(), BackendError> {

@@ -152,7 +152,12 @@ impl Acknowledging for MemoryBackend {
         replicas: u32,
     ) -> Result<Acked<bool>, BackendError> {
         Ok(Acked {
-            value: self.extend_permits(&[(set, token, ttl)]).await?[0],
+            value: self
+                .extend_permits(&[(set, token, ttl)])
+                .await
+                .into_iter()
+                .next()
+                .unwrap_or(Ok(false))?,
             replicas,
         })
     }

@@ -375,14 +375,11 @@ impl Releasing {
             self.sent.get_or_insert_with(Instant::now);
             let extended = match self.info.shape.set(&key) {
                 // Marked kept: a renewal still in flight cannot set the lease back.
-                None => inner
-                    .backend
-                    .keep(&key, &self.token, left)
-                    .await
-                    .map(|kept| vec![kept]),
+                None => inner.backend.keep(&key, &self.token, left).await,
                 Some(set) => {
                     let lease = [(&*set, &*self.token, left)];
-                    inner.backend.extend_permits(&lease).await
+                    let extended = inner.backend.extend_permits(&lease).await;
+                    extended.into_iter().next().unwrap_or(Ok(false))
                 }
             };
             let (held, template) = (self.held, self.info.state.template);
@@ -396,7 +393,7 @@ impl Releasing {
                 Ok(())
             };
             return Some(match extended {
-                Ok(extended) if extended.first().copied().unwrap_or(false) => kept(),
+                Ok(true) => kept(),
                 Ok(_) if retry => {
                     let (now, epoch) = (Instant::now(), inner.backend.epoch());
                     if self.state.surely_held_at(now, epoch) {

@@ -738,10 +738,7 @@ impl Locking for RedisBackend {
 
     /// One `permit_extend.lua` call per permit, sent together (a multiplexed
     /// connection pipelines them).
-    async fn extend_permits(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError> {
+    async fn extend_permits(&self, leases: &[(&str, &str, Duration)]) -> super::Extended {
         let calls = leases.iter().map(|(key, token, ttl)| async move {
             // A read share keeps its lock key's `readers` with it (permit_extend.lua).
             let lock = crate::key::readers_of(key);
@@ -771,17 +768,16 @@ impl Locking for RedisBackend {
             };
             extended.map(|r| r == 1)
         });
-        futures_util::future::try_join_all(calls).await
+        // Each judged on its own: one that fails (its node hangs) fails alone.
+        futures_util::future::join_all(calls).await
     }
 
     /// One pipeline of compare-and-extend calls: `SET ... IFEQ` where the server has it,
     /// else EVALSHA (on NOSCRIPT the script is loaded and the pipeline sent once more).
-    async fn extend_many(
-        &self,
-        leases: &[(&str, &str, Duration)],
-    ) -> Result<Vec<bool>, BackendError> {
+    async fn extend_many(&self, leases: &[(&str, &str, Duration)]) -> super::Extended {
         if self.sharded {
-            // The keys live in many slots: one call each, sent together.
+            // The keys live in many slots: one call each, sent together, each judged on
+            // its own (one primary that hangs fails its keys' calls only).
             let calls = leases.iter().map(|(key, token, ttl)| async move {
                 let mut cmd = evalsha(&EXTEND, 1, 2, key.len() + token.len());
                 cmd.arg(*key).arg(*token).arg(millis(*ttl));
@@ -789,8 +785,55 @@ impl Locking for RedisBackend {
                     .await
                     .map(|r| r == 1)
             });
-            return futures_util::future::try_join_all(calls).await;
+            return futures_util::future::join_all(calls).await;
         }
+        super::extended_all(leases.len(), self.extend_pipelined(leases).await)
+    }
+    /// Deletes `key` if it holds `token` with the server's native compare-and-delete,
+    /// waking nobody: the clean-up of a try whose reply was lost. `false` when the server
+    /// has none or it deleted nothing (the caller releases through the scripts, which
+    /// also handle a value a waiter marked).
+    async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
+        let Some(cmd) = self.native().delete(key, token) else {
+            return Ok(false);
+        };
+        // 0: gone, another holder's, or marked by a waiter: the release decides (also for
+        // a key of another kind).
+        match self.query_native::<i64>(&cmd, Route::Direct).await {
+            Err(e) if e.is_wrong_type() => Ok(false),
+            deleted => Ok(deleted? == Some(1)),
+        }
+    }
+
+    async fn ping(&self) -> Result<(), BackendError> {
+        let used = AtomicU64::new(0);
+        let call = async {
+            self.check_policy_once().await;
+            let (conn, generation) = self.connection().await?;
+            used.store(generation, Ordering::Relaxed);
+            let ping = redis::cmd("PING");
+            let reply = match conn {
+                // redis-rs sends a plain PING to every node: one is enough.
+                Conn::Cluster(mut conn) => conn
+                    .route_command(ping, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
+                    .await
+                    .map(drop),
+                conn => self.run_on::<()>(conn, Call::Cmd(&ping)).await,
+            };
+            reply.map_err(|e| self.failed(generation, e))
+        };
+        tokio::pin!(call);
+        self.within_timeout(&used, call).await
+    }
+}
+
+impl RedisBackend {
+    /// [`Locking::extend_many`] on one server: one pipeline (`SET ... IFEQ` where the
+    /// server has it, else EVALSHA), one answer for the batch.
+    async fn extend_pipelined(
+        &self,
+        leases: &[(&str, &str, Duration)],
+    ) -> Result<Vec<bool>, BackendError> {
         let scripted = || {
             let mut pipe = redis::pipe();
             for (key, token, ttl) in leases {
@@ -844,43 +887,6 @@ impl Locking for RedisBackend {
             reply
                 .map(|r| r.into_iter().map(|r| r == 1).collect())
                 .map_err(|e| self.failed(generation, e))
-        };
-        tokio::pin!(call);
-        self.within_timeout(&used, call).await
-    }
-
-    /// Deletes `key` if it holds `token` with the server's native compare-and-delete,
-    /// waking nobody: the clean-up of a try whose reply was lost. `false` when the server
-    /// has none or it deleted nothing (the caller releases through the scripts, which
-    /// also handle a value a waiter marked).
-    async fn delete_if(&self, key: &str, token: &str) -> Result<bool, BackendError> {
-        let Some(cmd) = self.native().delete(key, token) else {
-            return Ok(false);
-        };
-        // 0: gone, another holder's, or marked by a waiter: the release decides (also for
-        // a key of another kind).
-        match self.query_native::<i64>(&cmd, Route::Direct).await {
-            Err(e) if e.is_wrong_type() => Ok(false),
-            deleted => Ok(deleted? == Some(1)),
-        }
-    }
-
-    async fn ping(&self) -> Result<(), BackendError> {
-        let used = AtomicU64::new(0);
-        let call = async {
-            self.check_policy_once().await;
-            let (conn, generation) = self.connection().await?;
-            used.store(generation, Ordering::Relaxed);
-            let ping = redis::cmd("PING");
-            let reply = match conn {
-                // redis-rs sends a plain PING to every node: one is enough.
-                Conn::Cluster(mut conn) => conn
-                    .route_command(ping, RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random))
-                    .await
-                    .map(drop),
-                conn => self.run_on::<()>(conn, Call::Cmd(&ping)).await,
-            };
-            reply.map_err(|e| self.failed(generation, e))
         };
         tokio::pin!(call);
         self.within_timeout(&used, call).await
