@@ -8,6 +8,7 @@
 //! distlock idem show KEY           one idempotency record
 //! distlock idem forget KEY         delete a record: the next call under its key runs
 //! distlock watch [PATTERN]         a live table, refreshed every second, until Ctrl-C
+//!                                  (a failed refresh is shown, and tried again)
 //! ```
 //!
 //! Every listing takes `--json` (one JSON document on stdout; the fields are in
@@ -89,7 +90,8 @@ enum Command {
         command: IdemCommand,
     },
     /// A live table of the held locks, contended first, refreshed until Ctrl-C (plain
-    /// lines when the output is not a terminal).
+    /// lines when the output is not a terminal). A refresh that fails shows its error
+    /// and the next one tries again.
     Watch {
         /// Lock names to watch.
         #[arg(default_value = "*")]
@@ -97,7 +99,8 @@ enum Command {
         /// Time between refreshes, in ms.
         #[arg(long, default_value_t = 1000)]
         interval_ms: u64,
-        /// Stop after this many refreshes (default: until Ctrl-C).
+        /// Stop after this many refreshes, failed ones included (default: until Ctrl-C);
+        /// the exit code is then the last refresh's.
         #[arg(long)]
         count: Option<u64>,
     },
@@ -361,12 +364,15 @@ fn found(yes: bool) -> Outcome {
 /// The held locks matching `pattern`, most contended first, then by key.
 async fn listed(locks: &Locks, pattern: &str) -> Result<Vec<LockState>, Failure> {
     let mut states: Vec<LockState> = locks.list(pattern).try_collect().await?;
-    states.sort_by(|a, b| {
-        output::waiters(b)
-            .cmp(&output::waiters(a))
-            .then_with(|| a.key.cmp(&b.key))
-    });
+    states.sort_by(contended_first);
     Ok(states)
+}
+
+/// Most contended first, then by key.
+fn contended_first(a: &LockState, b: &LockState) -> std::cmp::Ordering {
+    output::waiters(b)
+        .cmp(&output::waiters(a))
+        .then_with(|| a.key.cmp(&b.key))
 }
 
 /// Every token that holds `state`'s lock (its holder, permits, readers).
@@ -409,6 +415,8 @@ impl Leaks {
     }
 }
 
+/// Walks the locks and the records as streams, keeping only what leaks: memory follows
+/// the leaks found, not the keyspace (a completed record's stored result is not read).
 async fn leaks(locks: &Locks) -> Result<Leaks, Failure> {
     let here = locks
         .holder_id()
@@ -416,28 +424,27 @@ async fn leaks(locks: &Locks) -> Result<Leaks, Failure> {
         .map_or("", |(host, _)| host)
         .to_owned();
     let procfs = std::path::Path::new(&format!("/proc/{}", std::process::id())).exists();
-    let states = listed(locks, "*").await?;
     let mut leaks = Leaks {
         no_ttl: Vec::new(),
         stuck: Vec::new(),
         dead: Vec::new(),
     };
-    for state in states {
-        let holders: Vec<lockcore::Holder> = state
-            .holder
-            .iter()
-            .cloned()
-            .chain(state.permits.iter().map(|s| s.holder.clone()))
-            .chain(state.readers.iter().map(|s| s.holder.clone()))
-            .collect();
+    let mut states = std::pin::pin!(locks.list("*"));
+    while let Some(state) = states.try_next().await? {
         // Processes are looked up in /proc: where there is none (not Linux), or it is not
         // this host's (another pid namespace, as in a container), nothing is reported.
-        let gone = holders.into_iter().find(|h| {
-            procfs
-                && h.host.as_deref() == Some(here.as_str())
-                && h.pid
-                    .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
-        });
+        let gone = state
+            .holder
+            .iter()
+            .chain(state.permits.iter().map(|s| &s.holder))
+            .chain(state.readers.iter().map(|s| &s.holder))
+            .find(|h| {
+                procfs
+                    && h.host.as_deref() == Some(here.as_str())
+                    && h.pid
+                        .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+            })
+            .cloned();
         if state.holder.is_some() && state.lease_left.is_none() {
             leaks.no_ttl.push(state.clone());
         }
@@ -445,11 +452,16 @@ async fn leaks(locks: &Locks) -> Result<Leaks, Failure> {
             leaks.dead.push((state, holder));
         }
     }
-    let records: Vec<IdemRecord> = locks.idem_records("*").try_collect().await?;
-    leaks.stuck = records.into_iter().filter(IdemRecord::is_stuck).collect();
+    leaks.no_ttl.sort_by(contended_first);
+    leaks.dead.sort_by(|a, b| contended_first(&a.0, &b.0));
+    leaks.stuck = locks.stuck_idem_records("*").try_collect().await?;
+    leaks.stuck.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(leaks)
 }
 
+/// Refreshes the table every `interval` until Ctrl-C (or `count` refreshes). A refresh
+/// that fails (Redis restarting, a failover) is shown in place of the table, and the next
+/// one is tried after `interval` as ever: a watch outlives an outage.
 async fn watch(
     locks: &Locks,
     cli: &Cli,
@@ -457,42 +469,93 @@ async fn watch(
     interval: Duration,
     count: Option<u64>,
 ) -> Result<Outcome, Failure> {
-    let terminal = std::io::stdout().is_terminal();
+    let mut screen = Screen {
+        terminal: std::io::stdout().is_terminal(),
+        json: cli.json,
+        prefix: &cli.prefix,
+        pattern,
+        interval,
+        last: None,
+    };
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     let mut refreshes = 0;
     loop {
-        let states = tokio::select! {
-            states = listed(locks, pattern) => states?,
+        let refreshed = tokio::select! {
+            states = listed(locks, pattern) => states,
             _ = &mut ctrl_c => return Ok(Outcome::Done),
         };
-        let mut out = std::io::stdout().lock();
         let now = output::clock();
-        if cli.json {
-            let doc = serde_json::json!({ "at": now, "locks": output::locks_json(&states, &cli.prefix)["locks"] });
-            output::json_line(&mut out, &doc);
-        } else if terminal {
-            // Home and clear, then the table: the screen shows one refresh at a time.
-            let _ = write!(out, "\x1b[H\x1b[2J");
-            let _ = writeln!(
-                out,
-                "distlock watch {pattern}  {now}  {} held  (Ctrl-C to stop)",
-                states.len()
-            );
-            output::table(&mut out, &states, &cli.prefix);
-        } else {
-            let _ = writeln!(out, "-- {now} {} held", states.len());
-            output::table(&mut out, &states, &cli.prefix);
+        let mut out = std::io::stdout().lock();
+        match &refreshed {
+            Ok(states) => screen.refresh(&mut out, &now, states),
+            Err(failure) => screen.failure(&mut out, &now, failure),
         }
         let _ = out.flush();
         drop(out);
         refreshes += 1;
         if count.is_some_and(|n| refreshes >= n) {
-            return Ok(Outcome::Done);
+            // The last refresh decides the exit code.
+            return refreshed.map(|_| Outcome::Done);
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = &mut ctrl_c => return Ok(Outcome::Done),
+        }
+    }
+}
+
+/// What `watch` shows, and the last table it could read (kept on a terminal while
+/// refreshes fail).
+struct Screen<'a> {
+    terminal: bool,
+    json: bool,
+    prefix: &'a str,
+    pattern: &'a str,
+    interval: Duration,
+    last: Option<(String, Vec<LockState>)>,
+}
+
+impl Screen<'_> {
+    fn refresh(&mut self, out: &mut impl Write, now: &str, states: &[LockState]) {
+        if self.json {
+            let doc = serde_json::json!({ "at": now, "locks": output::locks_json(states, self.prefix)["locks"] });
+            output::json_line(out, &doc);
+        } else if self.terminal {
+            // Home and clear, then the table: the screen shows one refresh at a time.
+            let _ = write!(out, "\x1b[H\x1b[2J");
+            let _ = writeln!(
+                out,
+                "distlock watch {}  {now}  {} held  (Ctrl-C to stop)",
+                self.pattern,
+                states.len()
+            );
+            output::table(out, states, self.prefix);
+            self.last = Some((now.to_owned(), states.to_vec()));
+        } else {
+            let _ = writeln!(out, "-- {now} {} held", states.len());
+            output::table(out, states, self.prefix);
+        }
+    }
+
+    fn failure(&mut self, out: &mut impl Write, now: &str, failure: &Failure) {
+        let error = failure.message.replace('\n', " ");
+        let every = self.interval.as_secs_f64();
+        if self.json {
+            output::json_line(out, &serde_json::json!({ "at": now, "error": error }));
+        } else if self.terminal {
+            let _ = write!(out, "\x1b[H\x1b[2J");
+            let _ = writeln!(
+                out,
+                "distlock watch {}  {now}  error: {error}\nretrying every {every}s  (Ctrl-C to stop)",
+                self.pattern,
+            );
+            if let Some((at, states)) = &self.last {
+                let _ = writeln!(out, "\nas of {at}, the last refresh that could read:");
+                output::table(out, states, self.prefix);
+            }
+        } else {
+            let _ = writeln!(out, "-- {now} error: {error} (retrying every {every}s)");
         }
     }
 }

@@ -9,7 +9,7 @@
 //!   `marked_waiting`, `listening`, `permits` and `readers` (each `holder` and
 //!   `lease_left_ms`), `writer_waiting` (a holder), `yielded_to` (client ids);
 //! - `ls`: `{"locks": [..]}`, most contended first; `watch --json`: one such line per
-//!   refresh, with `"at"`;
+//!   refresh, with `"at"`, or `{"at", "error"}` for a refresh that failed;
 //! - `leaks`: `{"no_ttl": [lock], "stuck_records": [record], "dead_holders": [{"lock":
 //!   lock, "holder": holder}]}`;
 //! - a record (`idem show`): `key`, `state` (`"in_progress"`, `"completed"`,

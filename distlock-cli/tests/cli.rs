@@ -235,6 +235,100 @@ async fn leaks_finds_keys_without_ttl_stuck_records_and_dead_local_holders() {
     live.release().await.unwrap();
 }
 
+/// The peak resident memory (`VmHWM`, in kB) of `cmd` as it runs to its end, read from
+/// `/proc` every few ms (the mark only grows, so the last reading is the peak but for the
+/// last few ms); with its output.
+fn peak_rss_kb(mut cmd: Command) -> (Output, u64) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("distlock runs");
+    let status = format!("/proc/{}/status", child.id());
+    // The pipes are drained beside the polling, so that a long output cannot block it.
+    let mut pipe = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut pipe, &mut text).map(|_| text)
+    });
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        let hwm = std::fs::read_to_string(&status)
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0);
+        peak = peak.max(hwm);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let stdout = reader.join().unwrap().unwrap();
+    let mut out = child.wait_with_output().unwrap();
+    out.stdout = stdout;
+    (out, peak)
+}
+
+/// `leaks` over many large completed records holds one record's head at a time, not
+/// every record: 150 records of 1 MiB each took about 320 MB when they were collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaks_reads_records_without_holding_them_all() {
+    assert!(
+        std::path::Path::new("/proc/self/status").exists(),
+        "reads peak memory from /proc"
+    );
+    let server = RedisServer::start();
+    let url = server.url();
+    // Completed records, each a claim followed by its stored result of 1 MiB.
+    let big = "x".repeat(1 << 20);
+    let mut raw = server.raw().await;
+    for i in 0..150 {
+        let value = format!(
+            r#"{{"claimed_at_ms":1764485970000,"fp":"ab","lease_until_ms":1764486000000,"owner":"1c2d3e4f-3f4d-4c2a-9d61-7e1f2a3b4c5d:web-9:4242","retention_ms":86400000,"status":"in_progress"}}{{"status":"completed","fp":"ab","completed_at_ms":1764485971234,"value":"{big}"}}"#
+        );
+        let _: () = redis::cmd("SET")
+            .arg(format!("lock:idem:app::report:R{i}"))
+            .arg(value)
+            .arg("PX")
+            .arg(3_600_000)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    // And a claim whose caller died.
+    let claim = r#"{"claimed_at_ms":1764485970000,"fp":"ab","lease_until_ms":1764486000000,"owner":"1c2d3e4f-3f4d-4c2a-9d61-7e1f2a3b4c5d:web-9:4242","retention_ms":86400000,"status":"in_progress"}"#;
+    raw_set(&server, "lock:idem:app::pay:K9", claim, Some(3_600_000)).await;
+    // And one whose owner names a host so long that the claim is longer than the head
+    // `leaks` reads first: it is read whole.
+    let long = claim.replace("web-9", &"h".repeat(5000));
+    raw_set(&server, "lock:idem:app::pay:K10", &long, Some(3_600_000)).await;
+
+    let mut cmd = Command::new(BIN);
+    cmd.args(["leaks"])
+        .env("REDIS_URL", &url)
+        .stdin(Stdio::null());
+    let (out, peak_kb) = peak_rss_kb(cmd);
+    // The control: the stuck record is still found among the large ones.
+    assert_eq!(code(&out), 0, "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("stuck record lock:idem:app::pay:K9"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stuck record lock:idem:app::pay:K10"),
+        "{text}"
+    );
+    assert_eq!(text.matches("stuck record").count(), 2, "{text}");
+    assert!(peak_kb > 0, "no reading of VmHWM");
+    assert!(
+        peak_kb < 100 * 1024,
+        "peak resident memory {} MB for 150 MB of records",
+        peak_kb / 1024
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_needs_force_and_then_wakes_a_waiter() {
     let server = RedisServer::start();
@@ -418,6 +512,138 @@ async fn watch_prints_plain_refreshes_when_not_on_a_terminal() {
     let out = distlock(&url, &["watch", "--count", "1", "--json"]);
     assert_eq!(json(&out)["locks"][0]["name"], "w:1");
     g.release().await.unwrap();
+}
+
+/// A `distlock watch` running in the background, its output lines gathered as they
+/// come; killed when dropped (a failed assertion too).
+struct Watching {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Watching {
+    fn start(url: &str, args: &[&str]) -> Watching {
+        let mut child = Command::new(BIN)
+            .arg("watch")
+            .args(args)
+            .env("REDIS_URL", url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("distlock runs");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        for pipe in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)) {
+                    let Ok(line) = line else { break };
+                    lines.lock().unwrap().push(line);
+                }
+            });
+        }
+        Watching { child, lines }
+    }
+
+    /// The lines so far.
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Waits until a line after the first `from` satisfies `want`; its index.
+    async fn wait_for(&mut self, from: usize, what: &str, want: impl Fn(&str) -> bool) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(i) = self.lines().iter().skip(from).position(|l| want(l)) {
+                return from + i;
+            }
+            assert!(
+                self.child.try_wait().unwrap().is_none(),
+                "watch ended before {what}:\n{}",
+                self.lines().join("\n")
+            );
+            assert!(
+                Instant::now() < deadline,
+                "no {what}:\n{}",
+                self.lines().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `watch` outlives a Redis that goes away: it shows the failure, keeps refreshing and
+/// shows the locks again once Redis is back; it used to end (exit 3) at the first failed
+/// refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_shows_a_failed_refresh_and_goes_on_until_redis_is_back() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let g = locks.lock("w:1").acquire().await.unwrap();
+    let mut watch = Watching::start(&url, &["--interval-ms", "100", "--timeout-ms", "300"]);
+    let refresh = |l: &str| l.starts_with("-- ") && l.ends_with(" held");
+    // The control: refreshes before the server goes.
+    let first = watch.wait_for(0, "first refresh", refresh).await;
+    let second = watch.wait_for(first + 1, "second refresh", refresh).await;
+    assert!(
+        watch.lines()[first..second]
+            .iter()
+            .any(|l| l.contains("w:1"))
+    );
+    drop(g);
+    drop(locks);
+
+    server.kill();
+    let failed = watch
+        .wait_for(second, "line for the failed refresh", |l| {
+            l.starts_with("-- ") && l.contains("error")
+        })
+        .await;
+    // Still running a few refreshes later, and still saying so.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        watch.child.try_wait().unwrap().is_none(),
+        "watch ended after a failed refresh:\n{}",
+        watch.lines().join("\n")
+    );
+    let errors = watch.lines()[failed..]
+        .iter()
+        .filter(|l| l.starts_with("-- ") && l.contains("error"))
+        .count();
+    assert!(errors >= 2, "{}", watch.lines().join("\n"));
+
+    server.restart();
+    let back = watch
+        .wait_for(failed + 1, "refresh after the restart", refresh)
+        .await;
+    watch
+        .wait_for(back + 1, "another refresh after the restart", refresh)
+        .await;
+    // Ctrl-C ends it, as ever.
+    testkit::signal(watch.child.id(), "INT");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = watch.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "watch still running after SIGINT"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(0));
 }
 
 /// A private tmux server, killed when dropped (a failed assertion too).

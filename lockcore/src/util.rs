@@ -106,8 +106,13 @@ pub(crate) fn erased<'a, T>(
 
 /// Whether `key` matches the glob `pattern` as Redis's `SCAN MATCH` and `KEYS` read it:
 /// `*` any run of bytes, `?` one byte, `[abc]`, `[^abc]` and `[a-z]` one byte of a set,
-/// `\` the next byte as itself.
+/// `\` the next byte as itself. An empty key matches only an empty pattern and `*` (Redis's
+/// matcher needs a byte for any `*` but a lone one, which `SCAN` and `KEYS` take as
+/// "every key" without matching).
 pub(crate) fn glob_match(pattern: &[u8], key: &[u8]) -> bool {
+    if key.is_empty() {
+        return pattern.is_empty() || pattern == b"*";
+    }
     let (mut p, mut k) = (0, 0);
     // Where to resume after the last `*`: the pattern past it, and the key's position.
     let mut star: Option<(usize, usize)> = None;
@@ -189,5 +194,176 @@ mod glob_tests {
         assert!(!m("a*b", "a") && m("a**", "a"));
         // `a-]` is the range `]`..`a` (swapped, as Redis does), then `]` closes the set.
         assert!(m("[a-]]", "_") && !m("[a-]]", "b") && !m("[a-]]", "-"));
+    }
+}
+
+/// Property tests of [`glob_match`] against a port of Redis's `stringmatchlen`
+/// (`util.c`), the matcher behind `SCAN MATCH` and `KEYS`. A fixed number of cases per
+/// run.
+#[cfg(test)]
+mod glob_props {
+    use proptest::prelude::*;
+
+    use super::glob_match;
+
+    /// `stringmatchlen` as Redis writes it (case-sensitive), step for step: `*` tries the
+    /// rest of the pattern at every position, a `[` set with no `]` runs to the pattern's
+    /// end, `\` escapes the next byte (a trailing one is itself). Range bounds compare as
+    /// unsigned bytes, as where C's `char` is unsigned (ARM); where it is signed (x86) a
+    /// range with one bound at or above 0x80 and one below reads otherwise, in Redis
+    /// itself.
+    fn stringmatchlen(pat: &[u8], s: &[u8]) -> bool {
+        let (mut p, mut s) = (0, s);
+        while p < pat.len() && !s.is_empty() {
+            match pat[p] {
+                b'*' => {
+                    while p + 1 < pat.len() && pat[p + 1] == b'*' {
+                        p += 1;
+                    }
+                    if p + 1 == pat.len() {
+                        return true;
+                    }
+                    while !s.is_empty() {
+                        if stringmatchlen(&pat[p + 1..], s) {
+                            return true;
+                        }
+                        s = &s[1..];
+                    }
+                    return false;
+                }
+                b'?' => s = &s[1..],
+                b'[' => {
+                    p += 1;
+                    let not = pat.get(p) == Some(&b'^');
+                    if not {
+                        p += 1;
+                    }
+                    let mut matched = false;
+                    loop {
+                        let left = pat.len() - p;
+                        if left >= 2 && pat[p] == b'\\' {
+                            p += 1;
+                            matched |= pat[p] == s[0];
+                        } else if left > 0 && pat[p] == b']' {
+                            break;
+                        } else if left == 0 {
+                            // C steps back here, and forward after the switch.
+                            p -= 1;
+                            break;
+                        } else if left >= 3 && pat[p + 1] == b'-' {
+                            let (lo, hi) = (pat[p].min(pat[p + 2]), pat[p].max(pat[p + 2]));
+                            matched |= (lo..=hi).contains(&s[0]);
+                            p += 2;
+                        } else {
+                            matched |= pat[p] == s[0];
+                        }
+                        p += 1;
+                    }
+                    if matched == not {
+                        return false;
+                    }
+                    s = &s[1..];
+                }
+                c => {
+                    let c = if c == b'\\' && pat.len() - p >= 2 {
+                        p += 1;
+                        pat[p]
+                    } else {
+                        c
+                    };
+                    if c != s[0] {
+                        return false;
+                    }
+                    s = &s[1..];
+                }
+            }
+            p += 1;
+            if s.is_empty() {
+                while pat.get(p) == Some(&b'*') {
+                    p += 1;
+                }
+                break;
+            }
+        }
+        p >= pat.len() && s.is_empty()
+    }
+
+    /// What `SCAN MATCH` returns: a pattern of one `*` takes every key without matching.
+    fn scan_match(pat: &[u8], key: &[u8]) -> bool {
+        pat == b"*" || stringmatchlen(pat, key)
+    }
+
+    /// Bytes that mean something in a glob, a few plain ones and one above 0x7f.
+    fn glob_byte() -> impl Strategy<Value = u8> {
+        prop::sample::select(b"ab-^[]*?\\\xe9".to_vec())
+    }
+
+    #[test]
+    fn the_reference_reads_as_redis() {
+        let m = |p: &[u8], k: &[u8]| stringmatchlen(p, k);
+        assert!(m(b"a*", b"abc") && m(b"a[bc]", b"ab") && !m(b"a[^bc]", b"ab"));
+        assert!(m(b"[a-]]", b"_") && m(b"a\\", b"a\\") && m(b"[^", b"x"));
+        // `**` does not match an empty key in Redis (`KEYS **`); `*` alone does, by
+        // `SCAN`'s and `KEYS`'s shortcut.
+        assert!(!m(b"**", b"") && scan_match(b"*", b""));
+    }
+
+    /// An empty key matches an empty pattern, and `*` alone; nothing else, not even `**`.
+    #[test]
+    fn an_empty_key_matches_as_in_redis() {
+        for pat in [&b""[..], b"*"] {
+            assert!(glob_match(pat, b""), "{pat:?}");
+        }
+        for pat in [&b"**"[..], b"***", b"?", b"[^a]", b"\\"] {
+            assert!(!glob_match(pat, b""), "{pat:?}");
+        }
+    }
+
+    proptest! {
+        // No regression files written beside the crate: a failure prints its input.
+        #![proptest_config(ProptestConfig {
+            failure_persistence: None,
+            ..ProptestConfig::with_cases(256)
+        })]
+
+        /// Patterns and keys of the bytes that matter read as Redis reads them.
+        #[test]
+        fn matches_as_redis_on_glob_bytes(
+            pat in prop::collection::vec(glob_byte(), 0..10),
+            key in prop::collection::vec(glob_byte(), 0..10),
+        ) {
+            prop_assert_eq!(glob_match(&pat, &key), scan_match(&pat, &key));
+        }
+
+        /// A key made to match: its pattern written from it with `*`, `?`, sets and
+        /// escapes in place of some of its bytes.
+        #[test]
+        fn a_pattern_written_from_a_key_matches_it(
+            key in prop::collection::vec(any::<u8>(), 1..12),
+            how in prop::collection::vec(0u8..6, 12),
+        ) {
+            let mut pat = Vec::new();
+            for (&b, &h) in key.iter().zip(&how) {
+                match h {
+                    0 => pat.push(b'?'),
+                    1 => pat.extend_from_slice(&[b'\\', b]),
+                    2 => pat.extend_from_slice(&[b'[', b'\\', b, b']']),
+                    3 => pat.extend_from_slice(&[b'[', 0, b'-', b, b']']),
+                    4 => pat.extend_from_slice(&[b'*', b'\\', b]),
+                    _ => pat.extend_from_slice(&[b'[', b'^', b'\\', b.wrapping_add(1), b']']),
+                }
+            }
+            prop_assert!(stringmatchlen(&pat, &key), "{:?}", pat);
+            prop_assert!(glob_match(&pat, &key), "{:?}", pat);
+        }
+
+        /// Any bytes: no panic, and the same answer as the reference.
+        #[test]
+        fn any_bytes_read_as_redis(
+            pat in prop::collection::vec(any::<u8>(), 0..16),
+            key in prop::collection::vec(any::<u8>(), 0..16),
+        ) {
+            prop_assert_eq!(glob_match(&pat, &key), scan_match(&pat, &key));
+        }
     }
 }

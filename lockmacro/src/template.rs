@@ -241,3 +241,134 @@ mod tests {
         }
     }
 }
+
+/// Property tests of [`parse_parts`]: no input panics; templates written from literal
+/// pieces, placeholders and one hash tag parse back to those parts; unbalanced or nested
+/// `<...>` and `{...}` are refused. A fixed number of cases per run.
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::{Part, parse_parts};
+
+    /// Literal text: anything but the template's own brackets.
+    fn literal() -> impl Strategy<Value = String> {
+        "[^<>{}]{1,6}"
+    }
+
+    fn ident() -> impl Strategy<Value = String> {
+        "[a-z_][a-z0-9_]{0,5}"
+    }
+
+    /// A placeholder: a parameter, then fields (names or tuple indices).
+    fn placeholder() -> impl Strategy<Value = Part> {
+        (
+            ident(),
+            prop::collection::vec(prop_oneof![ident(), "[0-9]{1,2}"], 0..3),
+        )
+            .prop_map(|(root, fields)| Part::Arg { root, fields })
+    }
+
+    /// Pieces with no two literals side by side (they would read as one).
+    fn pieces() -> impl Strategy<Value = Vec<Part>> {
+        prop::collection::vec(
+            prop_oneof![literal().prop_map(Part::Lit), placeholder()],
+            1..6,
+        )
+        .prop_map(|mut parts| {
+            parts.dedup_by(|b, a| matches!((a, b), (Part::Lit(_), Part::Lit(_))));
+            parts
+        })
+    }
+
+    fn text(parts: &[Part]) -> String {
+        parts
+            .iter()
+            .map(|p| match p {
+                Part::Lit(s) => s.clone(),
+                Part::Arg { root, fields } => {
+                    let mut path = vec![root.as_str()];
+                    path.extend(fields.iter().map(String::as_str));
+                    format!("<{}>", path.join("."))
+                }
+            })
+            .collect()
+    }
+
+    /// The parts with adjacent literals joined, as the parser gives them.
+    fn joined(parts: Vec<Part>) -> Vec<Part> {
+        let mut out: Vec<Part> = Vec::new();
+        for part in parts {
+            match (out.last_mut(), part) {
+                (Some(Part::Lit(a)), Part::Lit(b)) => a.push_str(&b),
+                (_, part) => out.push(part),
+            }
+        }
+        out
+    }
+
+    /// Whether `text`'s `<...>` or `{...}` are unbalanced or nested (braces counted
+    /// outside placeholders; inside one they make it invalid anyway).
+    fn badly_bracketed(text: &str) -> bool {
+        let (mut angle, mut brace) = (false, false);
+        for c in text.chars() {
+            match c {
+                '<' if angle => return true,
+                '<' => angle = true,
+                '>' if !angle => return true,
+                '>' => angle = false,
+                '{' if !angle && brace => return true,
+                '{' if !angle => brace = true,
+                '}' if !angle && !brace => return true,
+                '}' if !angle => brace = false,
+                _ => {}
+            }
+        }
+        angle || brace
+    }
+
+    proptest! {
+        // No regression files written beside the crate: a failure prints its input.
+        #![proptest_config(ProptestConfig {
+            failure_persistence: None,
+            ..ProptestConfig::with_cases(256)
+        })]
+
+        #[test]
+        fn no_input_panics(text in "\\PC{0,24}", name in prop_oneof![Just("key"), Just("scope")]) {
+            let _ = parse_parts(&text, name);
+        }
+
+        #[test]
+        fn pieces_parse_back(parts in pieces()) {
+            prop_assert_eq!(parse_parts(&text(&parts), "key"), Ok(parts));
+        }
+
+        /// One hash tag around some of the pieces: the braces join the literals beside
+        /// them.
+        #[test]
+        fn a_hash_tag_around_pieces_parses_back(
+            parts in pieces(),
+            from in any::<prop::sample::Index>(),
+            to in any::<prop::sample::Index>(),
+        ) {
+            let (a, b) = (from.index(parts.len()), to.index(parts.len()));
+            let (from, to) = (a.min(b), a.max(b));
+            let mut tagged = parts[..from].to_vec();
+            tagged.push(Part::Lit("{".into()));
+            tagged.extend_from_slice(&parts[from..=to]);
+            tagged.push(Part::Lit("}".into()));
+            tagged.extend_from_slice(&parts[to + 1..]);
+            let tagged = joined(tagged);
+            prop_assert_eq!(parse_parts(&text(&tagged), "key"), Ok(tagged));
+        }
+
+        /// Brackets out of balance, or one inside another, are refused.
+        #[test]
+        fn bad_brackets_are_refused(text in "[ab.<>{}]{1,12}") {
+            if badly_bracketed(&text) {
+                prop_assert!(parse_parts(&text, "key").is_err(), "{:?} was accepted", text);
+            }
+        }
+    }
+}

@@ -435,43 +435,46 @@ fn protocol_error(what: &'static str) -> RedisError {
     io::Error::new(io::ErrorKind::InvalidData, what).into()
 }
 
-/// Where the RESP2 reply starting at `at` ends: `Ok(None)` while incomplete.
-fn reply_end(buf: &[u8], at: usize) -> Result<Option<usize>, RedisError> {
-    let Some(kind) = buf.get(at) else {
-        return Ok(None);
-    };
-    let Some(eol) = buf[at..].windows(2).position(|w| w == b"\r\n") else {
-        return Ok(None);
-    };
-    let line_end = at + eol + 2;
-    let number = || -> Result<i64, RedisError> {
-        std::str::from_utf8(&buf[at + 1..at + eol])
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| protocol_error("bad length in a reply"))
-    };
-    match kind {
-        b'+' | b'-' | b':' => Ok(Some(line_end)),
-        b'$' => {
-            let len = number()?;
-            if len < 0 {
-                return Ok(Some(line_end));
+/// Where the RESP2 reply starting at `at` ends: `Ok(None)` while incomplete. An array's
+/// header only adds its length to the replies still to read, so nesting needs no call
+/// stack.
+fn reply_end(buf: &[u8], mut at: usize) -> Result<Option<usize>, RedisError> {
+    // Replies still to read: the one asked for, then each array's elements.
+    let mut left: u64 = 1;
+    while left > 0 {
+        let Some(kind) = buf.get(at) else {
+            return Ok(None);
+        };
+        let Some(eol) = buf[at..].windows(2).position(|w| w == b"\r\n") else {
+            return Ok(None);
+        };
+        let line_end = at + eol + 2;
+        let number = || -> Result<i64, RedisError> {
+            std::str::from_utf8(&buf[at + 1..at + eol])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| protocol_error("bad length in a reply"))
+        };
+        left -= 1;
+        at = match kind {
+            b'+' | b'-' | b':' => line_end,
+            b'$' => match usize::try_from(number()?) {
+                // `$-1`: no value.
+                Err(_) => line_end,
+                Ok(len) => match line_end.checked_add(len).and_then(|e| e.checked_add(2)) {
+                    Some(end) if end <= buf.len() => end,
+                    _ => return Ok(None),
+                },
+            },
+            b'*' => {
+                // `*-1`: no array.
+                left = left.saturating_add(u64::try_from(number()?).unwrap_or(0));
+                line_end
             }
-            let end = line_end + usize::try_from(len).unwrap_or(usize::MAX - 2) + 2;
-            Ok((end <= buf.len()).then_some(end))
-        }
-        b'*' => {
-            let mut end = line_end;
-            for _ in 0..number()?.max(0) {
-                match reply_end(buf, end)? {
-                    Some(next) => end = next,
-                    None => return Ok(None),
-                }
-            }
-            Ok(Some(end))
-        }
-        _ => Err(protocol_error("unexpected reply type")),
+            _ => return Err(protocol_error("unexpected reply type")),
+        };
     }
+    Ok(Some(at))
 }
 
 #[cfg(test)]
@@ -508,5 +511,101 @@ mod tests {
             assert_eq!(reply_end(buf, 0).unwrap(), end, "{buf:?}");
         }
         assert!(reply_end(b"?what\r\n", 0).is_err());
+    }
+}
+
+/// Property tests of [`reply_end`]: a well-formed RESP2 reply ends exactly where its
+/// encoding does, whatever follows it; every shorter prefix is incomplete; no bytes make
+/// it panic. A fixed number of cases per run.
+#[cfg(test)]
+mod framing_props {
+    use proptest::prelude::*;
+
+    use super::reply_end;
+
+    /// A RESP2 reply's encoding.
+    fn reply() -> impl Strategy<Value = Vec<u8>> {
+        let line = "[^\r\n]{0,12}";
+        let leaf = prop_oneof![
+            line.prop_map(|s| format!("+{s}\r\n").into_bytes()),
+            line.prop_map(|s| format!("-{s}\r\n").into_bytes()),
+            any::<i64>().prop_map(|n| format!(":{n}\r\n").into_bytes()),
+            // Any bytes, `\r\n` and reply type bytes included: the length frames them.
+            prop::collection::vec(any::<u8>(), 0..24).prop_map(|data| {
+                let mut out = format!("${}\r\n", data.len()).into_bytes();
+                out.extend_from_slice(&data);
+                out.extend_from_slice(b"\r\n");
+                out
+            }),
+            Just(b"$-1\r\n".to_vec()),
+            Just(b"*-1\r\n".to_vec()),
+        ];
+        leaf.prop_recursive(4, 32, 5, |inner| {
+            prop::collection::vec(inner, 0..5).prop_map(|items| {
+                let mut out = format!("*{}\r\n", items.len()).into_bytes();
+                for item in items {
+                    out.extend_from_slice(&item);
+                }
+                out
+            })
+        })
+    }
+
+    proptest! {
+        // No regression files written beside the crate: a failure prints its input.
+        #![proptest_config(ProptestConfig {
+            failure_persistence: None,
+            ..ProptestConfig::with_cases(256)
+        })]
+
+        #[test]
+        fn a_reply_ends_where_its_encoding_does(
+            reply in reply(),
+            after in prop::collection::vec(any::<u8>(), 0..8),
+        ) {
+            let mut buf = reply.clone();
+            buf.extend_from_slice(&after);
+            prop_assert_eq!(reply_end(&buf, 0).unwrap(), Some(reply.len()));
+            for cut in 0..reply.len() {
+                prop_assert_eq!(reply_end(&reply[..cut], 0).unwrap(), None, "cut at {}", cut);
+            }
+        }
+
+        /// Replies one after another: each ends where the next begins.
+        #[test]
+        fn pipelined_replies_end_one_after_another(replies in prop::collection::vec(reply(), 1..4)) {
+            let buf: Vec<u8> = replies.concat();
+            let mut at = 0;
+            for reply in &replies {
+                let end = reply_end(&buf, at).unwrap();
+                prop_assert_eq!(end, Some(at + reply.len()));
+                at += reply.len();
+            }
+        }
+
+        #[test]
+        fn no_bytes_make_it_panic(
+            buf in prop::collection::vec(
+                prop_oneof![
+                    4 => any::<u8>(),
+                    1 => prop::sample::select(b"*$:+-\r\n0123456789".to_vec()),
+                ],
+                0..64,
+            ),
+            at in 0usize..70,
+        ) {
+            let _ = reply_end(&buf, at);
+        }
+    }
+
+    /// Arrays nested far deeper than any reply Redis sends are framed without a deep
+    /// call stack.
+    #[test]
+    fn deeply_nested_arrays_are_framed() {
+        let depth = 200_000;
+        let mut buf = b"*1\r\n".repeat(depth);
+        buf.extend_from_slice(b":1\r\n");
+        assert_eq!(reply_end(&buf, 0).unwrap(), Some(buf.len()));
+        assert_eq!(reply_end(&buf[..buf.len() - 1], 0).unwrap(), None);
     }
 }

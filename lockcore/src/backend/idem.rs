@@ -28,6 +28,7 @@ static RELEASE: LazyLock<[Script; 2]> =
     LazyLock::new(|| super::scripts::both(super::scripts::IDEM_RELEASE));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_RENEW));
 static LOOK: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_LOOK));
+static PEEK: LazyLock<Script> = LazyLock::new(|| Script::new(super::scripts::IDEM_PEEK));
 static FORGET: LazyLock<[Script; 2]> =
     LazyLock::new(|| super::scripts::both(super::scripts::IDEM_FORGET));
 
@@ -142,6 +143,11 @@ pub(crate) trait Records: Send + Sync {
     /// server's time in ms.
     async fn idem_look(&self, key: &str) -> Result<Looked, BackendError>;
 
+    /// One read-only look at the first `head` bytes of `key` (`idem_peek.lua`), its
+    /// whole length, its ttl and the server's time in ms: a large stored result is not
+    /// sent.
+    async fn idem_peek(&self, key: &str, head: usize) -> Result<Peeked, BackendError>;
+
     /// Deletes `key` and wakes the repeats waiting on `channel` (`idem_forget.lua`):
     /// `Some(true)` when there was a record, `Some(false)` when there was nothing, `None`
     /// when the key holds something that is not an idempotency record (left as it is).
@@ -188,6 +194,17 @@ pub(crate) struct Looked {
     pub(crate) now_ms: u64,
 }
 
+/// What [`Records::idem_peek`] saw: the value's first bytes (cut anywhere, even inside
+/// a UTF-8 character), the whole value's length in bytes, its ttl (`None`: no key or no
+/// ttl) and the server's time in ms.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Peeked {
+    pub(crate) head: Option<Vec<u8>>,
+    pub(crate) len: usize,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) now_ms: u64,
+}
+
 impl Records for Backend {
     async fn idem_claim(&self, a: &ClaimArgs<'_>) -> Result<Claimed, BackendError> {
         each!(self, b => b.idem_claim(a))
@@ -226,6 +243,10 @@ impl Records for Backend {
 
     async fn idem_look(&self, key: &str) -> Result<Looked, BackendError> {
         each!(self, b => b.idem_look(key))
+    }
+
+    async fn idem_peek(&self, key: &str, head: usize) -> Result<Peeked, BackendError> {
+        each!(self, b => b.idem_peek(key, head))
     }
 
     async fn idem_forget(&self, key: &str, channel: &str) -> Result<Option<bool>, BackendError> {
@@ -389,6 +410,19 @@ impl Records for RedisBackend {
             self.eval_via(&inv, Route::Shared).await?;
         Ok(Looked {
             value,
+            ttl: (pttl > 0).then(|| Duration::from_millis(pttl.unsigned_abs())),
+            now_ms,
+        })
+    }
+
+    async fn idem_peek(&self, key: &str, head: usize) -> Result<Peeked, BackendError> {
+        let mut inv = PEEK.prepare_invoke();
+        inv.key(key).arg(head.max(1));
+        let (head, len, pttl, now_ms): (Option<Vec<u8>>, u64, i64, u64) =
+            self.eval_via(&inv, Route::Shared).await?;
+        Ok(Peeked {
+            head,
+            len: usize::try_from(len).unwrap_or(usize::MAX),
             ttl: (pttl > 0).then(|| Duration::from_millis(pttl.unsigned_abs())),
             now_ms,
         })
@@ -629,6 +663,22 @@ impl Records for MemoryBackend {
         lifetime: Duration,
     ) -> Result<Renewal, BackendError> {
         Ok(self.renew(key, owner, lease, lifetime))
+    }
+
+    async fn idem_peek(&self, key: &str, head: usize) -> Result<Peeked, BackendError> {
+        let now = Instant::now();
+        Ok(match self.records().get(key) {
+            Some((raw, until)) => Peeked {
+                head: Some(raw.as_bytes()[..head.min(raw.len())].to_vec()),
+                len: raw.len(),
+                ttl: Some(*until - now),
+                now_ms: now_ms(),
+            },
+            None => Peeked {
+                now_ms: now_ms(),
+                ..Peeked::default()
+            },
+        })
     }
 
     async fn idem_look(&self, key: &str) -> Result<Looked, BackendError> {

@@ -288,6 +288,14 @@ impl Records for RedlockBackend {
         Err(unsupported("showing an idempotency record"))
     }
 
+    async fn idem_peek(
+        &self,
+        _key: &str,
+        _head: usize,
+    ) -> Result<super::idem::Peeked, BackendError> {
+        Err(unsupported("showing an idempotency record"))
+    }
+
     async fn idem_forget(&self, _key: &str, _channel: &str) -> Result<Option<bool>, BackendError> {
         Err(unsupported("forgetting an idempotency record"))
     }

@@ -56,6 +56,8 @@ pub const IDEM_RENEW: &str = concat!(
 
 /// One read-only look at an idempotency record, with the server's time.
 pub const IDEM_LOOK: &str = include_str!("../scripts/idem_look.lua");
+/// The first bytes of an idempotency record, its length and ttl, with the server's time.
+pub const IDEM_PEEK: &str = include_str!("../scripts/idem_peek.lua");
 /// Forget an idempotency record and wake the repeats that wait on it.
 pub const IDEM_FORGET: &str = include_str!("../scripts/idem_forget.lua");
 
@@ -113,6 +115,7 @@ mod tests {
             IDEM_CLAIM,
             IDEM_RENEW,
             IDEM_LOOK,
+            IDEM_PEEK,
         ] {
             assert_eq!(sharded(script), script, "publishes nothing");
         }

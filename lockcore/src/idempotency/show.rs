@@ -137,6 +137,11 @@ impl IdemRecord {
     }
 }
 
+/// How many bytes of a record [`Locks::stuck_idem_records`] reads: an in-progress
+/// claim (a few hundred bytes: an owner token with its host name, a fingerprint, times)
+/// and the start of a completed record appended after it fit.
+const PEEKED: usize = 4096;
+
 impl Locks {
     /// The idempotency record at `key`, in one read-only look: where it stands, who
     /// claimed it and its lease left, its ttl, its fingerprint and its stored result.
@@ -209,6 +214,62 @@ impl Locks {
         let keep = |found: &str| Some(found.to_owned());
         let look = move |key: String| async move { self.idem_record(&key).await };
         walk.looked(self, keep, look)
+    }
+
+    /// The idempotency records whose key matches `pattern` (as for
+    /// [`idem_records`](Self::idem_records)) that are stuck ([`IdemRecord::is_stuck`]):
+    /// a stream that walks the keys with `SCAN` and looks at each record's first bytes
+    /// only, since a completed record is never stuck and its stored result (which may be
+    /// large) need not be read. A claim is read whole, one at a time, so the walk holds a
+    /// few records' heads at once whatever the keyspace. An error ends the stream. Not
+    /// over Redlock.
+    ///
+    /// ```
+    /// use futures_util::TryStreamExt;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let stuck: Vec<_> = locks.stuck_idem_records("*").try_collect().await.unwrap();
+    /// assert!(stuck.is_empty());
+    /// # }
+    /// ```
+    pub fn stuck_idem_records(
+        &self,
+        pattern: &str,
+    ) -> impl futures_util::Stream<Item = Result<IdemRecord>> + Send + '_ {
+        let walk = crate::lock::KeyWalk::new(vec![format!(
+            "{}{}{pattern}",
+            self.inner.prefix,
+            crate::key::RECORDS
+        )]);
+        let keep = |found: &str| Some(found.to_owned());
+        let look = move |key: String| async move { self.stuck_idem_record(&key).await };
+        walk.looked(self, keep, look)
+    }
+
+    /// The record at `key` when it is stuck, judged from its first [`PEEKED`] bytes: a
+    /// completed record's marker there settles it (never stuck); a value that fits is
+    /// read as [`idem_record`](Self::idem_record) would read it; a longer one without
+    /// the marker in its head (no record distlock writes) is read whole.
+    async fn stuck_idem_record(&self, key: &str) -> Result<Option<IdemRecord>> {
+        let key = self.record_key(key)?;
+        let peeked = self.inner.backend.idem_peek(&key, PEEKED).await;
+        let peeked = peeked.map_err(|e| Error::backend(&key, e))?;
+        let Some(head) = peeked.head else {
+            return Ok(None);
+        };
+        let head = String::from_utf8_lossy(&head);
+        if completed_at(&head).is_some() {
+            return Ok(None);
+        }
+        let record = if peeked.len <= PEEKED {
+            IdemRecord::read(&key, head.into_owned(), peeked.ttl, peeked.now_ms)
+        } else {
+            match self.idem_record(&key).await? {
+                Some(record) => record,
+                None => return Ok(None),
+            }
+        };
+        Ok(record.is_stuck().then_some(record))
     }
 
     /// A record's full key: `key` as given when it begins with the client's prefix, else

@@ -146,8 +146,11 @@ impl KeyWalk {
         Some(Ok(keys))
     }
 
-    /// The walk as a stream: each key found that `keep` maps to one of its own (once per
-    /// walk), looked at by `look`, which may skip it (`Ok(None)`). An error ends it.
+    /// The walk as a stream: each key found that `keep` maps to one of its own, looked at
+    /// by `look`, which may skip it (`Ok(None)`); none comes twice. An error ends it. Only
+    /// the keys that came are remembered (a key `SCAN` gives again is looked at again
+    /// unless it came), so that a walk over many keys that mostly do not come (`distlock
+    /// leaks` over completed records) holds no set of every key.
     pub(crate) fn looked<'a, T, K, L, F>(
         self,
         locks: &'a Locks,
@@ -182,8 +185,14 @@ impl KeyWalk {
             }
             loop {
                 while let Some(key) = st.pending.pop_front() {
-                    match (st.look)(key).await {
-                        Ok(Some(found)) => return Some((Ok(found), st)),
+                    if st.seen.contains(&key) {
+                        continue;
+                    }
+                    match (st.look)(key.clone()).await {
+                        Ok(Some(found)) => {
+                            st.seen.insert(key);
+                            return Some((Ok(found), st));
+                        }
                         Ok(None) => {}
                         Err(e) => {
                             st.done = true;
@@ -193,9 +202,13 @@ impl KeyWalk {
                 }
                 match st.walk.step(&locks.inner.backend).await? {
                     Ok(keys) => {
+                        // One step's keys, each once (a lock and its companions map to
+                        // one key).
+                        let mut step = std::collections::HashSet::new();
                         for found in keys {
                             if let Some(key) = (st.keep)(&found)
-                                && st.seen.insert(key.clone())
+                                && !st.seen.contains(&key)
+                                && step.insert(key.clone())
                             {
                                 st.pending.push_back(key);
                             }
