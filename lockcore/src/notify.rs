@@ -24,6 +24,7 @@ use redis::aio::PubSubSink;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind};
+use crate::backend::redis::policy::MAX_RUNTIMES;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// The channel a lock's release is published on: `{<key>}:released`, in the key's hash
@@ -231,7 +232,8 @@ impl Source {
     }
 }
 
-/// The Pub/Sub side of one client: a hub per tokio runtime, made on first wait.
+/// The Pub/Sub side of one client: a hub per tokio runtime, made on first wait, for as
+/// many runtimes as the connection policy keeps (`MAX_RUNTIMES`).
 pub(crate) struct Notifier {
     source: Source,
     timeout: Duration,
@@ -278,6 +280,16 @@ impl Notifier {
         if let Some(hub) = self.live_hub(runtime) {
             return Some(hub);
         }
+        // As many hubs as the connection policy keeps runtimes: past it, this runtime's
+        // waiters poll rather than push out a live runtime's hub (which would make a
+        // connection for every subscription in turn).
+        {
+            let mut hubs = crate::util::lock(&self.hubs);
+            hubs.retain(|(_, h)| !h.commands.is_closed());
+            if hubs.len() >= MAX_RUNTIMES {
+                return None;
+            }
+        }
         let switched = self.source.switched();
         // Boxed: the connecting futures are deep types (see `RedisBackend::connection`).
         let (sink, stream) = crate::util::erased(self.connect()).await?;
@@ -298,9 +310,6 @@ impl Notifier {
         ));
         let mut hubs = crate::util::lock(&self.hubs);
         hubs.retain(|(rt, h)| *rt != runtime && !h.commands.is_closed());
-        if hubs.len() >= 8 {
-            hubs.remove(0);
-        }
         hubs.push((runtime, hub.clone()));
         Some(hub)
     }

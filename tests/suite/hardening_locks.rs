@@ -591,3 +591,85 @@ async fn a_busy_reply_leaves_the_native_commands_on() {
         "native releases after the BUSY"
     );
 }
+
+/// Waiters on more runtimes than the Pub/Sub hubs were capped at (8) subscribe through
+/// one hub per runtime, as command connections are kept: 12 runtimes sharing one client,
+/// each with a waiter that subscribes on every cycle, make a bounded number of
+/// connections, and none once warm beyond the direct ones a runtime takes over. Past the
+/// old cap each subscription on a pushed-out runtime opened a connection and pushed out
+/// another (480-604 new connections in under a second). Control: 8 runtimes.
+#[test]
+fn waiters_on_more_runtimes_than_cores_make_no_pubsub_storm() {
+    for count in [8usize, 12] {
+        let server = RedisServer::start();
+        let runtimes: Vec<_> = (0..count)
+            .map(|_| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let locks = runtimes[0].block_on(async {
+            Locks::builder(server.url())
+                .command_timeout(Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap()
+        });
+        // The holders: another client, on a runtime of its own (its waiters would queue
+        // behind them locally, without Pub/Sub, were they of one client).
+        let holders = tokio::runtime::Runtime::new().unwrap();
+        let other = holders.block_on(async {
+            Locks::builder(server.url())
+                .command_timeout(Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap()
+        });
+        // Each runtime: a waiter on a key of its own, subscribed until the other client's
+        // release wakes it.
+        let contended = |cycles: usize| {
+            std::thread::scope(|scope| {
+                for (r, rt) in runtimes.iter().enumerate() {
+                    let (locks, other) = (locks.clone(), other.clone());
+                    scope.spawn(move || {
+                        rt.block_on(async move {
+                            for c in 0..cycles {
+                                let key = format!("sub:{r}");
+                                let g = other.lock(key.as_str()).acquire().await.unwrap();
+                                let waiter = {
+                                    let (locks, key) = (locks.clone(), key.clone());
+                                    tokio::spawn(async move {
+                                        let w = locks
+                                            .lock(key.as_str())
+                                            .wait(Duration::from_secs(10))
+                                            .acquire()
+                                            .await
+                                            .unwrap();
+                                        w.release().await.unwrap();
+                                    })
+                                };
+                                tokio::time::sleep(Duration::from_millis(2 + (c % 3) as u64)).await;
+                                g.release().await.unwrap();
+                                waiter.await.unwrap();
+                            }
+                        })
+                    });
+                }
+            })
+        };
+        let before = testkit::connections_received(server.port);
+        contended(10);
+        let warm = testkit::connections_received(server.port);
+        contended(20);
+        let after = testkit::connections_received(server.port);
+        let (first, second) = (warm - before, after - warm);
+        eprintln!("{count} runtimes with waiters: {first} connections, then {second}");
+        // Per runtime a command connection and a hub, each client's direct ones (4), the
+        // other client's, the readings.
+        assert!(first <= 3 * count as u64 + 16, "{count} runtimes: {first} connections");
+        assert!(second <= 24, "{count} runtimes: {second} more connections, warm");
+    }
+}

@@ -6,11 +6,10 @@
 
 use super::*;
 
-/// How many runtimes' connections one client keeps: more than a service runs (actix-web
-/// runs one per worker, and the default client is shared by all). The connection of a
-/// runtime that shut down is found closed and dropped before this matters, where
-/// distlock made its socket.
-pub(super) const MAX_RUNTIMES: usize = 64;
+/// How many runtimes' connections one client keeps (see `policy::MAX_RUNTIMES`). The
+/// connection of a runtime that shut down is found closed and dropped before this
+/// matters, where distlock made its socket.
+pub(super) use super::policy::MAX_RUNTIMES;
 
 /// How long an idle direct connection of another runtime must have been unused before a
 /// runtime that needs one closes it to make room: such a connection most likely belongs

@@ -19,7 +19,7 @@
 
 mod cache;
 mod cluster;
-mod policy;
+pub(crate) mod policy;
 mod pool;
 mod routing;
 
