@@ -125,9 +125,16 @@ impl<'a> Contention<'a> {
         Next::Retry
     }
 
+    /// Subscribes, within the caller's deadline: a Pub/Sub connection that is slow to
+    /// come (another waiter's connect ahead, a stalled node) leaves the caller polling, and
+    /// its call ends by its deadline all the same.
     async fn subscribe(&mut self) {
         self.subscribed = true;
-        self.wake = self.wakeups.subscribe((self.channel_of)(self.of)).await;
+        let subscribing = self.wakeups.subscribe((self.channel_of)(self.of));
+        self.wake = tokio::time::timeout_at(self.deadline, subscribing)
+            .await
+            .ok()
+            .flatten();
     }
 }
 

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use crate::backend::redis::policy::MAX_RUNTIMES;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
@@ -24,7 +25,6 @@ use redis::aio::PubSubSink;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind};
-use crate::backend::redis::policy::MAX_RUNTIMES;
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// The channel a lock's release is published on: `{<key>}:released`, in the key's hash
@@ -242,6 +242,9 @@ pub(crate) struct Notifier {
     named: Arc<[u8]>,
     hubs: Mutex<Vec<(tokio::runtime::Id, Arc<Hub>)>>,
     connecting: tokio::sync::Mutex<()>,
+    /// After a Pub/Sub connection could not be made, until when waiters poll instead of
+    /// trying again (each would queue behind the last one's connect).
+    backoff_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Notifier {
@@ -252,6 +255,7 @@ impl Notifier {
             named: Arc::from(&b""[..]),
             hubs: Mutex::new(Vec::new()),
             connecting: tokio::sync::Mutex::new(()),
+            backoff_until: Mutex::new(None),
         }
     }
 
@@ -276,9 +280,19 @@ impl Notifier {
         if let Some(hub) = self.live_hub(runtime) {
             return Some(hub);
         }
+        let backing_off = || {
+            crate::util::lock(&self.backoff_until)
+                .is_some_and(|until| tokio::time::Instant::now() < until)
+        };
+        if backing_off() {
+            return None;
+        }
         let _one = self.connecting.lock().await;
         if let Some(hub) = self.live_hub(runtime) {
             return Some(hub);
+        }
+        if backing_off() {
+            return None;
         }
         // As many hubs as the connection policy keeps runtimes: past it, this runtime's
         // waiters poll rather than push out a live runtime's hub (which would make a
@@ -292,7 +306,12 @@ impl Notifier {
         }
         let switched = self.source.switched();
         // Boxed: the connecting futures are deep types (see `RedisBackend::connection`).
-        let (sink, stream) = crate::util::erased(self.connect()).await?;
+        let Some((sink, stream)) = crate::util::erased(self.connect()).await else {
+            // Waiters poll for a while rather than queue on connects that fail.
+            *crate::util::lock(&self.backoff_until) =
+                Some(tokio::time::Instant::now() + self.timeout);
+            return None;
+        };
         let (tx, rx) = mpsc::unbounded_channel();
         let hub = Arc::new(Hub {
             registry: Registry::default(),

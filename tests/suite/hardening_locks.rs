@@ -669,7 +669,77 @@ fn waiters_on_more_runtimes_than_cores_make_no_pubsub_storm() {
         eprintln!("{count} runtimes with waiters: {first} connections, then {second}");
         // Per runtime a command connection and a hub, each client's direct ones (4), the
         // other client's, the readings.
-        assert!(first <= 3 * count as u64 + 16, "{count} runtimes: {first} connections");
-        assert!(second <= 24, "{count} runtimes: {second} more connections, warm");
+        assert!(
+            first <= 3 * count as u64 + 16,
+            "{count} runtimes: {first} connections"
+        );
+        assert!(
+            second <= 24,
+            "{count} runtimes: {second} more connections, warm"
+        );
+    }
+}
+
+/// A waiter's subscribe is bounded by its wait: with new connections stalled (the
+/// endpoint moved to a host that accepts and never answers) after the command
+/// connections were made, six waiters that need the Pub/Sub connection, with `wait =
+/// 1.5 s`, all answer `Busy` within their wait (and a margin). They queued on one
+/// connect after another, each spending up to the command timeout: `Busy` after 6 s.
+/// Control: the same waiters with connections flowing answer `Busy` at their deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiters_subscribe_ends_by_its_deadline() {
+    use common::proxy::FaultProxy;
+    let server = RedisServer::start();
+    let holder = Locks::connect(&server.url()).await.unwrap();
+    let mut held = Vec::new();
+    for i in 0..6 {
+        held.push(
+            holder
+                .lock(format!("stalled:{i}"))
+                .ttl(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    for stall in [false, true] {
+        let proxy = FaultProxy::start(server.port);
+        let locks = proxy.locks(Duration::from_secs(1));
+        cycles(&locks, "warm", 2).await;
+        // A host that accepts connections and never answers.
+        let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        if stall {
+            proxy.move_to(blackhole.local_addr().unwrap().port());
+        }
+        let wait = Duration::from_millis(1500);
+        let started = Instant::now();
+        let waiters: Vec<_> = (0..6)
+            .map(|i| {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    let r = locks
+                        .lock(format!("stalled:{i}"))
+                        .wait(wait)
+                        .acquire()
+                        .await;
+                    (r.map(|_| ()), started.elapsed())
+                })
+            })
+            .collect();
+        for w in waiters {
+            let (r, took) = w.await.unwrap();
+            assert!(
+                matches!(r, Err(Error::Busy { .. })),
+                "stalled {stall}: {r:?}"
+            );
+            assert!(
+                took < wait + Duration::from_millis(900),
+                "stalled {stall}: Busy after {took:?}"
+            );
+        }
+        drop(blackhole);
+    }
+    for g in held {
+        g.release().await.unwrap();
     }
 }
