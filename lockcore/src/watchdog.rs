@@ -287,8 +287,17 @@ impl Tracked {
 }
 
 async fn run(client: std::sync::Weak<Backend>, tracking: &mut Tracking) {
+    let mut epoch = client.upgrade().map(|b| b.epoch());
     loop {
-        let next = tracking.leases.iter().map(|t| t.due.min(t.lease_end)).min();
+        // While leases are held, the backend's epoch is looked at every `EPOCH_LOOK`: a
+        // restart or failover the client suspected since (see `Locking::epoch`) makes
+        // every lease due at once, so each finds out whether its key survived.
+        let next = tracking
+            .leases
+            .iter()
+            .map(|t| t.due.min(t.lease_end))
+            .min()
+            .map(|at| at.min(Instant::now() + EPOCH_LOOK));
         let woke = match next {
             Some(at) => tokio::select! {
                 lease = tracking.incoming.recv() => lease.map(Some),
@@ -310,9 +319,22 @@ async fn run(client: std::sync::Weak<Backend>, tracking: &mut Tracking) {
         let Some(backend) = client.upgrade() else {
             return;
         };
+        let now_epoch = Some(backend.epoch());
+        if now_epoch != epoch {
+            epoch = now_epoch;
+            let now = Instant::now();
+            for t in tracking.leases.iter_mut().filter(|t| !t.capped(now)) {
+                t.due = now;
+            }
+            tracing::debug!(target: "distlock", leases = tracking.leases.len(), "redis may have restarted or failed over: every held lock is checked now");
+        }
         tick(&backend, &mut tracking.leases).await;
     }
 }
+
+/// How often the renewal task looks at the backend's epoch while leases are held (an
+/// atomic read, no round trip).
+const EPOCH_LOOK: Duration = Duration::from_millis(50);
 
 async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
     let now = Instant::now();

@@ -743,3 +743,61 @@ async fn a_waiters_subscribe_ends_by_its_deadline() {
         g.release().await.unwrap();
     }
 }
+
+/// A restart the client noticed (a broken connection, a new `run_id`) checks every
+/// renewed lock at once: after a restart without persistence, another client takes the
+/// key, and once this client has seen the restart (one of its calls reconnected), its
+/// lock is reported lost within a fraction of a second, not at its next scheduled renewal
+/// (10 s after it was taken here): `is_held()` stayed true while another client held the
+/// key. Control: the other client does hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_noticed_restart_checks_every_held_lock_at_once() {
+    let mut server = RedisServer::start();
+    let locks = Locks::builder(server.url())
+        .command_timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .unwrap();
+    let g = locks
+        .lock("restarted")
+        .ttl(Duration::from_secs(30))
+        .renew(true)
+        .acquire()
+        .await
+        .unwrap();
+    // Its first renewal is 10 s away.
+    assert!(g.info().is_held());
+    server.restart();
+    let other = Locks::connect(&server.url()).await.unwrap();
+    let taken = other.lock("restarted").acquire().await.unwrap();
+    // This client notices: a call of its own reconnects (the first may fail).
+    for _ in 0..20 {
+        match locks.lock("noticing").acquire().await {
+            Ok(n) => {
+                n.release().await.unwrap();
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let noticed = Instant::now();
+    while g.info().is_held() && noticed.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !g.info().is_held(),
+        "still believed held {:?} after the restart was noticed",
+        noticed.elapsed()
+    );
+    assert!(
+        noticed.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        noticed.elapsed()
+    );
+    assert!(
+        other.inspect("restarted").await.unwrap().holder.is_some(),
+        "control"
+    );
+    assert!(g.release().await.is_err());
+    taken.release().await.unwrap();
+}
