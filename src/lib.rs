@@ -376,12 +376,26 @@
 //! other calls: a direct one (to the primary behind Sentinel, to the slot's owner on a
 //! cluster), kept for the next.
 //!
+//! What a server's error reply means, decided in one place for the shared connection,
+//! the direct ones and the connection to a Sentinel's primary:
+//!
+//! | reply | the connection | the client | the caller sees |
+//! |---|---|---|---|
+//! | `ERR unknown command`, a syntax error for an option the server lacks, `NOPERM` | kept | that capability off (native commands, `SET NX GET`) until the next connection's look at the server | the call through the scripts |
+//! | `BUSY`, `LOADING`, `MASTERDOWN`, `OOM` | kept | capabilities kept | `Backend` (the command did not run; retry later) |
+//! | `READONLY` (a demoted primary: a failover, an endpoint name that moved) | closed, with the idle direct connections | a possible restart counted: every renewed lock is checked at once; the next connection finds the primary | `Backend` |
+//! | `WRONGTYPE` (a name taken by another kind) | kept | capabilities kept | an acquire: `WrongKind`; a release or renewal: `Lost` |
+//! | no reply within the command timeout, a broken connection | closed | a possible restart counted, as above | `Backend` |
+//! | `MOVED`, `ASK`, `TRYAGAIN` (a cluster) | kept | the slot map read again | followed, or waited out, within the call |
+//!
 //! On a Redis Cluster, one cluster connection per client serves every runtime: it is
 //! made and driven on one thread of the library's own (`distlock-cluster`), so a node
 //! that hangs does not keep a new runtime (or the renewal task) from using the cluster.
 //! While a slot migrates and a lock key and its companions (`{key}:fence`,
-//! `{key}:turns`) are split between the two nodes (`TRYAGAIN`), fences and releases run
-//! on one key at a time instead of waiting for the migration.
+//! `{key}:turns`, a read lock's `{key}:readers`) are split between the two nodes
+//! (`TRYAGAIN`), fences, releases and read shares' renewals run on one key at a time
+//! instead of waiting for the migration. A renewal batch judges each lock on its own:
+//! one primary that hangs costs the locks on it alone.
 //!
 //! ## Redis Cluster
 //!
