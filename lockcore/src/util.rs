@@ -176,6 +176,15 @@ fn one_of(pattern: &[u8], mut at: usize, byte: u8) -> Option<usize> {
     (found != negate).then_some(at)
 }
 
+/// How many tokio runtimes' connections one client keeps, of each kind (the multiplexed
+/// command connection, the cluster connection, the Pub/Sub hub that wakes waiters): more
+/// than a service runs (actix-web runs one per worker, and the default client is shared
+/// by all). Past it, a new runtime's command connection replaces the oldest runtime's
+/// (most likely one that shut down: a live runtime's is found closed and dropped
+/// first), and its waiters poll instead of subscribing: a hub is never pushed out for
+/// another, which made a connection for every subscription in turn.
+pub(crate) const MAX_RUNTIMES: usize = 64;
+
 #[cfg(test)]
 mod glob_tests {
     use super::glob_match;

@@ -11,14 +11,9 @@
 //! | a broken connection, a timeout | closed (the multiplexed one is remade, a direct one dropped with the idle ones) | a possible restart counted | `Backend` |
 //! | `MOVED`, `ASK` (a cluster) | kept | the slot map read again | followed within the call |
 
-/// How many tokio runtimes' connections one client keeps, of each kind (the multiplexed
-/// command connection, the cluster connection, the Pub/Sub hub that wakes waiters): more
-/// than a service runs (actix-web runs one per worker, and the default client is shared
-/// by all). Past it, a new runtime's command connection replaces the oldest runtime's
-/// (most likely one that shut down: a live runtime's is found closed and dropped
-/// first), and its waiters poll instead of subscribing: a hub is never pushed out for
-/// another, which made a connection for every subscription in turn.
-pub(crate) const MAX_RUNTIMES: usize = 64;
+/// How many tokio runtimes' connections one client keeps, of each kind (see
+/// `util::MAX_RUNTIMES`, below the notifier's layer).
+pub(crate) use crate::util::MAX_RUNTIMES;
 
 /// What becomes of a connection after an error on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
