@@ -375,9 +375,11 @@ pub(crate) fn is_wrong_type(e: &redis::RedisError) -> bool {
 /// pipeline. The one decision of when a capability is missing (see
 /// [`BackendError::is_capability_missing`]).
 pub(crate) fn capability_missing(e: &redis::RedisError) -> bool {
+    // `NOPERM` for the command itself (`No permissions to run the ... command`), not for
+    // a key outside the user's patterns, which says nothing of the server's commands.
     let says = |code: Option<&str>, text: &str| {
         let text = text.to_ascii_lowercase();
-        code == Some("NOPERM")
+        (code == Some("NOPERM") && text.contains("permissions to run"))
             || text.contains("unknown command")
             || text.contains("unknown subcommand")
             || text.contains("syntax error")

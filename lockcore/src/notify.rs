@@ -300,7 +300,14 @@ impl Notifier {
         {
             let mut hubs = crate::util::lock(&self.hubs);
             hubs.retain(|(_, h)| !h.commands.is_closed());
-            if hubs.len() >= MAX_RUNTIMES {
+            // Those of other runtimes that still serve (a hub made before a Sentinel
+            // switch, or this runtime's own, is replaced, not counted).
+            let switched = self.source.switched();
+            let serving = hubs
+                .iter()
+                .filter(|(rt, h)| *rt != runtime && h.switched == switched)
+                .count();
+            if serving >= MAX_RUNTIMES {
                 return None;
             }
         }

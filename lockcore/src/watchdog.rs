@@ -288,6 +288,9 @@ impl Tracked {
 
 async fn run(client: std::sync::Weak<Backend>, tracking: &mut Tracking) {
     let mut epoch = client.upgrade().map(|b| b.epoch());
+    let mut next_look = Instant::now() + EPOCH_LOOK;
+    // When every lease was last made due at once: at most once per `EARLY_GAP`.
+    let mut checked_early: Option<Instant> = None;
     loop {
         // While leases are held, the backend's epoch is looked at every `EPOCH_LOOK`: a
         // restart or failover the client suspected since (see `Locking::epoch`) makes
@@ -297,7 +300,7 @@ async fn run(client: std::sync::Weak<Backend>, tracking: &mut Tracking) {
             .iter()
             .map(|t| t.due.min(t.lease_end))
             .min()
-            .map(|at| at.min(Instant::now() + EPOCH_LOOK));
+            .map(|at| at.min(next_look));
         let woke = match next {
             Some(at) => tokio::select! {
                 lease = tracking.incoming.recv() => lease.map(Some),
@@ -312,25 +315,48 @@ async fn run(client: std::sync::Weak<Backend>, tracking: &mut Tracking) {
                 while let Ok(lease) = tracking.incoming.try_recv() {
                     tracking.leases.push(Tracked::new(lease));
                 }
-                continue;
             }
             Some(None) => {}
         }
         let Some(backend) = client.upgrade() else {
             return;
         };
-        let now_epoch = Some(backend.epoch());
-        if now_epoch != epoch {
-            epoch = now_epoch;
-            let now = Instant::now();
-            for t in tracking.leases.iter_mut().filter(|t| !t.capped(now)) {
-                t.due = now;
+        let now = Instant::now();
+        let mut early = false;
+        if now >= next_look {
+            next_look = now + EPOCH_LOOK;
+            let now_epoch = Some(backend.epoch());
+            // Not more often than `EARLY_GAP` (an outage bumps the epoch at every failed
+            // connect), and never for a lease whose retry is already near.
+            if now_epoch != epoch && checked_early.is_none_or(|at| now >= at + EARLY_GAP) {
+                epoch = now_epoch;
+                checked_early = Some(now);
+                for t in tracking
+                    .leases
+                    .iter_mut()
+                    .filter(|t| !t.capped(now) && t.due > now + EARLY_GAP)
+                {
+                    t.due = now;
+                    early = true;
+                }
+                if early {
+                    tracing::debug!(target: "distlock", leases = tracking.leases.len(), "redis may have restarted or failed over: every held lock is checked now");
+                }
             }
-            tracing::debug!(target: "distlock", leases = tracking.leases.len(), "redis may have restarted or failed over: every held lock is checked now");
         }
-        tick(&backend, &mut tracking.leases).await;
+        // A wake for the epoch look alone, with nothing due, costs no tick.
+        let due = tracking
+            .leases
+            .iter()
+            .any(|t| t.due.min(t.lease_end) <= now + t.lease.ttl / 6);
+        if early || due {
+            tick(&backend, &mut tracking.leases).await;
+        }
     }
 }
+
+/// The least time between two checks of every lease at once (see [`run`]).
+const EARLY_GAP: Duration = Duration::from_secs(1);
 
 /// How often the renewal task looks at the backend's epoch while leases are held (an
 /// atomic read, no round trip).
@@ -358,9 +384,12 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
         .max()
         .unwrap_or(sent);
     let renewed = extend_due(backend, tracked, &due, sent, last_end).await;
+    // Before the replicas' acknowledgements: their wait says nothing of when the
+    // renewals were answered.
+    let answered = Instant::now();
     let extended: Vec<bool> = renewed.iter().map(|r| matches!(r, Ok(true))).collect();
     let acked = acknowledge(backend, tracked, &due, &extended, first_end).await;
-    record(backend, tracked, &due, renewed, &acked, sent);
+    record(backend, tracked, &due, (renewed, answered), &acked, sent);
 }
 
 /// Phase 1: leases released, or ended without a renewal (max_hold reached, or renewals
@@ -500,14 +529,13 @@ fn record(
     backend: &Backend,
     tracked: &mut Vec<Tracked>,
     due: &[usize],
-    renewed: Extended,
+    (renewed, answered): (Extended, Instant),
     acked: &[(u64, u32)],
     sent: Instant,
 ) {
     let retry_soon = |t: &mut Tracked| {
         t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
     };
-    let answered = Instant::now();
     let mut lost = Vec::new();
     for (&i, result) in due.iter().zip(renewed) {
         let t = &mut tracked[i];

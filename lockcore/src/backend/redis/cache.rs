@@ -514,9 +514,14 @@ impl RedisBackend {
         server: Option<(Native, Option<String>)>,
         closed: Option<Arc<AtomicBool>>,
     ) -> (Conn, u64) {
-        if let Some((native, run_id)) = server {
-            self.observe(run_id.as_deref());
-            *crate::util::lock(&self.native) = native;
+        match server {
+            Some((native, run_id)) => {
+                self.observe(run_id.as_deref());
+                *crate::util::lock(&self.native) = native;
+            }
+            // The look timed out (or was refused whole): what the server has natively
+            // stays as known, but whether it restarted cannot be told.
+            None => self.observe(None),
         }
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let native = self.native();

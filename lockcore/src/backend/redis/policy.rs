@@ -29,9 +29,16 @@ pub(super) enum AfterError {
 
 /// What `e` means for the connection it came on (see the module docs).
 pub(super) fn after_error(e: &redis::RedisError) -> AfterError {
-    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
-        || e.code() == Some("READONLY")
-    {
+    // `READONLY` itself, in a pipeline or a transaction (`EXECABORT`), or raised by a
+    // script's write (`-READONLY` inside its error, on servers before 7.0).
+    let demoted = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+        || e.to_string().contains("READONLY")
+        || e.clone().into_server_errors().is_some_and(|failed| {
+            failed
+                .iter()
+                .any(|(_, s)| s.code() == "READONLY" || s.to_string().contains("READONLY"))
+        });
+    if demoted {
         return AfterError::Demoted;
     }
     // A reply not understood leaves the stream out of step; one of another type than
