@@ -247,22 +247,7 @@ fn cycles_from_runtimes(locks: &Locks, runtimes: &[tokio::runtime::Runtime], cyc
 fn a_client_shared_by_more_runtimes_than_cores_makes_no_connection_storm() {
     for count in [8, 12] {
         let server = RedisServer::start();
-        let runtimes: Vec<_> = (0..count)
-            .map(|_| {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                    .unwrap()
-            })
-            .collect();
-        let locks = runtimes[0].block_on(async {
-            Locks::builder(server.url())
-                .command_timeout(Duration::from_secs(2))
-                .connect()
-                .await
-                .unwrap()
-        });
+        let (runtimes, locks) = runtimes_sharing_a_client(&server, count);
         let before = testkit::connections_received(server.port);
         cycles_from_runtimes(&locks, &runtimes, 50);
         let warm = testkit::connections_received(server.port);
@@ -602,22 +587,7 @@ async fn a_busy_reply_leaves_the_native_commands_on() {
 fn waiters_on_more_runtimes_than_cores_make_no_pubsub_storm() {
     for count in [8usize, 12] {
         let server = RedisServer::start();
-        let runtimes: Vec<_> = (0..count)
-            .map(|_| {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                    .unwrap()
-            })
-            .collect();
-        let locks = runtimes[0].block_on(async {
-            Locks::builder(server.url())
-                .command_timeout(Duration::from_secs(2))
-                .connect()
-                .await
-                .unwrap()
-        });
+        let (runtimes, locks) = runtimes_sharing_a_client(&server, count);
         // The holders: another client, on a runtime of its own (its waiters would queue
         // behind them locally, without Pub/Sub, were they of one client).
         let holders = tokio::runtime::Runtime::new().unwrap();
@@ -800,4 +770,29 @@ async fn a_noticed_restart_checks_every_held_lock_at_once() {
     );
     assert!(g.release().await.is_err());
     taken.release().await.unwrap();
+}
+
+/// `count` runtimes of one worker thread each, and one client made on the first, which
+/// they share (as actix-web's workers share the default client).
+fn runtimes_sharing_a_client(
+    server: &RedisServer,
+    count: usize,
+) -> (Vec<tokio::runtime::Runtime>, Locks) {
+    let runtimes: Vec<_> = (0..count)
+        .map(|_| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let locks = runtimes[0].block_on(async {
+        Locks::builder(server.url())
+            .command_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap()
+    });
+    (runtimes, locks)
 }

@@ -206,14 +206,9 @@ impl Locks {
         &self,
         pattern: &str,
     ) -> impl futures_util::Stream<Item = Result<IdemRecord>> + Send + '_ {
-        let walk = crate::lock::KeyWalk::new(vec![format!(
-            "{}{}{pattern}",
-            self.inner.prefix,
-            crate::key::RECORDS
-        )]);
-        let keep = |found: &str| Some(found.to_owned());
         let look = move |key: String| async move { self.idem_record(&key).await };
-        walk.looked(self, keep, look)
+        self.record_walk(pattern)
+            .looked(self, |found| Some(found.to_owned()), look)
     }
 
     /// The idempotency records whose key matches `pattern` (as for
@@ -236,14 +231,9 @@ impl Locks {
         &self,
         pattern: &str,
     ) -> impl futures_util::Stream<Item = Result<IdemRecord>> + Send + '_ {
-        let walk = crate::lock::KeyWalk::new(vec![format!(
-            "{}{}{pattern}",
-            self.inner.prefix,
-            crate::key::RECORDS
-        )]);
-        let keep = |found: &str| Some(found.to_owned());
         let look = move |key: String| async move { self.stuck_idem_record(&key).await };
-        walk.looked(self, keep, look)
+        self.record_walk(pattern)
+            .looked(self, |found| Some(found.to_owned()), look)
     }
 
     /// The record at `key` when it is stuck, judged from its first [`PEEKED`] bytes: a
@@ -270,6 +260,12 @@ impl Locks {
             }
         };
         Ok(record.is_stuck().then_some(record))
+    }
+
+    /// The walk over the records whose key, after `<prefix>idem:`, matches `pattern`.
+    fn record_walk(&self, pattern: &str) -> crate::lock::KeyWalk {
+        let prefix = &self.inner.prefix;
+        crate::lock::KeyWalk::new(vec![format!("{prefix}{}{pattern}", crate::key::RECORDS)])
     }
 
     /// A record's full key: `key` as given when it begins with the client's prefix, else
