@@ -678,6 +678,12 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("no primary serves slot {slot} (asked {port})"))
     }
 
+    /// [`primary_of`](Self::primary_of), `None` while the first live node names none (a
+    /// failover under way: its map lacks the slot for a moment).
+    pub fn try_primary_of(&self, slot: u16) -> Option<u16> {
+        Self::primary_of_via(self.live_port(), slot)
+    }
+
     /// The port of the primary that serves `slot` as the node on `port` sees it (`None`
     /// when it does not answer, or names none).
     pub fn primary_of_via(port: u16, slot: u16) -> Option<u16> {

@@ -636,7 +636,16 @@ fn inject_cluster(
         }
         std::thread::sleep(Duration::from_millis(gap));
         let pick = rng.u8(..100);
-        let owner = cluster.primary_of(slot);
+        // Settled after the last fault (a failover's map may lack the slot a moment).
+        let owner = (0..250)
+            .find_map(|_| {
+                let found = cluster.try_primary_of(slot);
+                if found.is_none() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                found
+            })
+            .unwrap_or_else(|| cluster.primary_of(slot));
         let begin = now_us();
         let (kind, child) = match pick {
             0..35 => {
@@ -647,7 +656,8 @@ fn inject_cluster(
                 }
                 // Done once the old replica serves the slot and the cluster is whole.
                 let deadline = Instant::now() + Duration::from_secs(5);
-                while cluster.primary_of(slot) != replica && Instant::now() < deadline {
+                // The map may lack the slot for a moment while the failover goes on.
+                while cluster.try_primary_of(slot) != Some(replica) && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 cluster.wait_ok(Duration::from_secs(10));
