@@ -296,12 +296,33 @@ pub(crate) struct Companion<'a>(pub(crate) &'a str, pub(crate) &'static str);
 impl std::fmt::Display for Companion<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Companion(key, suffix) = *self;
-        if hash_tag(key).is_some() {
-            write!(f, "{key}{{{suffix}}}")
-        } else {
-            write!(f, "{{{key}}}{suffix}")
-        }
+        write_companion(f, key, suffix, hash_tag(key).is_some())
     }
+}
+
+/// The one spelling of a companion: `<key>{<suffix>}` for a tagged key, else
+/// `{<key>}<suffix>`.
+fn write_companion(
+    out: &mut impl fmt::Write,
+    key: &str,
+    suffix: &str,
+    tagged: bool,
+) -> fmt::Result {
+    if tagged {
+        write!(out, "{key}{{{suffix}}}")
+    } else {
+        write!(out, "{{{key}}}{suffix}")
+    }
+}
+
+/// The `SCAN MATCH` globs of the `suffix` companions of every key `pattern` (a glob)
+/// matches, in both spellings (see [`companion`]): the untagged keys' and the tagged ones'.
+pub(crate) fn companion_globs(pattern: &str, suffix: &str) -> [String; 2] {
+    [false, true].map(|tagged| {
+        let mut glob = String::new();
+        let _ = write_companion(&mut glob, pattern, suffix, tagged);
+        glob
+    })
 }
 
 impl redis::ToRedisArgs for Companion<'_> {
@@ -386,6 +407,10 @@ mod tests {
         assert_eq!(hash_tag("lock:order:1"), None);
         assert_eq!(companion("lock:order:1", ":fence"), "{lock:order:1}:fence");
         assert_eq!(companion("lock:{u}:1", ":fence"), "lock:{u}:1{:fence}");
+        assert_eq!(
+            companion_globs("lock:*", ":readers"),
+            ["{lock:*}:readers", "lock:*{:readers}"]
+        );
         // Written into a command in place, it is the same argument.
         for key in ["lock:order:1", "lock:{u}:1"] {
             let mut cmd = redis::Cmd::new();

@@ -276,6 +276,12 @@ impl Tracked {
             .is_some_and(|max| now >= self.lease.acquired_at + max)
     }
 
+    /// Whether its renewal is due now: within a sixth of a ttl of its due time, and not
+    /// past `max_hold`.
+    fn renewal_due(&self, now: Instant) -> bool {
+        !self.capped(now) && self.due <= now + self.lease.ttl / 6
+    }
+
     fn new(lease: RenewedLease) -> Tracked {
         let (ttl, at) = (lease.ttl, lease.acquired_at);
         Tracked {
@@ -344,11 +350,11 @@ async fn run(client: std::sync::Weak<Backend>, tracking: &mut Tracking) {
                 }
             }
         }
-        // A wake for the epoch look alone, with nothing due, costs no tick.
+        // A wake for the epoch look alone, with no lease ended or due, costs no tick.
         let due = tracking
             .leases
             .iter()
-            .any(|t| t.due.min(t.lease_end) <= now + t.lease.ttl / 6);
+            .any(|t| now >= t.lease_end || t.renewal_due(now));
         if early || due {
             tick(&backend, &mut tracking.leases).await;
         }
@@ -422,10 +428,7 @@ fn drop_ended(tracked: &mut Vec<Tracked>, now: Instant) {
 /// left to run out: their due time moves past their lease end.
 fn due_now(tracked: &mut [Tracked], now: Instant) -> Vec<usize> {
     let due = (0..tracked.len())
-        .filter(|&i| {
-            let t = &tracked[i];
-            !t.capped(now) && t.due <= now + t.lease.ttl / 6
-        })
+        .filter(|&i| tracked[i].renewal_due(now))
         .collect();
     for t in tracked.iter_mut().filter(|t| t.capped(now)) {
         t.due = t.lease_end;

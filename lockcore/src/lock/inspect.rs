@@ -256,11 +256,8 @@ impl Locks {
         let full = format!("{}{pattern}", self.inner.prefix);
         // The keys, the readers' sets of untagged keys (`{<key>}:readers`), and those of
         // hash-tagged keys (`<key>{:readers}`), for a lock held by readers alone.
-        let globs = vec![
-            full.clone(),
-            format!("{{{full}}}:readers"),
-            format!("{full}{{:readers}}"),
-        ];
+        let [untagged, tagged] = crate::key::companion_globs(&full, ":readers");
+        let globs = vec![full.clone(), untagged, tagged];
         let records = format!("{}{}", self.inner.prefix, crate::key::RECORDS);
         let keep = move |found: &str| {
             let key = crate::key::companion_of(found);
