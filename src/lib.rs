@@ -295,7 +295,7 @@
 //! | lock, write lock, multi-lock member | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>`; `<token> waiting` while a waiter listens; `<token> kept` after a release before `min_hold`; `yield: <client ids> ` for a yield window | `:fence` (counter, no ttl), `:turns` (recent turns), `:released` (the wake-up channel) |
 //! | read lock | `lock:catalog:7` (string) | `readers` while any reader holds, its ttl at least the longest share | `:readers` (sorted set of the readers' tokens, scored by their leases' ends), `:writer` (a waiting writer's token, a few hundred ms), `:readers-waiting` (readers that wait behind a writer), `:released` |
 //! | semaphore | `lock:gpu:eu` (sorted set) | each holder's token, scored by when its lease ends (ms since the epoch, the server's clock); the key expires with the last lease | `:released` |
-//! | idempotency record | `lock:idem:<module::fn>[:<scope>]:<key>` (string) | JSON: the claim (owner, fingerprint, lease), then the stored result appended after it | `:done` (the wake-up channel), `:acked` (with `replicas`) |
+//! | idempotency record | `lock:idem:<module::fn>[:<scope>]:<key>` (string) | JSON: the claim (owner, fingerprint, lease), then the stored result appended after it | `:done` (the wake-up channel) |
 //! | fenced value | the key given, outside the lock prefix | the value | `:fence-seen` (the highest fence) |
 //!
 //! How kinds meet on one name, alike on Redis, Valkey and in memory:
@@ -700,7 +700,12 @@ pub use lockmacro::distributed_lock;
 ///
 /// - Async fns return `Result<T, E>` with `T: Serialize + DeserializeOwned` and
 ///   `E: From<distlock::Error>`. `Ok` is stored (including `()`); `Err` and a panic
-///   release the claim so a retry runs the body.
+///   release the claim so a retry runs the body. A value is stored only if it reads
+///   back from its JSON as itself (by `T`'s `PartialEq` when it has one, else by the
+///   serde calls it makes): `Some(None)` (JSON `null`, read back as `None`), or an
+///   `#[serde(untagged)]` enum's variant that reads back as another, is kept as
+///   unstorable, and repeats get `Unrepresentable` instead of another value. Derive
+///   `PartialEq` for an untagged enum: without it the two variants cannot be told apart.
 /// - Handlers: the status, headers and body are stored when the status is below 500 and
 ///   not 408, 409, 425 or 429, and the body is known to be at most `max_body` bytes long;
 ///   otherwise the claim is released. A body of unknown length (a stream, server-sent

@@ -252,6 +252,7 @@ pub(crate) const COMPANIONS: &[&str] = &[
     ":waiting",
     ":released",
     ":turns",
+    // Written by earlier versions' acknowledgements; kept out of names still.
     ":acked",
     ":done",
 ];

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio::time::Instant;
 
-use crate::backend::replicas::Acknowledging;
+use crate::backend::replicas::{Acknowledging, Extension};
 use crate::backend::{Backend, Extended, Locking};
 use crate::error::BackendError;
 use crate::events::{Event, Events};
@@ -79,6 +79,11 @@ impl HeldState {
     /// over): its release goes straight to the script that wakes waiters.
     pub(crate) fn was_contended(&self) -> bool {
         !matches!(self.taking, Taking::Sent { waited: false, .. })
+    }
+
+    /// The lease's length (the lock's ttl).
+    pub(crate) fn ttl(&self) -> Duration {
+        crate::util::lock(&self.lease).1
     }
 
     /// A renewal sent at `since` extended the lease to `ttl` from then.
@@ -377,25 +382,15 @@ async fn tick(backend: &Backend, tracked: &mut Vec<Tracked>) {
     }
     let sent = Instant::now();
     // A renewal still under way when a lease ends does not keep that lock "held": the
-    // key may have expired meanwhile. Not waited for past the first lease end, it counts
-    // as failed, and the next tick finds that lease over (lost).
-    let first_end = due
-        .iter()
-        .map(|&i| tracked[i].lease_end)
-        .min()
-        .unwrap_or(sent);
+    // key may have expired meanwhile. Not waited for past the last lease end, it counts
+    // as failed; each answer is judged against its own lease's end (see `record`).
     let last_end = due
         .iter()
         .map(|&i| tracked[i].lease_end)
         .max()
         .unwrap_or(sent);
     let renewed = extend_due(backend, tracked, &due, sent, last_end).await;
-    // Before the replicas' acknowledgements: their wait says nothing of when the
-    // renewals were answered.
-    let answered = Instant::now();
-    let extended: Vec<bool> = renewed.iter().map(|r| matches!(r, Ok(true))).collect();
-    let acked = acknowledge(backend, tracked, &due, &extended, first_end).await;
-    record(backend, tracked, &due, (renewed, answered), &acked, sent);
+    record(tracked, &due, renewed, sent);
 }
 
 /// Phase 1: leases released, or ended without a renewal (max_hold reached, or renewals
@@ -436,111 +431,183 @@ fn due_now(tracked: &mut [Tracked], now: Instant) -> Vec<usize> {
     due
 }
 
-/// Phase 3: one compare-and-extend round trip for every due lease (locks in one
-/// batch, semaphores' permits in another, sent together), each lease's answer its own
-/// (on a cluster, one primary that hangs fails its keys only), the whole bounded by the
-/// last lease end (each answer is then judged against its own lease's end, see
-/// [`record`]).
+/// One due lease's renewal: what its compare-and-extend found (or why it failed), when
+/// its answer came, and how many replicas acknowledged it (0 for a lease without
+/// `replicas`).
+struct Answer {
+    result: Result<bool, BackendError>,
+    answered: Instant,
+    acked: u32,
+}
+
+/// Phase 3: every due lease's compare-and-extend, each answer its own, the whole bounded
+/// by the last lease end (each answer is then judged against its own lease's end, see
+/// [`record`]). Leases without `replicas`: one round trip for all (locks in one batch,
+/// permits in another, sent together; on a cluster, one primary that hangs fails its
+/// keys only). Leases with `replicas`: per primary ([`Acknowledging::ack_group`]), their
+/// compare-and-extends and the replicas' `WAIT` pipelined on one connection, so the
+/// `WAIT` counts the renewals on the primary it reaches (one sent on another connection
+/// could be acknowledged by a new primary that lacks them); a lease whose renewal too
+/// few replicas acknowledged is retried, and one whose lease ends without one is lost,
+/// as if it had failed. All of it at once.
 async fn extend_due(
     backend: &Backend,
     tracked: &[Tracked],
     due: &[usize],
     sent: Instant,
     last_end: Instant,
-) -> Extended {
+) -> Vec<Answer> {
+    let wanted = |i: usize| tracked[i].lease.state.replicas.load(Ordering::Relaxed);
+    let plain: Vec<usize> = due.iter().copied().filter(|&i| wanted(i) == 0).collect();
+    // The replicated leases by primary: its group, the most replicas any of them wants,
+    // and the leases.
+    let mut groups: Vec<(u64, u32, Vec<usize>)> = Vec::new();
+    for &i in due.iter().filter(|&&i| wanted(i) > 0) {
+        let group = backend.ack_group(&tracked[i].lease.key);
+        match groups.iter_mut().find(|(g, _, _)| *g == group) {
+            Some((_, n, leases)) => {
+                *n = (*n).max(wanted(i));
+                leases.push(i);
+            }
+            None => groups.push((group, wanted(i), vec![i])),
+        }
+    }
+    let plain_answers = async {
+        if plain.is_empty() {
+            return Vec::new();
+        }
+        let renewed =
+            match tokio::time::timeout_at(last_end, extend_batch(backend, tracked, &plain)).await {
+                Ok(renewed) => renewed,
+                Err(_) => vec![Err(BackendError::timeout(last_end - sent)); plain.len()],
+            };
+        let answered = Instant::now();
+        plain
+            .iter()
+            .zip(renewed)
+            .map(|(&i, result)| {
+                (
+                    i,
+                    Answer {
+                        result,
+                        answered,
+                        acked: 0,
+                    },
+                )
+            })
+            .collect()
+    };
+    let acked_answers =
+        futures_util::future::join_all(groups.iter().map(|(_, n, leases)| async move {
+            let extensions: Vec<Extension<'_>> = leases
+                .iter()
+                .map(|&i| {
+                    let l = &tracked[i].lease;
+                    Extension {
+                        key: l.permit.as_deref().unwrap_or(&l.key),
+                        token: &l.token,
+                        ttl: l.ttl,
+                        permit: l.permit.is_some(),
+                    }
+                })
+                .collect();
+            let reply =
+                tokio::time::timeout_at(last_end, backend.extend_acked_many(&extensions, *n)).await;
+            let answered = Instant::now();
+            let (results, acked) = match reply {
+                Ok(Ok(a)) => (a.value.into_iter().map(Ok).collect(), a.replicas),
+                Ok(Err(e)) => (vec![Err(e); leases.len()], 0),
+                Err(_) => (
+                    vec![Err(BackendError::timeout(last_end - sent)); leases.len()],
+                    0,
+                ),
+            };
+            leases
+                .iter()
+                .zip(results)
+                .map(|(&i, result)| {
+                    (
+                        i,
+                        Answer {
+                            result,
+                            answered,
+                            acked,
+                        },
+                    )
+                })
+                .collect::<Vec<_>>()
+        }));
+    let (plain_answers, acked_answers) =
+        futures_util::future::join(plain_answers, acked_answers).await;
+    // Back in `due`'s order.
+    let mut answers: Vec<(usize, Answer)> = plain_answers
+        .into_iter()
+        .chain(acked_answers.into_iter().flatten())
+        .collect();
+    due.iter()
+        .map(|&i| {
+            let at = answers.iter().position(|(j, _)| *j == i);
+            match at {
+                Some(at) => answers.swap_remove(at).1,
+                None => Answer {
+                    result: Ok(false),
+                    answered: Instant::now(),
+                    acked: 0,
+                },
+            }
+        })
+        .collect()
+}
+
+/// The compare-and-extends of `leases` without `replicas`: locks in one batch, permits
+/// in another, sent together; each answer its own, in `leases`' order.
+async fn extend_batch(backend: &Backend, tracked: &[Tracked], leases: &[usize]) -> Extended {
     let batch = |permits: bool| -> Vec<(&str, &str, Duration)> {
-        due.iter()
+        leases
+            .iter()
             .map(|&i| &tracked[i].lease)
             .filter(|l| l.permit.is_some() == permits)
             .map(|l| (l.permit.as_deref().unwrap_or(&l.key), &*l.token, l.ttl))
             .collect()
     };
     let (locks, permits) = (batch(false), batch(true));
-    let both = async {
-        if permits.is_empty() {
-            return backend.extend_many(&locks).await;
-        }
-        let (locks, permits) = futures_util::future::join(
-            async {
-                match locks.is_empty() {
-                    true => Vec::new(),
-                    false => backend.extend_many(&locks).await,
-                }
-            },
-            backend.extend_permits(&permits),
-        )
-        .await;
-        // Back in `due`'s order.
-        let (mut locks, mut permits) = (locks.into_iter(), permits.into_iter());
-        due.iter()
-            .map(|&i| match tracked[i].lease.permit {
-                Some(_) => permits.next().unwrap_or(Ok(false)),
-                None => locks.next().unwrap_or(Ok(false)),
-            })
-            .collect()
-    };
-    match tokio::time::timeout_at(last_end, both).await {
-        Ok(renewed) => renewed,
-        Err(_) => vec![Err(BackendError::timeout(last_end - sent)); due.len()],
+    if permits.is_empty() {
+        return backend.extend_many(&locks).await;
     }
-}
-
-/// Phase 4: replicas' acknowledgements, per barrier group. Locks taken with
-/// `replicas = n` count a renewal only once n replicas acknowledged it: a barrier after
-/// the batch covers every renewal made on the primary it runs on (the replication stream
-/// is ordered), so one goes to each primary involved (one per slot on a cluster: its
-/// keys' slot is served by one primary), all at once. Unacknowledged, the renewal is
-/// retried, and a lease that ends without one is lost, as if it had failed.
-async fn acknowledge(
-    backend: &Backend,
-    tracked: &[Tracked],
-    due: &[usize],
-    extended: &[bool],
-    first_end: Instant,
-) -> Vec<(u64, u32)> {
-    let mut barriers: Vec<(u64, &str, u32)> = Vec::new();
-    for (&i, _) in due.iter().zip(extended).filter(|(_, extended)| **extended) {
-        let lease = &tracked[i].lease;
-        let wanted = lease.state.replicas.load(Ordering::Relaxed);
-        if wanted == 0 {
-            continue;
-        }
-        let group = backend.barrier_group(&lease.key);
-        match barriers.iter_mut().find(|(g, _, _)| *g == group) {
-            Some(barrier) => barrier.2 = barrier.2.max(wanted),
-            None => barriers.push((group, &lease.key, wanted)),
-        }
-    }
-    let waits = barriers.iter().map(|&(group, key, wanted)| async move {
-        let acked = match tokio::time::timeout_at(first_end, backend.barrier(key, wanted)).await {
-            Ok(Ok(acked)) => acked,
-            Ok(Err(e)) => {
-                tracing::warn!(target: "distlock", error = %e, "lock renewal not acknowledged by replicas (failed); retrying");
-                0
+    let (locks, permits) = futures_util::future::join(
+        async {
+            match locks.is_empty() {
+                true => Vec::new(),
+                false => backend.extend_many(&locks).await,
             }
-            Err(_) => 0,
-        };
-        (group, acked)
-    });
-    futures_util::future::join_all(waits).await
+        },
+        backend.extend_permits(&permits),
+    )
+    .await;
+    let (mut locks, mut permits) = (locks.into_iter(), permits.into_iter());
+    leases
+        .iter()
+        .map(|&i| match tracked[i].lease.permit {
+            Some(_) => permits.next().unwrap_or(Ok(false)),
+            None => locks.next().unwrap_or(Ok(false)),
+        })
+        .collect()
 }
 
-/// Phase 5: each due lease's outcome: renewed (its lease now runs from `sent`), retried
+/// Phase 4: each due lease's outcome: renewed (its lease now runs from `sent`), retried
 /// soon (a failed call, or too few acknowledgements), or lost (the key gone or another
 /// token's), which leaves the watchdog.
-fn record(
-    backend: &Backend,
-    tracked: &mut Vec<Tracked>,
-    due: &[usize],
-    (renewed, answered): (Extended, Instant),
-    acked: &[(u64, u32)],
-    sent: Instant,
-) {
+fn record(tracked: &mut Vec<Tracked>, due: &[usize], renewed: Vec<Answer>, sent: Instant) {
     let retry_soon = |t: &mut Tracked| {
         t.due = Instant::now() + (t.lease.ttl / 10).max(Duration::from_millis(10));
     };
     let mut lost = Vec::new();
-    for (&i, result) in due.iter().zip(renewed) {
+    for (&i, answer) in due.iter().zip(renewed) {
+        let Answer {
+            result,
+            answered,
+            acked,
+        } = answer;
         let t = &mut tracked[i];
         // A renewal still under way when its lease ended does not keep the lock held:
         // the key may have expired meanwhile (the next tick finds the lease over).
@@ -563,15 +630,6 @@ fn record(
             }
         };
         let wanted = t.lease.state.replicas.load(Ordering::Relaxed);
-        let acked = if wanted == 0 {
-            0
-        } else {
-            let group = backend.barrier_group(&t.lease.key);
-            acked
-                .iter()
-                .find(|(g, _)| *g == group)
-                .map_or(0, |(_, n)| *n)
-        };
         if extended && wanted > acked {
             tracing::warn!(target: "distlock", key = &*t.lease.key, acked, "lock renewal not acknowledged by enough replicas; retrying");
             retry_soon(t);

@@ -72,6 +72,14 @@ where
                             replicas: ::core::option::Option::None,
                         },
                     },
+                    {
+                        #[allow(unused_imports)]
+                        use ::distlock::__private::{SameByEq as _, SameBySerde as _};
+                        (&&::distlock::__private::SameProbe::<
+                            Result<u32, AppError>,
+                        >::new())
+                            .__distlock_same()
+                    },
                     async move { { __self.take(sku).await } },
                 )
                 .await

@@ -55,29 +55,39 @@ async fn on_paid(notify_id: String, amount: u64) -> Result<Receipt, AppError> {
     let __distlock_idem_call = (&&::distlock::__private::DetachFn::new(
         __distlock_idem_body(notify_id, amount),
     ))
-        .__distlock_run(::distlock::__private::IdemCall {
-            client: __distlock_idem_client,
-            target: ::distlock::__private::IdemTarget {
-                function: ::distlock::__private::IdemFn {
-                    namespace: ::core::concat!(::core::module_path!(), "::", "on_paid"),
-                    site: ::core::concat!(
-                        ::core::file!(), ":", ::core::line!(), ":", ::core::column!()
-                    ),
+        .__distlock_run(
+            ::distlock::__private::IdemCall {
+                client: __distlock_idem_client,
+                target: ::distlock::__private::IdemTarget {
+                    function: ::distlock::__private::IdemFn {
+                        namespace: ::core::concat!(
+                            ::core::module_path!(), "::", "on_paid"
+                        ),
+                        site: ::core::concat!(
+                            ::core::file!(), ":", ::core::line!(), ":", ::core::column!()
+                        ),
+                    },
+                    scope: __distlock_idem_scope,
+                    key: __distlock_idem_key,
                 },
-                scope: __distlock_idem_scope,
-                key: __distlock_idem_key,
+                fp: __distlock_idem_fp,
+                spec: ::distlock::__private::IdemSpec {
+                    ttl_ms: 86400000u64,
+                    lease_ms: 30000u64,
+                    wait_ms: 0u64,
+                    max_body: 1048576usize,
+                    header: "",
+                    required: true,
+                    cancel_on_lost: true,
+                    replicas: ::core::option::Option::None,
+                },
             },
-            fp: __distlock_idem_fp,
-            spec: ::distlock::__private::IdemSpec {
-                ttl_ms: 86400000u64,
-                lease_ms: 30000u64,
-                wait_ms: 0u64,
-                max_body: 1048576usize,
-                header: "",
-                required: true,
-                cancel_on_lost: true,
-                replicas: ::core::option::Option::None,
+            {
+                #[allow(unused_imports)]
+                use ::distlock::__private::{SameByEq as _, SameBySerde as _};
+                (&&::distlock::__private::SameProbe::<Result<Receipt, AppError>>::new())
+                    .__distlock_same()
             },
-        });
+        );
     __distlock_idem_call.await
 }

@@ -46,6 +46,12 @@ async fn notify(&self, id: u64) -> Result<(), AppError> {
                     replicas: ::core::option::Option::None,
                 },
             },
+            {
+                #[allow(unused_imports)]
+                use ::distlock::__private::{SameByEq as _, SameBySerde as _};
+                (&&::distlock::__private::SameProbe::<Result<(), AppError>>::new())
+                    .__distlock_same()
+            },
             async move {
                 #[allow(clippy::diverging_sub_expression)]
                 let __distlock_idem_ret: Result<(), AppError> = { self.send(id).await };

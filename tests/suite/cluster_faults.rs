@@ -2,7 +2,7 @@
 //! a replica each where `replicas = n` is tested), and hangs a node with SIGSTOP or
 //! leaves a slot migrating.
 //!
-//! 3. one renewal barrier covered one primary only: renewals of locks on other
+//! 3. one renewal acknowledgement covered one primary only: renewals of locks on other
 //!    primaries counted as acknowledged;
 //! 5. during a slot migration, the release and the fence scripts declared companion keys
 //!    that did not exist (`{k}:turns`, `{k}:fence`): Redis answered `TRYAGAIN` until the
@@ -23,7 +23,7 @@ use testkit::RedisCluster;
 
 /// Two renewed locks with `replicas = 1` on two primaries; the second primary's replica
 /// is paused. The second lock's renewals are never acknowledged: it must be lost at its
-/// lease end, not kept "held" by the barrier the first primary's replica answered.
+/// lease end, not kept "held" by the acknowledgement the first primary's replica answered.
 /// Control: the first lock, on a primary whose replica answers, stays held throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_primary_acknowledges_its_own_renewals() {
@@ -263,7 +263,7 @@ async fn a_hung_node_stops_no_runtime_from_using_the_cluster() {
     let ps = cluster.primaries();
     let (healthy, other) = (ps[0], ps[1]);
     let key = cluster.key_on(healthy, "lock:", "renewed");
-    // Waiting for its replica: the renewal's barrier runs on the cluster connection where
+    // Waiting for its replica: the renewal's `WAIT` runs on the cluster connection where
     // no direct connection to the slot's owner can be had.
     let g = locks
         .lock(key.as_str())

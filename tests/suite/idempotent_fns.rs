@@ -35,6 +35,7 @@ both!(
     an_argument_that_fails_to_serialize_refuses_the_call,
     a_result_that_cannot_be_stored_never_runs_again,
     non_finite_floats_are_three_payloads,
+    a_result_that_reads_back_as_another_value_is_not_replayed,
 );
 
 fn idem_err<T: std::fmt::Debug>(r: Result<T, AppError>) -> Error {
@@ -734,6 +735,83 @@ async fn a_result_that_cannot_be_stored_never_runs_again(locks: Locks) {
         }
     }
     assert_eq!(runs.get(), 2, "each body ran once");
+}
+
+/// Two variants no JSON tells apart: both are written as the bare number, and the
+/// number reads back as the first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Amount {
+    Cents(u64),
+    Units(u64),
+}
+
+#[idempotent(key = "amount:<id>", client = locks, fingerprint = [id])]
+async fn amount(locks: &Locks, id: u32, units: bool, runs: &Runs) -> Result<Amount, AppError> {
+    runs.bump();
+    Ok(if units {
+        Amount::Units(5)
+    } else {
+        Amount::Cents(5)
+    })
+}
+
+#[idempotent(key = "maybe:<id>", client = locks, fingerprint = [id])]
+async fn maybe(
+    locks: &Locks,
+    id: u32,
+    value: Option<Option<u32>>,
+    runs: &Runs,
+) -> Result<Option<Option<u32>>, AppError> {
+    runs.bump();
+    Ok(value)
+}
+
+/// A result that reads back from its JSON as another value is stored unstorable, never
+/// replayed as that other value: an `#[serde(untagged)]` enum's `Units(5)` (it read back
+/// as `Cents(5)`: told by the type's `PartialEq`) and `Some(None)` (it read back as
+/// `None`). Control: `Cents(5)` and `Some(Some(3))` read back as themselves and are
+/// replayed.
+async fn a_result_that_reads_back_as_another_value_is_not_replayed(locks: Locks) {
+    let runs = Runs::default();
+    assert_eq!(
+        amount(&locks, 1, true, &runs).await.unwrap(),
+        Amount::Units(5)
+    );
+    assert_eq!(
+        maybe(&locks, 1, Some(None), &runs).await.unwrap(),
+        Some(None)
+    );
+    for _ in 0..2 {
+        for e in [
+            idem_err(amount(&locks, 1, true, &runs).await),
+            idem_err(maybe(&locks, 1, Some(None), &runs).await),
+        ] {
+            assert!(
+                matches!(&e, Error::Unrepresentable { reason, .. } if reason.contains("another value")),
+                "{e:?}"
+            );
+        }
+    }
+    assert_eq!(runs.get(), 2, "each body ran once");
+    // The control: the same fns, values that read back as themselves.
+    assert_eq!(
+        amount(&locks, 2, false, &runs).await.unwrap(),
+        Amount::Cents(5)
+    );
+    assert_eq!(
+        maybe(&locks, 2, Some(Some(3)), &runs).await.unwrap(),
+        Some(Some(3))
+    );
+    assert_eq!(
+        amount(&locks, 2, false, &runs).await.unwrap(),
+        Amount::Cents(5)
+    );
+    assert_eq!(
+        maybe(&locks, 2, Some(Some(3)), &runs).await.unwrap(),
+        Some(Some(3))
+    );
+    assert_eq!(runs.get(), 4, "the control's repeats were replayed");
 }
 
 #[idempotent(key = "ratio:<id>", client = locks, fingerprint = [id, ratio])]

@@ -546,13 +546,185 @@ async fn permits_and_read_shares_wait_for_replicas() {
     w.release().await.unwrap();
 }
 
+/// A failover behind one endpoint name, of a primary `P` whose replica `R1` has a
+/// replica of its own (`R2`): `R1` is promoted (it stops following `P`, and `R2` goes
+/// on following it), then the name moves to it and every connection through the name is
+/// reset, as a managed failover does. Returns the name, `P`, `R1`, `R2`.
+struct Failover {
+    name: Arc<FaultProxy>,
+    old: RedisServer,
+    new: RedisServer,
+    _new_replica: RedisServer,
+}
+
+impl Failover {
+    fn start() -> Failover {
+        let old = RedisServer::start();
+        let new = replica_of(old.port);
+        let new_replica = replica_of(new.port);
+        Failover {
+            name: Arc::new(FaultProxy::start(old.port)),
+            old,
+            new,
+            _new_replica: new_replica,
+        }
+    }
+
+    /// A client through the name that, at the first event called `at`, moves the name
+    /// to the new primary and resets every connection through it (the failover's
+    /// second half: its first, the promotion, is the caller's).
+    async fn client_moving_at(&self, at: &'static str) -> Locks {
+        let (name, port) = (self.name.clone(), self.new.port);
+        let moved = std::sync::atomic::AtomicBool::new(false);
+        Locks::builder(self.name.url())
+            .command_timeout(TIMEOUT)
+            .observer(move |e: &distlock::Event<'_>| {
+                if e.name() == at && !moved.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    name.move_to(port);
+                    name.reset_all();
+                    // The client's connections see their ends closed.
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+            .connect()
+            .await
+            .unwrap()
+    }
+}
+
+#[distlock::idempotent(key = "ship:<id>", client = locks, replicas = 1, skip = [runs, new])]
+async fn ship_acked(locks: &Locks, id: u32, runs: &Runs, new: &RedisServer) -> Result<u32, Error> {
+    runs.bump();
+    // The failover begins while the body runs: the result stored next reaches the old
+    // primary alone.
+    promote(new).await;
+    Ok(id)
+}
+
+#[distlock::idempotent(key = "ship:<id>", client = locks, skip = [runs, new])]
+async fn ship_plain(locks: &Locks, id: u32, runs: &Runs, new: &RedisServer) -> Result<u32, Error> {
+    runs.bump();
+    promote(new).await;
+    Ok(id)
+}
+
+/// A failover between a stored result and its replicas' acknowledgement: the result
+/// reached the old primary alone, and the acknowledgement goes to the new one. It is
+/// the stored result made sure of and the `WAIT`, in one pipeline: the new primary is
+/// found lacking the result, writes it, and its replica acknowledges it; a retry
+/// replays it, and the body ran once. (A barrier written on another connection was
+/// acknowledged by the new primary's replica without the result: the call said the
+/// result was replicated, and the retry found the claim in progress.) Control: the
+/// same failover without `replicas` loses the result: the retry is not replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_lost_in_a_failover_before_its_acknowledgement_is_written_again() {
+    for acked in [true, false] {
+        let f = Failover::start();
+        let locks = f.client_moving_at("stored").await;
+        let runs = Runs::default();
+        let first = match acked {
+            true => ship_acked(&locks, 1, &runs, &f.new).await,
+            false => ship_plain(&locks, 1, &runs, &f.new).await,
+        };
+        assert_eq!(first.unwrap(), 1, "acked: {acked}");
+        let on_old: Vec<String> =
+            redis::AsyncCommands::keys(&mut f.old.raw().await, "*ship_acked:ship:1")
+                .await
+                .unwrap();
+        let on_old: Option<String> = match on_old.first() {
+            Some(key) => redis::AsyncCommands::get(&mut f.old.raw().await, key)
+                .await
+                .unwrap(),
+            None => None,
+        };
+        let retry = match acked {
+            true => ship_acked(&locks, 1, &runs, &f.new).await,
+            false => ship_plain(&locks, 1, &runs, &f.new).await,
+        };
+        if acked {
+            assert!(
+                on_old.is_some_and(|r| r.contains("completed")),
+                "stored on the old primary first"
+            );
+            assert_eq!(retry.unwrap(), 1, "replayed from the new primary");
+            assert_eq!(runs.get(), 1, "the body ran once");
+        } else {
+            assert!(
+                !(retry.is_ok() && runs.get() == 1),
+                "control: the failover lost the result, and the retry is not replayed: {retry:?}, {} runs",
+                runs.get()
+            );
+        }
+    }
+}
+
+#[distlock::idempotent(key = "book:<id>", client = locks, replicas = 1, skip = [runs, other])]
+async fn book_acked(locks: &Locks, id: u32, runs: &Runs, other: &Locks) -> Result<u32, Error> {
+    runs.bump();
+    // Another instance, on the new primary, sends the same key while the body runs.
+    if let Ok(id) = Box::pin(book_acked(other, id, runs, other)).await {
+        return Ok(id + 100);
+    }
+    Ok(id)
+}
+
+#[distlock::idempotent(key = "book:<id>", client = locks, skip = [runs, other])]
+async fn book_plain(locks: &Locks, id: u32, runs: &Runs, other: &Locks) -> Result<u32, Error> {
+    runs.bump();
+    if let Ok(id) = Box::pin(book_plain(other, id, runs, other)).await {
+        return Ok(id + 100);
+    }
+    Ok(id)
+}
+
+/// A failover between a claim and its replicas' acknowledgement: the claim reached the
+/// old primary alone (the new one had stopped following it), and the acknowledgement
+/// goes to the new one. It is the claim's renewal and the `WAIT` in one pipeline: the
+/// new primary is found lacking the claim, writes it again under the same owner, and
+/// its replica acknowledges it before the body runs; another instance that sends the
+/// same key to the new primary meanwhile gets `InProgress`, and the body ran once.
+/// Control: the same failover without `replicas`: the other instance claims the key on
+/// the new primary and the body runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_lost_in_a_failover_before_its_acknowledgement_is_written_again() {
+    for acked in [true, false] {
+        let f = Failover::start();
+        promote(&f.new).await;
+        let locks = f.client_moving_at("claimed").await;
+        let other = client(&f.new).await;
+        let runs = Runs::default();
+        let first = match acked {
+            true => book_acked(&locks, 1, &runs, &other).await,
+            false => book_plain(&locks, 1, &runs, &other).await,
+        };
+        if acked {
+            assert_eq!(first.unwrap(), 1, "the other instance got InProgress");
+            assert_eq!(runs.get(), 1, "the body ran once");
+            assert_eq!(
+                book_acked(&other, 1, &runs, &other).await.unwrap(),
+                1,
+                "replayed on the new primary"
+            );
+            assert_eq!(runs.get(), 1);
+        } else {
+            // The first call's result then finds the other's stored first (`Lost`).
+            assert_eq!(
+                runs.get(),
+                2,
+                "control: the other instance ran the body too ({first:?})"
+            );
+        }
+    }
+}
+
 /// A claim's acknowledgement is its confirmation and `WAIT` in one pipeline on one
 /// connection, as a lock's is: a barrier sent on another connection after the claim
 /// (`{record}:acked`, then `WAIT`) could be acknowledged by a new primary's replicas
 /// after a failover that lost the claim. Read from `MONITOR` on the primary (which does
 /// not show `WAIT` itself): before the result is stored, the claim is confirmed by the
-/// renewal script naming the record, and no barrier is written. Control: the stored
-/// result's acknowledgement is still a barrier, which `MONITOR` shows.
+/// renewal script naming the record, and after it the result by `idem_confirm_store`;
+/// no barrier (`{record}:acked`) is written anywhere. Control: the same `MONITOR`
+/// shows the store itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_and_its_wait_go_in_one_pipeline() {
     let (primary, replica) = pair();
@@ -595,14 +767,11 @@ async fn a_claim_and_its_wait_go_in_one_pipeline() {
         .any(|l| l.contains("\"EVAL\"") && l.contains("idem_renew") && l.contains(record));
     assert!(confirmed, "the claim confirmed by its renewal: {seen:#?}");
     let barrier = |l: &&String| l.contains(record) && l.contains(":acked");
-    assert!(
-        !seen[..stored].iter().any(|l| barrier(&l)),
-        "no barrier for the claim: {seen:#?}"
-    );
-    assert!(
-        seen[stored..].iter().any(|l| barrier(&l)),
-        "control: the stored result's barrier: {seen:#?}"
-    );
+    assert!(!seen.iter().any(|l| barrier(&l)), "no barrier: {seen:#?}");
+    let confirmed = seen[stored..].iter().any(|l| {
+        l.contains("\"EVAL\"") && l.contains("A stored result made sure of") && l.contains(record)
+    });
+    assert!(confirmed, "the result confirmed by its script: {seen:#?}");
 }
 
 /// A failover behind one endpoint name (as managed Redis does it): the name moves to the

@@ -4,6 +4,13 @@
 //! is one ordered log, acknowledging this write acknowledges every earlier one too (the
 //! write that took the lock or claimed the record, whichever connection sent it).
 //!
+//! The write in front of each `WAIT` is one that is safe to repeat and checks what it
+//! finds: a compare-and-extend, a claim's renewal (which writes a vanished claim again),
+//! a stored result made sure of (written again if missing). A `WAIT` sent alone, or
+//! after a write on another connection, could be acknowledged by a new primary that
+//! lacks the write a failover lost; in front of its own write, it counts that write on
+//! the primary it reaches.
+//!
 //! `WAIT` holds its connection (for up to half the command timeout) while replicas
 //! catch up, so these pipelines go on a connection no other call uses meanwhile (see
 //! `RedisBackend::query_pipe_alone`): a lagging replica slows only the calls that wait
@@ -17,7 +24,7 @@ use std::time::Duration;
 use super::memory::MemoryBackend;
 use super::redis::RedisBackend;
 use super::{Backend, Locking, each, millis};
-use crate::error::{BackendError, Error};
+use crate::error::BackendError;
 use crate::key::Companion;
 
 /// What a write made to be acknowledged found.
@@ -27,6 +34,35 @@ pub(crate) struct Acked<T> {
     pub(crate) value: T,
     /// Replicas that acknowledged it within the wait.
     pub(crate) replicas: u32,
+}
+
+/// A stored idempotency result to make sure of (see [`Acknowledging::confirm_store`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoreArgs<'a> {
+    /// The record's key.
+    pub(crate) key: &'a str,
+    /// The completed record that was stored.
+    pub(crate) record: &'a str,
+    /// The claim's owner token.
+    pub(crate) owner: &'a str,
+    /// How long the record stays when written alone.
+    pub(crate) retention: Duration,
+    /// The channel that wakes waiting repeats.
+    pub(crate) channel: &'a str,
+}
+
+/// One lease to renew in [`Acknowledging::extend_acked_many`]: a lock key, or a
+/// permit's (or read share's) sorted set, its token and its ttl.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Extension<'a> {
+    /// The lock key, or the sorted set of a permit or read share.
+    pub(crate) key: &'a str,
+    /// The holder's token.
+    pub(crate) token: &'a str,
+    /// The lease to set again.
+    pub(crate) ttl: Duration,
+    /// A permit or a read share (`permit_extend.lua`), not a lock.
+    pub(crate) permit: bool,
 }
 
 /// Replica acknowledgement by a topology. One that cannot count replicas (independent
@@ -82,17 +118,37 @@ pub(crate) trait Acknowledging: Send + Sync {
         Err(super::redlock::unsupported("replica acknowledgement"))
     }
 
-    /// A write of `{record}:acked` (gone after a second), then `WAIT`: every write made
-    /// before it, the record's included, reached this many replicas.
-    async fn barrier(&self, _record: &str, _replicas: u32) -> Result<u32, BackendError> {
+    /// A stored result made sure of (`idem_confirm_store.lua`: there, or written again
+    /// after the owner's claim, or alone if the key is gone), then `WAIT`, on one
+    /// connection: a failover between the store and the acknowledgement makes the
+    /// result be written on the new primary before its replicas count it. `value`: the
+    /// result is the record's (false: another call's result or claim is there).
+    async fn confirm_store(
+        &self,
+        _store: &StoreArgs<'_>,
+        _replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
         Err(super::redlock::unsupported("replica acknowledgement"))
     }
 
-    /// Which barrier covers a write to `key`: writes whose keys are in one group are
-    /// made on one primary, so one [`barrier`](Self::barrier) after them covers them
-    /// all. One group for a single server (Sentinel's primary included); on a cluster,
-    /// one per slot (a slot is served by one primary, whatever a reshard is doing).
-    fn barrier_group(&self, _key: &str) -> u64 {
+    /// Compare-and-extends of locks (`extend.lua`) and of permits or read shares
+    /// (`permit_extend.lua`), all on one primary, then `WAIT`, pipelined on one
+    /// connection: each lease's answer, and how many replicas acknowledged them all.
+    /// A renewal counted by a `WAIT` sent on another connection could be acknowledged
+    /// by a new primary that lacks it.
+    async fn extend_acked_many(
+        &self,
+        _leases: &[Extension<'_>],
+        _replicas: u32,
+    ) -> Result<Acked<Vec<bool>>, BackendError> {
+        Err(super::redlock::unsupported("replica acknowledgement"))
+    }
+
+    /// Which renewals go in one [`extend_acked_many`](Self::extend_acked_many): keys
+    /// of one group are on one primary, whose `WAIT` then counts them all. One group
+    /// for a single server (Sentinel's primary included); on a cluster, one per slot (a
+    /// slot is served by one primary, whatever a reshard is doing).
+    fn ack_group(&self, _key: &str) -> u64 {
         0
     }
 }
@@ -126,8 +182,35 @@ impl Acknowledging for MemoryBackend {
         })
     }
 
-    async fn barrier(&self, _record: &str, replicas: u32) -> Result<u32, BackendError> {
-        Ok(replicas)
+    async fn confirm_store(
+        &self,
+        _store: &StoreArgs<'_>,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        Ok(Acked {
+            value: true,
+            replicas,
+        })
+    }
+
+    async fn extend_acked_many(
+        &self,
+        leases: &[Extension<'_>],
+        replicas: u32,
+    ) -> Result<Acked<Vec<bool>>, BackendError> {
+        let mut value = Vec::with_capacity(leases.len());
+        for l in leases {
+            value.push(if l.permit {
+                self.extend_permits(&[(l.key, l.token, l.ttl)])
+                    .await
+                    .into_iter()
+                    .next()
+                    .unwrap_or(Ok(false))?
+            } else {
+                self.extend(l.key, l.token, l.ttl)
+            });
+        }
+        Ok(Acked { value, replicas })
     }
 
     async fn confirm_claim(
@@ -183,8 +266,20 @@ impl Acknowledging for Backend {
         each!(self, b => b.fence_acked(key, token, replicas))
     }
 
-    async fn barrier(&self, record: &str, replicas: u32) -> Result<u32, BackendError> {
-        each!(self, b => b.barrier(record, replicas))
+    async fn confirm_store(
+        &self,
+        store: &StoreArgs<'_>,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        each!(self, b => b.confirm_store(store, replicas))
+    }
+
+    async fn extend_acked_many(
+        &self,
+        leases: &[Extension<'_>],
+        replicas: u32,
+    ) -> Result<Acked<Vec<bool>>, BackendError> {
+        each!(self, b => b.extend_acked_many(leases, replicas))
     }
 
     async fn confirm_claim(
@@ -207,27 +302,8 @@ impl Acknowledging for Backend {
         each!(self, b => b.confirm_permit(set, token, ttl, replicas))
     }
 
-    fn barrier_group(&self, key: &str) -> u64 {
-        each!(sync self, b => b.barrier_group(key))
-    }
-}
-
-impl Backend {
-    /// [`barrier`](Self::barrier) as the caller's answer: `Ok` when `replicas`
-    /// acknowledged, else [`Error::NotReplicated`] (or `Backend`) about `key`.
-    pub(crate) async fn require_acked(&self, key: &str, replicas: u32) -> Result<(), Error> {
-        match self.barrier(key, replicas).await {
-            Ok(acked) if acked >= replicas => Ok(()),
-            Ok(acked) => {
-                tracing::warn!(target: "distlock", key, acked, wanted = replicas, "write not acknowledged by enough replicas");
-                Err(Error::NotReplicated {
-                    key: key.to_owned(),
-                    acked,
-                    wanted: replicas,
-                })
-            }
-            Err(e) => Err(Error::backend(key, e)),
-        }
+    fn ack_group(&self, key: &str) -> u64 {
+        each!(sync self, b => b.ack_group(key))
     }
 }
 
@@ -236,43 +312,29 @@ impl RedisBackend {
     fn replica_wait(&self) -> u64 {
         millis(self.timeout() / 2).max(1)
     }
+}
 
-    /// A compare-and-extend `script` (`extend.lua`, `permit_extend.lua`) of `key`
-    /// holding `token` (lease `ttl` again), then `WAIT` for `replicas`, pipelined on one
-    /// connection: `value` is whether the key still held the token.
-    async fn extend_acked(
-        &self,
-        script: &str,
-        key: &str,
-        token: &str,
-        (ttl, replicas): (Duration, u32),
-    ) -> Result<Acked<bool>, BackendError> {
-        let mut pipe = redis::pipe();
-        // EVAL, not EVALSHA: a NOSCRIPT inside a pipeline would leave the WAIT alone.
-        // A read share keeps its lock key's `readers` with it (permit_extend.lua).
-        let lock = crate::key::readers_of(key).filter(|_| script == super::scripts::PERMIT_EXTEND);
-        pipe.cmd("EVAL")
-            .arg(script)
-            .arg(1 + usize::from(lock.is_some()))
-            .arg(key);
-        if let Some(lock) = lock {
-            pipe.arg(lock);
-        }
-        pipe.arg(token)
-            .arg(millis(ttl))
-            .cmd("WAIT")
-            .arg(replicas)
-            .arg(self.replica_wait());
-        let (held, acked): (i64, u32) = self.query_pipe_alone(&pipe).await?;
-        Ok(Acked {
-            value: held == 1,
-            replicas: acked,
-        })
+/// One compare-and-extend in a pipeline: `extend.lua` of a lock, `permit_extend.lua` of
+/// a permit or a read share (which keeps its lock key's `readers` with it). EVAL, not
+/// EVALSHA: a NOSCRIPT inside a pipeline would leave the WAIT alone.
+fn extend_call(pipe: &mut redis::Pipeline, l: &Extension<'_>) {
+    let script = match l.permit {
+        true => super::scripts::PERMIT_EXTEND,
+        false => super::scripts::EXTEND,
+    };
+    let lock = crate::key::readers_of(l.key).filter(|_| l.permit);
+    pipe.cmd("EVAL")
+        .arg(script)
+        .arg(1 + usize::from(lock.is_some()))
+        .arg(l.key);
+    if let Some(lock) = lock {
+        pipe.arg(lock);
     }
+    pipe.arg(l.token).arg(millis(l.ttl));
 }
 
 impl Acknowledging for RedisBackend {
-    fn barrier_group(&self, key: &str) -> u64 {
+    fn ack_group(&self, key: &str) -> u64 {
         if self.is_cluster() {
             u64::from(crate::key::slot(key.as_bytes()))
         } else {
@@ -287,8 +349,17 @@ impl Acknowledging for RedisBackend {
         ttl: Duration,
         replicas: u32,
     ) -> Result<Acked<bool>, BackendError> {
-        self.extend_acked(super::scripts::EXTEND, key, token, (ttl, replicas))
-            .await
+        let lease = Extension {
+            key,
+            token,
+            ttl,
+            permit: false,
+        };
+        let Acked { value, replicas } = self.extend_acked_many(&[lease], replicas).await?;
+        Ok(Acked {
+            value: value.first().copied().unwrap_or(false),
+            replicas,
+        })
     }
 
     async fn confirm_permit(
@@ -298,8 +369,17 @@ impl Acknowledging for RedisBackend {
         ttl: Duration,
         replicas: u32,
     ) -> Result<Acked<bool>, BackendError> {
-        self.extend_acked(super::scripts::PERMIT_EXTEND, set, token, (ttl, replicas))
-            .await
+        let lease = Extension {
+            key: set,
+            token,
+            ttl,
+            permit: true,
+        };
+        let Acked { value, replicas } = self.extend_acked_many(&[lease], replicas).await?;
+        Ok(Acked {
+            value: value.first().copied().unwrap_or(false),
+            replicas,
+        })
     }
 
     async fn fence_acked(
@@ -353,18 +433,65 @@ impl Acknowledging for RedisBackend {
         })
     }
 
-    async fn barrier(&self, record: &str, replicas: u32) -> Result<u32, BackendError> {
+    async fn confirm_store(
+        &self,
+        store: &StoreArgs<'_>,
+        replicas: u32,
+    ) -> Result<Acked<bool>, BackendError> {
+        let script = match self.is_cluster() {
+            true => super::scripts::sharded(super::scripts::IDEM_CONFIRM_STORE),
+            false => super::scripts::IDEM_CONFIRM_STORE.to_owned(),
+        };
         let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(Companion(record, ":acked"))
+        // EVAL for the reason above.
+        pipe.cmd("EVAL")
+            .arg(script)
             .arg(1)
-            .arg("PX")
-            .arg(1000)
-            .ignore()
+            .arg(store.key)
+            .arg(store.record)
+            .arg(store.owner)
+            .arg(millis(store.retention))
+            .arg(store.channel)
             .cmd("WAIT")
             .arg(replicas)
             .arg(self.replica_wait());
-        let (acked,): (u32,) = self.query_pipe_alone(&pipe).await?;
-        Ok(acked)
+        let (stored, acked): (i64, u32) = self.query_pipe_alone(&pipe).await?;
+        if stored == 2 {
+            tracing::warn!(target: "distlock", key = store.key, "stored idempotency result missing when its replicas were asked (a failover lost it): written again");
+        }
+        Ok(Acked {
+            value: stored != 0,
+            replicas: acked,
+        })
+    }
+
+    async fn extend_acked_many(
+        &self,
+        leases: &[Extension<'_>],
+        replicas: u32,
+    ) -> Result<Acked<Vec<bool>>, BackendError> {
+        let mut pipe = redis::pipe();
+        for l in leases {
+            extend_call(&mut pipe, l);
+        }
+        pipe.cmd("WAIT").arg(replicas).arg(self.replica_wait());
+        let mut replies: Vec<redis::Value> = self.query_pipe_alone(&pipe).await?;
+        let acked = match replies.pop() {
+            Some(redis::Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+            other => {
+                return Err(BackendError::new(
+                    crate::error::BackendErrorKind::Response,
+                    format!("WAIT answered {other:?}"),
+                ));
+            }
+        };
+        let value = replies
+            .into_iter()
+            .map(|v| matches!(v, redis::Value::Int(1)))
+            .collect();
+        Ok(Acked {
+            value,
+            replicas: acked,
+        })
     }
 }

@@ -54,6 +54,13 @@ pub const IDEM_RENEW: &str = concat!(
     include_str!("../scripts/idem_renew.lua")
 );
 
+/// Make sure a stored result is there before `WAIT` counts it (written again if a
+/// failover lost it).
+pub const IDEM_CONFIRM_STORE: &str = concat!(
+    include_str!("../scripts/idem_owned.lua"),
+    include_str!("../scripts/idem_confirm_store.lua")
+);
+
 /// One read-only look at an idempotency record, with the server's time.
 pub const IDEM_LOOK: &str = include_str!("../scripts/idem_look.lua");
 /// The first bytes of an idempotency record, its length and ttl, with the server's time.
@@ -91,6 +98,7 @@ mod tests {
             IDEM_RELEASE,
             IDEM_SETTLE,
             IDEM_FORGET,
+            IDEM_CONFIRM_STORE,
         ] {
             assert!(script.contains("'PUBLISH'"));
             let cluster = sharded(script);

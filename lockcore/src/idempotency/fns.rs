@@ -53,14 +53,17 @@ impl IdemSpec {
     note = "the `Ok` value is stored as JSON and replayed to repeats; idempotency failures (`InProgress`, `PayloadMismatch`, `Backend`) are returned through `E`"
 )]
 pub trait IdemOutput: Sized {
+    /// The `Ok` type.
+    type Value;
     /// An idempotency failure as this return value.
     fn from_idem_error(error: Error) -> Self;
     /// The `Ok` value as JSON (`None` for an `Err`, which is not stored), checked to read
-    /// back as itself: the value read back from the JSON makes the same serde calls as
-    /// the original (see `recording`: `Some(None)`, which reads back as `None`, does
-    /// not); else why it cannot be stored (the record says so, and a repeat gets
-    /// `Unrepresentable` rather than another value).
-    fn to_stored(&self) -> Option<Result<serde_json::Value, String>>;
+    /// back as itself: equal to the original by `same` (the type's `PartialEq`, when it
+    /// has one: see [`SameProbe`]), else making the same serde calls as the original
+    /// (see `recording`: `Some(None)`, which reads back as `None`, does not); else why it
+    /// cannot be stored (the record says so, and a repeat gets `Unrepresentable` rather
+    /// than another value).
+    fn to_stored(&self, same: Same<Self::Value>) -> Option<Result<serde_json::Value, String>>;
     /// The `Ok` value back from its JSON.
     fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error>;
 }
@@ -87,12 +90,99 @@ pub trait IdemError: From<Error> {}
 #[diagnostic::do_not_recommend]
 impl<E: From<Error>> IdemError for E {}
 
+/// How a stored value is compared with the value read back from its JSON: the type's
+/// `PartialEq` when it has one, else `None` (see [`IdemOutput::to_stored`]).
+pub type Same<T> = Option<fn(&T, &T) -> bool>;
+
+/// Finds the `Ok` type's `PartialEq` for generated code, given the fn's return type `R`:
+/// `(&&SameProbe::<R>::new()).__distlock_same()` is `Some(eq)` when `R` is
+/// `Result<T, E>` with `T: PartialEq` ([`SameByEq`], found first), else [`NoSame`]
+/// ([`SameBySerde`]); either is an [`IntoSame`]. A generic `T` whose bounds do not
+/// promise `PartialEq` gets `NoSame`. Named by the return type alone, a return type that
+/// is not `Result` is reported once, by the call's own bound.
+#[doc(hidden)]
+pub struct SameProbe<R>(std::marker::PhantomData<fn() -> R>);
+
+impl<R> SameProbe<R> {
+    /// The probe.
+    pub fn new() -> Self {
+        SameProbe(std::marker::PhantomData)
+    }
+}
+
+impl<R> Default for SameProbe<R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// No `PartialEq` found: the serde calls compare (see [`IdemOutput::to_stored`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct NoSame;
+
+/// What a [`SameProbe`] found, as the comparison of the `Ok` values of `R`.
+#[doc(hidden)]
+pub trait IntoSame<R> {
+    /// The comparison, if any.
+    fn into_same(self) -> Same<R::Value>
+    where
+        R: IdemOutput;
+}
+
+impl<T: IdemValue, E: IdemError> IntoSame<Result<T, E>> for Same<T> {
+    fn into_same(self) -> Same<<Result<T, E> as IdemOutput>::Value> {
+        self
+    }
+}
+
+impl<R> IntoSame<R> for NoSame {
+    fn into_same(self) -> Same<R::Value>
+    where
+        R: IdemOutput,
+    {
+        None
+    }
+}
+
+/// `Result<T, E>` with `T: PartialEq`: its equality.
+#[doc(hidden)]
+pub trait SameByEq {
+    /// The comparison.
+    type Found;
+    /// The comparison.
+    fn __distlock_same(&self) -> Self::Found;
+}
+
+impl<T: PartialEq, E> SameByEq for &SameProbe<Result<T, E>> {
+    type Found = Same<T>;
+
+    fn __distlock_same(&self) -> Same<T> {
+        Some(|a, b| a == b)
+    }
+}
+
+/// Any other return type: no comparison.
+#[doc(hidden)]
+pub trait SameBySerde {
+    /// No comparison.
+    fn __distlock_same(&self) -> NoSame;
+}
+
+impl<R> SameBySerde for SameProbe<R> {
+    fn __distlock_same(&self) -> NoSame {
+        NoSame
+    }
+}
+
 impl<T: IdemValue, E: IdemError> IdemOutput for Result<T, E> {
+    type Value = T;
+
     fn from_idem_error(error: Error) -> Self {
         Err(error.into())
     }
 
-    fn to_stored(&self) -> Option<Result<serde_json::Value, String>> {
+    fn to_stored(&self, same: Same<T>) -> Option<Result<serde_json::Value, String>> {
         let ok = self.as_ref().ok()?;
         let round_trip = || {
             let value =
@@ -100,8 +190,14 @@ impl<T: IdemValue, E: IdemError> IdemOutput for Result<T, E> {
             let back: T = serde_json::from_value(value.clone())
                 .map_err(|e| format!("it does not read back from its JSON {value}: {e}"))?;
             // The JSON texts of the two would not do: `Some(None)` reads back as `None`,
-            // whose JSON is `null` again. Their serde calls differ (see `recording`).
-            if !same_data(ok, &back)? {
+            // whose JSON is `null` again. The type's own equality tells; without one,
+            // their serde calls do (see `recording`), which cannot see an untagged
+            // enum's variant.
+            let same = match same {
+                Some(eq) => eq(ok, &back),
+                None => same_data(ok, &back)?,
+            };
+            if !same {
                 return Err(format!(
                     "it reads back from its JSON {value} as another value"
                 ));
@@ -153,7 +249,23 @@ pub struct IdemCall {
 /// The body of an `#[idempotent(key = ...)]` fn: claim or replay, run with the lease
 /// renewed, then store an `Ok` or release on `Err` or a panic (see `Claim`'s `Drop` for
 /// a cancelled call).
-pub async fn run_idempotent<R, F>(call: IdemCall, body: F) -> R
+///
+/// `same`: what generated code's [`SameProbe`] found for the return type.
+pub fn run_idempotent<R, F, S>(
+    call: IdemCall,
+    same: S,
+    body: F,
+) -> impl Future<Output = R> + use<R, F, S>
+where
+    R: IdemOutput,
+    F: Future<Output = R>,
+    S: IntoSame<R>,
+{
+    run_idempotent_with(call, same.into_same(), body)
+}
+
+/// [`run_idempotent`] with the comparison found.
+async fn run_idempotent_with<R, F>(call: IdemCall, same: Same<R::Value>, body: F) -> R
 where
     R: IdemOutput,
     F: Future<Output = R>,
@@ -171,10 +283,10 @@ where
         distlock.key = tracing::field::Empty,
         distlock.outcome = tracing::field::Empty,
     );
-    run_idempotent_in(call, body).instrument(span).await
+    run_idempotent_in(call, same, body).instrument(span).await
 }
 
-async fn run_idempotent_in<R, F>(call: IdemCall, body: F) -> R
+async fn run_idempotent_in<R, F>(call: IdemCall, same: Same<R::Value>, body: F) -> R
 where
     R: IdemOutput,
     F: Future<Output = R>,
@@ -230,7 +342,7 @@ where
             return R::from_idem_error(lost);
         }
     };
-    let stored = out.to_stored().map(|value| {
+    let stored = out.to_stored(same).map(|value| {
         let value = value?;
         // As a handler's response body: a value past `max_body` is not stored.
         let len = value.to_string().len();
@@ -311,9 +423,14 @@ pub trait DetachFnSend {
     /// The fn's return type.
     type Output;
     /// The call.
-    fn __distlock_run(&self, call: IdemCall) -> Pin<Box<dyn Future<Output = Self::Output> + Send>>
+    fn __distlock_run<S>(
+        &self,
+        call: IdemCall,
+        same: S,
+    ) -> Pin<Box<dyn Future<Output = Self::Output> + Send>>
     where
-        Self::Output: IdemOutput;
+        Self::Output: IdemOutput,
+        S: IntoSame<Self::Output>;
 }
 
 impl<F> DetachFnSend for &DetachFn<F>
@@ -323,12 +440,17 @@ where
 {
     type Output = F::Output;
 
-    fn __distlock_run(&self, call: IdemCall) -> Pin<Box<dyn Future<Output = F::Output> + Send>>
+    fn __distlock_run<S>(
+        &self,
+        call: IdemCall,
+        same: S,
+    ) -> Pin<Box<dyn Future<Output = Self::Output> + Send>>
     where
-        F::Output: IdemOutput,
+        Self::Output: IdemOutput,
+        S: IntoSame<Self::Output>,
     {
         // Boxed at once: only the box moves into the task and its wrappers.
-        let run = Box::pin(run_idempotent(call, self.take()));
+        let run = Box::pin(run_idempotent_with(call, same.into_same(), self.take()));
         if crate::lock::holds_lock() {
             return run;
         }
@@ -348,19 +470,29 @@ pub trait DetachFnInline {
     /// The fn's return type.
     type Output;
     /// The call.
-    fn __distlock_run(&self, call: IdemCall) -> Pin<Box<dyn Future<Output = Self::Output>>>
+    fn __distlock_run<S>(
+        &self,
+        call: IdemCall,
+        same: S,
+    ) -> Pin<Box<dyn Future<Output = Self::Output>>>
     where
-        Self::Output: IdemOutput;
+        Self::Output: IdemOutput,
+        S: IntoSame<Self::Output>;
 }
 
 impl<F: Future + 'static> DetachFnInline for DetachFn<F> {
     type Output = F::Output;
 
-    fn __distlock_run(&self, call: IdemCall) -> Pin<Box<dyn Future<Output = F::Output>>>
+    fn __distlock_run<S>(
+        &self,
+        call: IdemCall,
+        same: S,
+    ) -> Pin<Box<dyn Future<Output = Self::Output>>>
     where
-        F::Output: IdemOutput,
+        Self::Output: IdemOutput,
+        S: IntoSame<Self::Output>,
     {
-        Box::pin(run_idempotent(call, self.take()))
+        Box::pin(run_idempotent_with(call, same.into_same(), self.take()))
     }
 }
 
@@ -371,7 +503,7 @@ mod tests {
     /// What a repeat would get: the stored value read back, or why none was stored.
     fn replayed<T: IdemValue>(value: T) -> Result<T, String> {
         let out: Result<T, Error> = Ok(value);
-        let stored = out.to_stored().expect("an `Ok` is stored")?;
+        let stored = out.to_stored(None).expect("an `Ok` is stored")?;
         let back = <Result<T, Error>>::from_stored(stored).map_err(|e| e.to_string())?;
         Ok(back.unwrap_or_else(|e| panic!("{e}")))
     }
@@ -406,6 +538,38 @@ mod tests {
             replayed(serde_json::json!({"b": [1, null], "a": 2.5})),
             Ok(serde_json::json!({"a": 2.5, "b": [1, null]}))
         );
+    }
+
+    /// `Units(5)` of an untagged enum is written `5`, which reads back as `Cents(5)`:
+    /// the same serde calls, so only the type's `PartialEq` (found by the probe the
+    /// macro uses) tells them apart. Control: `Cents(5)` reads back as itself.
+    #[test]
+    fn an_untagged_variant_that_reads_back_as_another_is_told_by_its_eq() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(untagged)]
+        enum Amount {
+            Cents(u64),
+            Units(u64),
+        }
+        use super::{SameByEq as _, SameBySerde as _};
+        let same = (&&SameProbe::<Result<Amount, Error>>::new()).__distlock_same();
+        assert!(same.is_some(), "the probe finds `PartialEq`");
+        let stored = |v: Amount| Ok::<_, Error>(v).to_stored(same).expect("an `Ok`");
+        let reason = stored(Amount::Units(5)).expect_err("`Units(5)` is another value");
+        assert!(reason.contains("another value"), "{reason}");
+        assert_eq!(stored(Amount::Cents(5)), Ok(serde_json::json!(5)));
+        // Without `PartialEq` (the serde calls alone) the loss is not seen.
+        assert_eq!(
+            Ok::<_, Error>(Amount::Units(5)).to_stored(None),
+            Some(Ok(serde_json::json!(5)))
+        );
+        // A type without `PartialEq` gets the serde calls.
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct NoEq;
+        let none: Same<NoEq> = IntoSame::<Result<NoEq, Error>>::into_same(
+            (&&SameProbe::<Result<NoEq, Error>>::new()).__distlock_same(),
+        );
+        assert!(none.is_none());
     }
 
     use proptest::prelude::*;

@@ -49,7 +49,7 @@ use tracing::instrument::WithSubscriber as _;
 
 use crate::backend::Locking;
 use crate::backend::idem::{ClaimArgs, Claimed, Owner, Records, Renewal};
-use crate::backend::replicas::{Acked, Acknowledging};
+use crate::backend::replicas::{Acked, Acknowledging, StoreArgs};
 use crate::client::Locks;
 use crate::contention::{Contention, Next, in_flight};
 use crate::error::{BackendError, Error};
@@ -567,16 +567,42 @@ impl Claim {
         &self.key
     }
 
-    /// Whether `replicas` acknowledged every write so far (the record's included).
-    async fn acked(&self) -> Result<(), Error> {
+    /// Whether `replicas` acknowledged the stored `record`: made sure of and waited for
+    /// in one pipeline (`confirm_store`: written again where a failover lost it), so no
+    /// new primary's replicas acknowledge a result it lacks.
+    async fn acked(&self, record: &str, retention: Duration) -> Result<(), Error> {
         if self.replicas == 0 {
             return Ok(());
         }
-        self.locks
-            .inner
-            .backend
-            .require_acked(&self.key, self.replicas)
-            .await
+        let store = StoreArgs {
+            key: &self.key,
+            record,
+            owner: &self.owner,
+            retention,
+            channel: &self.channel,
+        };
+        let backend = &self.locks.inner.backend;
+        // Boxed as a trait object: not the usual path, and a handler's future would
+        // otherwise carry its type (deep enough to overflow the compiler's `Send` check).
+        let confirmed: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> =
+            Box::pin(backend.confirm_store(&store, self.replicas));
+        match confirmed.await {
+            Ok(a) if a.value && a.replicas >= self.replicas => Ok(()),
+            Ok(a) if a.value => {
+                tracing::warn!(target: "distlock", key = self.key, acked = a.replicas, wanted = self.replicas, "stored result not acknowledged by enough replicas");
+                Err(Error::NotReplicated {
+                    key: self.key.clone(),
+                    acked: a.replicas,
+                    wanted: self.replicas,
+                })
+            }
+            // Another call's claim or result where this one was stored: a failover lost
+            // it, and the key was claimed again meanwhile.
+            Ok(_) => Err(Error::Lost {
+                key: self.key.clone(),
+            }),
+            Err(e) => Err(Error::backend(&self.key, e)),
+        }
     }
 
     /// One renewal of the claim (`idem_renew.lua`); with `replicas`, the `WAIT` for them
@@ -717,10 +743,12 @@ impl Claim {
                     );
                     observe(self.function, self.claimed.elapsed());
                     // Stored: a caller dropped from here on must not make it stored again.
-                    self.pending = None;
+                    let Some((record, retention)) = self.pending.take() else {
+                        return Ok(());
+                    };
                     // Stored on the primary either way: the caller learns whether a
                     // failover could lose it.
-                    return self.acked().await;
+                    return self.acked(&record, retention).await;
                 }
                 Ok(false) => {
                     inner.events.emit(Event::NotStored {
@@ -917,7 +945,8 @@ pub(crate) mod private {
     };
     pub use super::fns::{
         DetachFn, DetachFnInline, DetachFnSend, IdemCall, IdemError, IdemFn, IdemOutput, IdemSpec,
-        IdemTarget, IdemValue, run_idempotent,
+        IdemTarget, IdemValue, IntoSame, NoSame, Same, SameByEq, SameBySerde, SameProbe,
+        run_idempotent,
     };
     pub use super::http::{
         BodyFp, BodySeen, Capture, CaptureActix, CaptureAxum, CaptureBoth, CaptureFuture,

@@ -149,23 +149,47 @@ impl LockGuard {
     }
 
     /// A nested acquisition asking for more replicas than the outer one was confirmed
-    /// with: a barrier (the outer lease stays as it is), and the count raised for the
-    /// fence and renewals. The nested guard releases nothing when dropped.
+    /// with: the outer lease renewed and the replicas' `WAIT`, in one pipeline on one
+    /// connection (see `backend::replicas`), and the count raised for the fence and
+    /// renewals. The nested guard releases nothing when dropped: too few replicas or the
+    /// key found gone is the nested call's error, and the outer holder's renewals judge
+    /// its own lease.
     pub(super) async fn confirm_reentrant(self, replicas: u32) -> Result<LockGuard> {
         use std::sync::atomic::Ordering;
-        if replicas <= self.info.state.replicas.load(Ordering::Relaxed) {
+        let state = &self.info.state;
+        if replicas <= state.replicas.load(Ordering::Relaxed) {
             return Ok(self);
         }
-        self.locks
-            .inner
-            .backend
-            .require_acked(&self.info.key, replicas)
-            .await?;
-        self.info
-            .state
-            .replicas
-            .fetch_max(replicas, Ordering::Relaxed);
-        Ok(self)
+        let (key, token, ttl) = (&self.info.key, &self.info.token, state.ttl());
+        let backend = &self.locks.inner.backend;
+        let sent = Instant::now();
+        let set = self.info.shape.set(key);
+        // Boxed as a trait object: a rare path, and every acquisition's future (a
+        // handler's among them) would otherwise carry its type, deep enough to overflow
+        // the compiler's `Send` check.
+        let confirmed: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> = match &set {
+            None => Box::pin(backend.confirm_lock(key, token, ttl, replicas)),
+            Some(set) => Box::pin(backend.confirm_permit(set, token, ttl, replicas)),
+        };
+        match confirmed.await {
+            Ok(a) if a.value && a.replicas >= replicas => {
+                state.renewed(sent, ttl);
+                state.replicas.fetch_max(replicas, Ordering::Relaxed);
+                Ok(self)
+            }
+            Ok(a) if a.value => Err(Error::NotReplicated {
+                key: key.to_string(),
+                acked: a.replicas,
+                wanted: replicas,
+            }),
+            Ok(_) => {
+                state.mark_lost();
+                Err(Error::Lost {
+                    key: key.to_string(),
+                })
+            }
+            Err(e) => Err(Error::backend(key, e)),
+        }
     }
 
     /// Releases the lock with a compare-and-delete.

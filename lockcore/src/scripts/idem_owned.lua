@@ -1,4 +1,4 @@
--- Prepended to idem_renew.lua when loaded.
+-- Prepended to idem_renew.lua and idem_confirm_store.lua when loaded.
 -- Whether `raw` is `owner`'s claim in progress: read by pattern when the record spells the
 -- token as it is, else decoded (JSON may escape characters of it, `/` as `\/`).
 local function owned(raw, owner)

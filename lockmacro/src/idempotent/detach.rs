@@ -209,7 +209,9 @@ fn detached_keyed(config: &IdemConfig, key: &Template, d: &Detached) -> TokenStr
         quote!((&&#krate::__private::DetachFn::new(#body_fn(#(#ids),*))).__distlock_run),
         at,
     );
-    let args = group(Delimiter::Parenthesis, idem_call(config, idem_fn, spec), at);
+    let call_args = idem_call(config, idem_fn, spec);
+    let same = same_expr(krate, ret, at);
+    let args = group(Delimiter::Parenthesis, quote!(#call_args, #same), at);
     let dot_await = respan(quote!(.await), at);
     quote! {
         let (#key_var, #scope_var, #fp_var, #client_var) = {

@@ -318,9 +318,10 @@ pub(super) fn key_call(
     let at = ok_span(ret);
     let run = respan(quote!(#krate::__private::run_idempotent), at);
     let call = idem_call(config, &idem_fn, spec);
+    let same = same_expr(krate, ret, at);
     let args = group(
         Delimiter::Parenthesis,
-        quote!(#call, async move { #body }),
+        quote!(#call, #same, async move { #body }),
         at,
     );
     let dot_await = respan(quote!(.await), at);
@@ -329,6 +330,21 @@ pub(super) fn key_call(
         #prelude
         #run #args #dot_await
     }
+}
+
+/// The comparison of a stored value with the value read back from it: the `Ok` type's
+/// `PartialEq` when it has one (see lockcore's `SameProbe`). Named by the return type
+/// alone (no bound on it here): a return type that does not fit is reported once, by
+/// the call.
+pub(super) fn same_expr(krate: &syn::Path, ret: &Type, at: Span) -> TokenStream {
+    respan(
+        quote! {{
+            #[allow(unused_imports)]
+            use #krate::__private::{SameByEq as _, SameBySerde as _};
+            (&&#krate::__private::SameProbe::<#ret>::new()).__distlock_same()
+        }},
+        at,
+    )
 }
 
 /// The first token of `T` in `Result<T, E>` (or any `Alias<T, ..>`), else of the type.
