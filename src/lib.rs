@@ -292,9 +292,9 @@
 //!
 //! | primitive | key | value | companions |
 //! |---|---|---|---|
-//! | lock, write lock, multi-lock member | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>`; `<token> waiting` while a waiter listens; `<token> kept` after a release before `min_hold`; `yield: <client ids> ` for a yield window | `:fence` (counter, no ttl), `:turns` (recent turns), `:released` (the wake-up channel) |
+//! | lock, write lock, multi-lock member | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>` (a write lock's UUID is of version 8, a lock's of version 4: how `inspect` and `distlock` tell a held write lock); `<token> waiting` while a waiter listens; `<token> kept` after a release before `min_hold`; `yield: <client ids> ` for a yield window | `:fence` (counter, no ttl), `:turns` (recent turns), `:released` (the wake-up channel) |
 //! | read lock | `lock:catalog:7` (string) | `readers` while any reader holds, its ttl at least the longest share | `:readers` (sorted set of the readers' tokens, scored by their leases' ends), `:writer` (a waiting writer's token, a few hundred ms), `:readers-waiting` (readers that wait behind a writer), `:released` |
-//! | semaphore | `lock:gpu:eu` (sorted set) | each holder's token, scored by when its lease ends (ms since the epoch, the server's clock); the key expires with the last lease | `:released` |
+//! | semaphore | `lock:gpu:eu` (sorted set) | each holder's token, scored by when its lease ends (ms since the epoch, the server's clock), and the limit, `limit:<n>` scored `+inf` (the count of the latest acquire that took a permit: clients that count differently overwrite each other's); the key expires with the last lease, and goes with the last permit's release | `:released` |
 //! | idempotency record | `lock:idem:<module::fn>[:<scope>]:<key>` (string) | JSON: the claim (owner, fingerprint, lease), then the stored result appended after it | `:done` (the wake-up channel) |
 //! | fenced value | the key given, outside the lock prefix | the value | `:fence-seen` (the highest fence) |
 //!

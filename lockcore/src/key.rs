@@ -43,7 +43,8 @@ pub enum Kind {
     /// A read lock's shares: the readers in `{key}:readers`, and `readers` at the key
     /// while any reader holds (so a lock, a write lock and a multi-lock wait for them).
     ReadLock,
-    /// A semaphore's permits: a sorted set at the key.
+    /// A semaphore's permits: a sorted set at the key (with its limit, see
+    /// [`semaphore_limit`]).
     Semaphore,
     /// An idempotency record (`<prefix>idem:...`).
     IdempotencyRecord,
@@ -67,6 +68,49 @@ impl fmt::Display for Kind {
 /// The value at a read lock's key while readers hold it (see [`Kind::ReadLock`]): never a
 /// token (tokens are `<uuid>:<holder>`).
 pub(crate) const READERS_MARK: &str = "readers";
+
+/// The member of a semaphore's sorted set that stores its limit (the permit count of the
+/// latest acquire that took a permit): `limit:<n>`, scored `+inf`, so that no lease's
+/// end (a finite score) is ever it, expired leases' removal (`ZREMRANGEBYSCORE -inf
+/// <now>`) keeps it, and it is no token (a token begins with a UUID). The permits held
+/// are the members scored below `+inf`; the key goes with its last permit (released, or
+/// its lease ended with the key's ttl), the limit with it.
+pub(crate) fn limit_member(permits: u32) -> String {
+    format!("{LIMIT_MEMBER}{permits}")
+}
+
+const LIMIT_MEMBER: &str = "limit:";
+
+/// The limit a member of a semaphore's sorted set stores, if it is the limit (see
+/// [`limit_member`]).
+///
+/// ```
+/// assert_eq!(lockcore::key::semaphore_limit("limit:4"), Some(4));
+/// assert_eq!(lockcore::key::semaphore_limit("0b5c6a8e-3f4d-4c2a-9d61-7e1f2a3b4c5d:web-1:7"), None);
+/// ```
+pub fn semaphore_limit(member: &str) -> Option<u32> {
+    member.strip_prefix(LIMIT_MEMBER)?.parse().ok()
+}
+
+/// A fresh token's UUID for a holder of `kind`: random (version 4), except a write
+/// lock's, whose random bits carry version 8 (custom) instead, so that `inspect` tells a
+/// held write lock from a lock by its token alone (both hold the key the same way, and
+/// exclude each other as two locks do). The token stays `<uuid>:<holder>`.
+pub(crate) fn token_uuid(kind: Kind) -> uuid::Uuid {
+    let random = uuid::Uuid::new_v4();
+    match kind {
+        Kind::WriteLock => uuid::Builder::from_custom_bytes(random.into_bytes()).into_uuid(),
+        _ => random,
+    }
+}
+
+/// Whether `token` (`<uuid>:<holder>`) is a write lock's (see [`token_uuid`]).
+pub(crate) fn is_write_token(token: &str) -> bool {
+    token
+        .split_once(':')
+        .and_then(|(uuid, _)| uuid::Uuid::try_parse(uuid).ok())
+        .is_some_and(|uuid| uuid.get_version_num() == 8)
+}
 
 /// Appends `value` to `out`, percent-encoding the bytes listed in the [module docs](self).
 pub fn escape_into(out: &mut String, value: &str) {
@@ -217,8 +261,14 @@ pub(crate) fn check_lock_name(name: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Where the idempotency records live, under the client's prefix.
-pub(crate) const RECORDS: &str = "idem:";
+/// Where the idempotency records live, under the client's prefix: a record's key is
+/// `<prefix>idem:<module::fn>[:<scope>]:<key the application wrote>`.
+///
+/// ```
+/// let record = format!("{}{}app::pay:pay:42", lockcore::DEFAULT_PREFIX, lockcore::key::RECORDS);
+/// assert_eq!(record, "lock:idem:app::pay:pay:42");
+/// ```
+pub const RECORDS: &str = "idem:";
 
 /// [`check_key`] as the caller's error: [`Error::InvalidKey`](crate::Error::InvalidKey)
 /// naming `key`.
@@ -437,6 +487,20 @@ mod tests {
         assert!(check_key("lock:{acct}:7{:fence}").is_err(), "a companion");
         assert!(check_key("{a").is_err());
         assert!(check_key("lock:a{b").is_ok());
+    }
+
+    #[test]
+    fn write_tokens_are_told_from_locks() {
+        for kind in [Kind::Lock, Kind::ReadLock, Kind::Semaphore] {
+            let token = format!("{}:web-1:7", token_uuid(kind));
+            assert!(!is_write_token(&token), "{kind}");
+        }
+        let write = token_uuid(Kind::WriteLock);
+        assert_ne!(write, token_uuid(Kind::WriteLock), "random");
+        assert!(is_write_token(&format!("{write}:web-1:7")));
+        assert!(!is_write_token("readers"));
+        assert_eq!(semaphore_limit(&limit_member(4)), Some(4));
+        assert_eq!(semaphore_limit("limit:x"), None);
     }
 
     #[test]

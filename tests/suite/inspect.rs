@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use distlock::idempotency::RecordState;
+use distlock::key::Kind;
 use distlock::{Error, Locks, idempotent};
 use futures_util::{StreamExt, TryStreamExt};
 
@@ -16,6 +17,7 @@ both!(
     a_free_key_shows_nothing,
     a_semaphore_shows_its_permits,
     a_read_write_lock_shows_readers_and_a_waiting_writer,
+    a_write_lock_is_told_from_a_lock,
     a_forced_release_makes_the_holder_lost,
     a_forced_release_frees_permits_and_readers,
     a_list_finds_every_held_lock_and_nothing_else,
@@ -47,6 +49,7 @@ async fn a_held_lock_shows_its_holder_lease_and_fence(locks: Locks) {
     );
     assert_eq!(state.last_fence, fence);
     assert!(state.permits.is_empty() && state.readers.is_empty());
+    assert_eq!((state.kind, state.permit_limit), (Kind::Lock, None));
     g.release().await.unwrap();
 }
 
@@ -73,7 +76,8 @@ async fn a_semaphore_shows_its_permits(locks: Locks) {
     tokens.sort();
     let mut want = vec![a.token().to_owned(), b.token().to_owned()];
     want.sort();
-    assert_eq!(tokens, want);
+    assert_eq!(tokens, want, "the limit is no permit");
+    assert_eq!((state.kind, state.permit_limit), (Kind::Semaphore, Some(3)));
     assert!(
         state
             .permits
@@ -86,6 +90,14 @@ async fn a_semaphore_shows_its_permits(locks: Locks) {
 
 async fn a_read_write_lock_shows_readers_and_a_waiting_writer(locks: Locks) {
     let r = locks.read_lock("ops:d").acquire().await.unwrap();
+    // A second, longer share: the lock's lease is the longest reader's.
+    let long = locks
+        .read_lock("ops:d")
+        .ttl(Duration::from_secs(50))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
     let writer = {
         let locks = locks.clone();
         tokio::spawn(async move {
@@ -107,11 +119,41 @@ async fn a_read_write_lock_shows_readers_and_a_waiting_writer(locks: Locks) {
         assert!(Instant::now() < until, "no waiting writer seen");
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    assert_eq!(state.readers.len(), 1);
-    assert_eq!(state.readers[0].holder.token, r.token());
+    assert_eq!(state.readers.len(), 2);
+    assert!(state.readers.iter().any(|s| s.holder.token == r.token()));
     assert!(state.holder.is_none());
+    assert_eq!(state.kind, Kind::ReadLock);
+    let left = state.lease_left.expect("a read lock's lease");
+    assert!(
+        left > Duration::from_secs(40) && left <= Duration::from_secs(50),
+        "the longest reader's: {left:?}"
+    );
     r.release().await.unwrap();
+    long.release().await.unwrap();
     writer.await.unwrap();
+}
+
+/// A held write lock says so; a lock (one that waited for readers, too) does not.
+async fn a_write_lock_is_told_from_a_lock(locks: Locks) {
+    let w = locks.write_lock("ops:w").acquire().await.unwrap();
+    let state = locks.inspect("ops:w").await.unwrap();
+    assert_eq!(state.kind, Kind::WriteLock);
+    assert_eq!(state.holder.unwrap().token, w.token());
+    w.release().await.unwrap();
+    // Control: a lock of the same name, taken once a reader left.
+    let r = locks
+        .read_lock("ops:w")
+        .ttl(Duration::from_millis(300))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let l = locks.lock("ops:w").wait(LONG).acquire().await.unwrap();
+    let state = locks.inspect("ops:w").await.unwrap();
+    assert_eq!(state.kind, Kind::Lock);
+    assert_eq!(state.holder.unwrap().token, l.token());
+    l.release().await.unwrap();
+    drop(r);
 }
 
 async fn a_forced_release_makes_the_holder_lost(locks: Locks) {

@@ -496,7 +496,7 @@ async fn permits_and_read_shares_wait_for_replicas() {
         .query_async(&mut on_replica)
         .await
         .unwrap();
-    assert_eq!(held, vec![p.token().to_owned()]);
+    assert_eq!(held, vec![p.token().to_owned(), "limit:1".to_owned()]);
     p.release().await.unwrap();
     let e = locks
         .semaphore("acked:p", 1)

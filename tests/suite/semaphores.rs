@@ -269,7 +269,8 @@ async fn the_attribute_runs_at_most_permits_bodies_at_once(locks: Locks) {
 }
 
 /// What `redis-cli` shows: one sorted set, each holder's token scored by when its lease
-/// ends (ms since the epoch, by the server's clock).
+/// ends (ms since the epoch, by the server's clock), and the limit, `limit:<n>` scored
+/// `+inf`, as the latest acquire that took a permit counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_semaphore_is_a_sorted_set_redis_cli_can_read() {
     let server = RedisServer::start();
@@ -293,10 +294,26 @@ async fn the_semaphore_is_a_sorted_set_redis_cli_can_read() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as f64;
-    assert_eq!(held.len(), 1);
+    assert_eq!(held.len(), 2, "{held:?}");
     assert_eq!(held[0].0, g.token());
     let left = held[0].1 - now_ms;
     assert!((15_000.0..=21_000.0).contains(&left), "{left}");
+    assert_eq!(held[1], ("limit:3".to_owned(), f64::INFINITY));
+    let state = locks.inspect("gpu:j").await.unwrap();
+    assert_eq!((state.permits.len(), state.permit_limit), (1, Some(3)));
+    // A client that counts 5: the limit is the latest acquire's.
+    let other = locks.semaphore("gpu:j", 5).acquire().await.unwrap();
+    let state = locks.inspect("gpu:j").await.unwrap();
+    assert_eq!((state.permits.len(), state.permit_limit), (2, Some(5)));
+    let limits: Vec<String> = redis::cmd("ZRANGEBYSCORE")
+        .arg("lock:gpu:j")
+        .arg("+inf")
+        .arg("+inf")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(limits, ["limit:5"], "one limit at a time");
+    other.release().await.unwrap();
     let pttl: i64 = redis::cmd("PTTL")
         .arg("lock:gpu:j")
         .query_async(&mut raw)

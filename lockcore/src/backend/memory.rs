@@ -27,6 +27,9 @@ struct State {
     fenced: HashMap<String, (Option<String>, u64)>,
     /// Semaphores and read locks' readers: each holder's token and when its lease ends.
     permits: HashMap<String, Vec<(String, Instant)>>,
+    /// Semaphores' limits (in Redis a member of the set, `key::limit_member`): the count
+    /// of the latest acquire that took a permit, kept while the set is.
+    limits: HashMap<String, u32>,
     /// Read/write locks: the token of a writer that waits, until when; until when
     /// readers wait behind a writer that holds.
     writer_waits: HashMap<String, (String, Instant)>,
@@ -160,10 +163,12 @@ impl MemoryBackend {
         holders.retain(|(_, until)| *until > now);
         if let Some(mine) = holders.iter_mut().find(|(held, _)| held == token) {
             mine.1 = now + ttl;
+            st.limits.insert(key.to_owned(), permits);
             return Ok(Try::Taken);
         }
         if holders.len() < permits as usize {
             holders.push((token.to_owned(), now + ttl));
+            st.limits.insert(key.to_owned(), permits);
             return Ok(Try::Taken);
         }
         let first = holders.iter().map(|(_, until)| *until).min();
@@ -293,6 +298,7 @@ impl MemoryBackend {
         let empty = holders.iter().all(|(_, until)| *until <= now);
         if holders.is_empty() {
             st.permits.remove(key);
+            st.limits.remove(key);
         }
         drop(st);
         if let Some((of, last)) = release
@@ -460,6 +466,7 @@ impl Locking for MemoryBackend {
         };
         let held = st.held.get(key).filter(|(_, until)| *until > now);
         let permits = live(key);
+        let limit = st.limits.get(key).copied().filter(|_| !permits.is_empty());
         let left = held
             .map(|(_, until)| *until - now)
             .or_else(|| permits.iter().map(|(_, left)| *left).max());
@@ -469,6 +476,7 @@ impl Locking for MemoryBackend {
             fence: st.fences.get(key).copied(),
             readers: live(&crate::key::companion(key, ":readers")),
             permits,
+            limit,
             writer_waiting: st
                 .writer_waits
                 .get(key)
@@ -483,6 +491,7 @@ impl Locking for MemoryBackend {
         let readers = crate::key::companion(key, ":readers");
         let mut found = st.held.remove(key).is_some();
         found |= st.permits.remove(key).is_some();
+        st.limits.remove(key);
         found |= st.permits.remove(&readers).is_some();
         found |= st.writer_waits.remove(key).is_some();
         found |= st.readers_wait.remove(key).is_some();

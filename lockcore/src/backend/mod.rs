@@ -30,8 +30,10 @@
 //! - `try_all` (where `one_call` says the keys are on one node): a multi-lock's locks
 //!   all set if all are free, else none, as `multi_acquire.lua`.
 //! - a semaphore's permits (`try_permit`, `release_permit`, `extend_permits`): a sorted
-//!   set of the holders' tokens scored by their leases' ends, as `permit_*.lua`; a
-//!   release publishes on the key's channel when someone listens.
+//!   set of the holders' tokens scored by their leases' ends, and its limit (the count of
+//!   the latest acquire that took a permit, `key::limit_member`), as `permit_*.lua`; a
+//!   release publishes on the key's channel when someone listens, and the key goes with
+//!   its last live permit.
 //! - a read/write lock (`try_read`, `try_write`; readers released and renewed as
 //!   permits of `{key}:readers`): the writer's token at the key, the readers in
 //!   `{key}:readers`, a waiting writer's mark in `{key}:writer`, waiting readers' in
@@ -121,6 +123,8 @@ pub(crate) struct Seen {
     /// A semaphore's holders at the key, and a read/write lock's readers: each token
     /// and its lease left.
     pub(crate) permits: Vec<(String, Duration)>,
+    /// A semaphore's limit, as the latest acquire that took a permit wrote it.
+    pub(crate) limit: Option<u32>,
     pub(crate) readers: Vec<(String, Duration)>,
     /// A waiting writer's token.
     pub(crate) writer_waiting: Option<String>,

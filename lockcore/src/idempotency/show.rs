@@ -211,6 +211,45 @@ impl Locks {
             .looked(self, |found| Some(found.to_owned()), look)
     }
 
+    /// The idempotency records of the key the application wrote: `pay:42` for
+    /// `#[idempotent(key = "pay:<id>")]` called with id 42, whose record is
+    /// `<prefix>idem:<crate>::<fn>:pay:42`. Every record whose key, after
+    /// `<prefix>idem:`, is `app_key` or ends with `:<app_key>` (one per function, or
+    /// scope, that used that key): a stream that walks the keys with `SCAN` as
+    /// [`idem_records`](Self::idem_records) does, `app_key` taken literally (a `*` in it
+    /// is no glob). An error ends the stream. Not over Redlock.
+    ///
+    /// ```
+    /// use futures_util::TryStreamExt;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let found: Vec<_> = locks.idem_records_for("pay:42").try_collect().await.unwrap();
+    /// assert!(found.is_empty());
+    /// # }
+    /// ```
+    pub fn idem_records_for<'a>(
+        &'a self,
+        app_key: &'a str,
+    ) -> impl futures_util::Stream<Item = Result<IdemRecord>> + Send + 'a {
+        let mut pattern = String::from("*");
+        for ch in app_key.chars() {
+            if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(ch);
+        }
+        let records = format!("{}{}", self.inner.prefix, crate::key::RECORDS);
+        let keep = move |found: &str| {
+            let rest = found.strip_prefix(records.as_str())?;
+            let ends = rest
+                .strip_suffix(app_key)
+                .is_some_and(|head| head.is_empty() || head.ends_with(':'));
+            ends.then(|| found.to_owned())
+        };
+        let look = move |key: String| async move { self.idem_record(&key).await };
+        self.record_walk(&pattern).looked(self, keep, look)
+    }
+
     /// The idempotency records whose key matches `pattern` (as for
     /// [`idem_records`](Self::idem_records)) that are stuck ([`IdemRecord::is_stuck`]):
     /// a stream that walks the keys with `SCAN` and looks at each record's first bytes

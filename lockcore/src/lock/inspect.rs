@@ -67,12 +67,19 @@ pub struct Share {
 pub struct LockState {
     /// The full Redis key.
     pub key: String,
+    /// What holds it: [`Kind::Lock`](crate::key::Kind::Lock),
+    /// [`WriteLock`](crate::key::Kind::WriteLock) (told by its holder's token, see
+    /// "What each primitive writes" in the crate docs),
+    /// [`ReadLock`](crate::key::Kind::ReadLock) or
+    /// [`Semaphore`](crate::key::Kind::Semaphore); `Lock` when nothing holds it.
+    pub kind: crate::key::Kind,
     /// The holder of a lock, or the writer of a read/write lock.
     pub holder: Option<Holder>,
     /// The clients a release left the lock to for a yield window (their ids), while
     /// that window lasts.
     pub yielded_to: Vec<String>,
-    /// The key's lease left (the lock's; for a semaphore, its last permit's).
+    /// The key's lease left (the lock's; for a semaphore, its last permit's; for a read
+    /// lock, its longest reader's).
     pub lease_left: Option<Duration>,
     /// The last fence given for the key (0 before any).
     pub last_fence: u64,
@@ -82,6 +89,9 @@ pub struct LockState {
     pub listening: u64,
     /// A semaphore's holders.
     pub permits: Vec<Share>,
+    /// A semaphore's limit (how many permits it gives): the count of the latest acquire
+    /// that took a permit (clients that count differently overwrite each other's).
+    pub permit_limit: Option<u32>,
     /// A read/write lock's readers.
     pub readers: Vec<Share>,
     /// A writer waiting for the readers to leave (new readers queue behind it).
@@ -288,9 +298,17 @@ impl Locks {
     /// let locks = lockcore::Locks::in_memory();
     /// let guard = locks.lock("order:42").acquire().await.unwrap();
     /// let state = locks.inspect("order:42").await.unwrap();
+    /// assert_eq!(state.kind, lockcore::key::Kind::Lock);
     /// assert_eq!(state.holder.unwrap().token, guard.token());
     /// assert!(state.lease_left.unwrap() > std::time::Duration::from_secs(29));
     /// # guard.release().await.unwrap();
+    /// let permit = locks.semaphore("gpu:pool", 4).acquire().await.unwrap();
+    /// let state = locks.inspect("gpu:pool").await.unwrap();
+    /// assert_eq!((state.kind, state.permits.len(), state.permit_limit), (lockcore::key::Kind::Semaphore, 1, Some(4)));
+    /// # permit.release().await.unwrap();
+    /// let writer = locks.write_lock("doc:7").acquire().await.unwrap();
+    /// assert_eq!(locks.inspect("doc:7").await.unwrap().kind, lockcore::key::Kind::WriteLock);
+    /// # writer.release().await.unwrap();
     /// # }
     /// ```
     pub async fn inspect(&self, name: &str) -> Result<LockState> {
@@ -328,16 +346,36 @@ impl Locks {
                 })
                 .collect()
         };
+        let permits: Vec<Share> = shares(seen.permits);
+        let readers: Vec<Share> = shares(seen.readers);
+        let kind = if !permits.is_empty() {
+            crate::key::Kind::Semaphore
+        } else if !readers.is_empty() || value == crate::key::READERS_MARK {
+            crate::key::Kind::ReadLock
+        } else if holder
+            .as_ref()
+            .is_some_and(|h| crate::key::is_write_token(&h.token))
+        {
+            crate::key::Kind::WriteLock
+        } else {
+            crate::key::Kind::Lock
+        };
         Ok(LockState {
             key: key.to_string(),
+            kind,
             holder,
             yielded_to,
-            lease_left: seen.left,
+            // A read lock's `readers` at the key ends with the longest share; where it is
+            // missing (in memory, a reader of an older version), that share's lease.
+            lease_left: seen
+                .left
+                .or_else(|| readers.iter().map(|s| s.lease_left).max()),
             last_fence: seen.fence.unwrap_or(0),
             marked_waiting: marked,
             listening: seen.listening,
-            permits: shares(seen.permits),
-            readers: shares(seen.readers),
+            permits,
+            permit_limit: seen.limit,
+            readers,
             writer_waiting: seen.writer_waiting.as_deref().and_then(Holder::from_token),
         })
     }

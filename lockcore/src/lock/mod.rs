@@ -855,10 +855,12 @@ impl<'a> LockRequest<'a> {
         }
     }
 
-    /// A token no other try has used: `<uuid>:<holder>`.
+    /// A token no other try has used: `<uuid>:<holder>` (a write lock's UUID says so, see
+    /// `key::token_uuid`).
     fn new_token(&self) -> Arc<str> {
         let holder = &self.locks.inner.holder;
-        crate::util::arc_str(format_args!("{}:{holder}", uuid::Uuid::new_v4()))
+        let uuid = key::token_uuid(self.shape.kind());
+        crate::util::arc_str(format_args!("{uuid}:{holder}"))
     }
 
     /// This task's place in the key's local queue (see `local.rs`); a lock handed to it

@@ -38,8 +38,15 @@ if ARGV[3] == '1' then
   if KEYS[2] and redis.pcall('GET', KEYS[2]) == 'readers' then
     redis.call('DEL', KEYS[2])
   end
-elseif not live then
-  return 0
+else
+  -- A semaphore: its limit (scored +inf, see permit_acquire.lua) does not keep the key
+  -- once no live permit is left.
+  if redis.call('ZCOUNT', KEYS[1], '(' .. now, '(+inf') == 0 then
+    redis.call('DEL', KEYS[1])
+  end
+  if not live then
+    return 0
+  end
 end
 if redis.call('PUBSUB', 'NUMSUB', ARGV[2])[2] > 0 then
   redis.call('PUBLISH', ARGV[2], '1')

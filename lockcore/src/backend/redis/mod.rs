@@ -487,8 +487,12 @@ impl Locking for RedisBackend {
         ttl: Duration,
         permits: u32,
     ) -> Result<Try, BackendError> {
-        let mut cmd = evalsha(&PERMIT_ACQUIRE, 1, 3, key.len() + token.len() + 24);
-        cmd.arg(key).arg(token).arg(millis(ttl)).arg(permits);
+        let mut cmd = evalsha(&PERMIT_ACQUIRE, 1, 4, key.len() + token.len() + 40);
+        cmd.arg(key)
+            .arg(token)
+            .arg(millis(ttl))
+            .arg(permits)
+            .arg(crate::key::limit_member(permits));
         let reply: i64 = self.evalsha_call(&PERMIT_ACQUIRE, &cmd).await?;
         Ok(busy_for(reply))
     }
@@ -551,8 +555,13 @@ impl Locking for RedisBackend {
             .arg(&channel);
         let reply: Reply = self.evalsha_call(script, &cmd).await?;
         let (_kind, value, pttl, fence, permits, readers, writer, listening, now) = reply;
+        // A semaphore's limit is a member of its set (`key::limit_member`), no holder.
+        let limit = permits
+            .chunks(2)
+            .find_map(|pair| crate::key::semaphore_limit(&pair[0]));
         let shares = |flat: Vec<String>| {
             flat.chunks(2)
+                .filter(|pair| crate::key::semaphore_limit(&pair[0]).is_none())
                 .filter_map(|pair| {
                     let end: f64 = pair.get(1)?.parse().ok()?;
                     let left = (end - now as f64).max(0.0) as u64;
@@ -565,6 +574,7 @@ impl Locking for RedisBackend {
             left: (pttl > 0).then(|| Duration::from_millis(pttl.unsigned_abs())),
             fence,
             permits: shares(permits),
+            limit,
             readers: shares(readers),
             writer_waiting: writer,
             listening,
