@@ -5,7 +5,9 @@
 //! distlock inspect KEY             one lock: holder, lease, fence, waiters, permits, readers
 //! distlock leaks                   locks without a ttl, stuck records, dead local holders
 //! distlock release KEY --force     release a stuck lock (asks on a terminal unless --yes)
-//! distlock idem show KEY           one idempotency record
+//! distlock idem ls [PATTERN]       idempotency records: state, lease and retention left
+//! distlock idem show KEY           one idempotency record (its full key, or the key the
+//!                                  application wrote when it names one record)
 //! distlock idem forget KEY         delete a record: the next call under its key runs
 //! distlock watch [PATTERN]         a live table, refreshed every second, until Ctrl-C
 //!                                  (a failed refresh is shown, and tried again)
@@ -108,14 +110,23 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum IdemCommand {
+    /// The records whose key after `idem:` matches PATTERN (a glob): state, lease left
+    /// (in progress), time until Redis drops it, owner; sorted by key.
+    Ls {
+        /// `app::pay:*`, or `*:pay:*` for the keys the application wrote as `pay:<id>`.
+        #[arg(default_value = "*")]
+        pattern: String,
+    },
     /// One record: state, owner, lease left, ttl, stored result.
     Show {
-        /// The record's key (`idem:app::pay:user-7:K1`), with or without the prefix.
+        /// The record's key (`idem:app::pay:user-7:K1`), with or without the prefix, or
+        /// the key the application wrote (`user-7:K1`) when it ends one record's key.
         key: String,
     },
     /// Deletes a record and wakes the repeats waiting on it: the next call runs.
     Forget {
-        /// The record's key, with or without the prefix.
+        /// As for `show`: a full key, or the key the application wrote when it ends one
+        /// record's key (several: they are listed, and nothing is deleted).
         key: String,
     },
 }
@@ -300,9 +311,28 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
             Ok(found(released))
         }
         Command::Idem {
+            command: IdemCommand::Ls { pattern },
+        } => {
+            let rows = idem_rows(&locks, pattern).await?;
+            if cli.json {
+                let doc = serde_json::json!({ "records": rows.iter().map(|(_, doc)| doc).collect::<Vec<_>>() });
+                output::json_line(&mut out, &doc);
+            } else {
+                output::records_table(&mut out, &rows, &cli.prefix);
+            }
+            Ok(found(!rows.is_empty()))
+        }
+        Command::Idem {
             command: IdemCommand::Show { key },
         } => {
-            let record = locks.idem_record(key).await.map_err(not_a_record)?;
+            let (record, why) = match record_key(&locks, &cli, key).await? {
+                Resolved::Full(key) => {
+                    let record = locks.idem_record(&key).await.map_err(not_a_record)?;
+                    (record, format!("no record at {key}"))
+                }
+                Resolved::One(record) => (Some(*record), String::new()),
+                Resolved::None(why) => (None, why),
+            };
             if cli.json {
                 let doc = record
                     .as_ref()
@@ -311,7 +341,7 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
             } else {
                 match &record {
                     Some(record) => output::record(&mut out, record),
-                    None => eprintln!("distlock: no record at {key}"),
+                    None => eprintln!("distlock: {why}"),
                 }
             }
             Ok(found(record.is_some()))
@@ -319,6 +349,19 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
         Command::Idem {
             command: IdemCommand::Forget { key },
         } => {
+            let key = &match record_key(&locks, &cli, key).await? {
+                Resolved::Full(key) => key,
+                Resolved::One(record) => record.key,
+                Resolved::None(why) => {
+                    if cli.json {
+                        let doc = serde_json::json!({ "key": key, "forgotten": false });
+                        output::json_line(&mut out, &doc);
+                    } else {
+                        eprintln!("distlock: {why}");
+                    }
+                    return Ok(Outcome::NotFound);
+                }
+            };
             let forgot = locks.forget_idem(key).await.map_err(not_a_record)?;
             if cli.json {
                 output::json_line(
@@ -351,6 +394,78 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
             .await
         }
     }
+}
+
+/// What `idem show` and `idem forget` act on.
+enum Resolved {
+    /// A record's full key, with or without the prefix (there may be no record).
+    Full(String),
+    /// The one record whose key ends with the key the application wrote.
+    One(Box<IdemRecord>),
+    /// No record's key ends with it: why, for stderr.
+    None(String),
+}
+
+/// The record `key` names: a full key (`idem:app::pay:pay:42`, with or without the
+/// prefix) as it is; else the key the application wrote (`pay:42`), when exactly one
+/// record's key ends with it. None: not found (1, as for a full key without a record);
+/// several: they are listed, and the caller is asked for the full key (2). Nothing is
+/// deleted here.
+async fn record_key(locks: &Locks, cli: &Cli, key: &str) -> Result<Resolved, Failure> {
+    let records = format!("{}{}", cli.prefix, lockcore::key::RECORDS);
+    if key.starts_with(&records) || key.starts_with(lockcore::key::RECORDS) {
+        return Ok(Resolved::Full(key.to_owned()));
+    }
+    let mut found = std::pin::pin!(locks.idem_records_for(key));
+    let mut first = None;
+    let mut others = Vec::new();
+    while let Some(record) = found.try_next().await? {
+        if first.is_none() {
+            first = Some(record);
+        } else {
+            others.push(record.key);
+        }
+    }
+    let Some(first) = first else {
+        return Ok(Resolved::None(format!(
+            "no idempotency record at {key}, and no record's key ends with `:{key}` (a \
+             record's key begins with `{records}`; a lock's does not: look at a lock with \
+             `distlock inspect`); nothing was deleted"
+        )));
+    };
+    if others.is_empty() {
+        return Ok(Resolved::One(Box::new(first)));
+    }
+    let mut keys = vec![first.key];
+    keys.append(&mut others);
+    keys.sort();
+    Err(Failure {
+        code: 2,
+        message: format!(
+            "{key} ends {} records' keys: {}; give the full key (nothing was shown or deleted)",
+            keys.len(),
+            keys.join(", ")
+        ),
+    })
+}
+
+/// `idem ls`: each record matching `pattern` as a row and its JSON, sorted by key. The
+/// records come one at a time and only their summary is kept (not a stored result), so
+/// memory follows the number of records, not their size.
+async fn idem_rows(
+    locks: &Locks,
+    pattern: &str,
+) -> Result<Vec<(output::RecordRow, serde_json::Value)>, Failure> {
+    let mut rows = Vec::new();
+    let mut records = std::pin::pin!(locks.idem_records(pattern));
+    while let Some(record) = records.try_next().await? {
+        rows.push((
+            output::RecordRow::of(&record),
+            output::record_summary_json(&record),
+        ));
+    }
+    rows.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+    Ok(rows)
 }
 
 fn found(yes: bool) -> Outcome {

@@ -3,9 +3,12 @@
 //! The JSON documents (stable field names; times in ms; absent values `null`):
 //!
 //! - a lock (`inspect`, and each of `ls`'s `"locks"`): `key`, `name` (the key without
-//!   the prefix), `kind` (`"lock"`, `"semaphore"`, `"read"`), `holder` (`token`, `uuid`,
-//!   `id`, `host`, `pid`), `lease_left_ms`, `fence` (the last given, 0 before any),
-//!   `waiters` (listening clients, plus a waiter's mark and a waiting writer),
+//!   the prefix), `kind` (`"lock"`, `"write"`, `"read"`, `"semaphore"`), `held` (how
+//!   many hold it: 1, the readers, the permits), `limit` (a semaphore's permit count, as
+//!   the latest acquire that took a permit wrote it; else `null`), `holder` (`token`,
+//!   `uuid`, `id`, `host`, `pid`), `lease_left_ms` (a read lock's: its longest
+//!   reader's), `fence` (the last given, 0 before any),
+//!   `waiters` (listening clients; at least 1 for a waiter's mark or a waiting writer),
 //!   `marked_waiting`, `listening`, `permits` and `readers` (each `holder` and
 //!   `lease_left_ms`), `writer_waiting` (a holder), `yielded_to` (client ids);
 //! - `ls`: `{"locks": [..]}`, most contended first; `watch --json`: one such line per
@@ -16,27 +19,51 @@
 //!   `"unreadable"`), `owner` (a holder), `lease_left_ms`, `expires_in_ms`,
 //!   `claimed_at_ms`, `completed_at_ms`, `fingerprint`, `status` (a stored response's),
 //!   `stored` (the stored result, as JSON), `stuck`;
+//! - `idem ls`: `{"records": [record]}` sorted by key, each record without `stored`;
 //! - `release --force`: `{"key", "released"}`; `idem forget`: `{"key", "forgotten"}`.
 
 use std::io::Write;
 use std::time::Duration;
 
 use lockcore::idempotency::{IdemRecord, RecordState};
+use lockcore::key::Kind;
 use lockcore::{Holder, LockState, Share};
 use serde_json::{Value, json};
 
-/// How contended a lock is: its listening clients, a waiter's mark, a waiting writer.
+/// How contended a lock is: its listening clients, or at least one for a waiter's mark
+/// or a waiting writer (a writer that waits listens too: it is not counted twice).
 pub(crate) fn waiters(state: &LockState) -> u64 {
-    state.listening.max(u64::from(state.marked_waiting)) + u64::from(state.writer_waiting.is_some())
+    let marked = state.marked_waiting || state.writer_waiting.is_some();
+    state.listening.max(u64::from(marked))
 }
 
 fn kind(state: &LockState) -> &'static str {
-    if !state.permits.is_empty() {
-        "semaphore"
-    } else if !state.readers.is_empty() {
-        "read"
-    } else {
-        "lock"
+    match state.kind {
+        Kind::Semaphore => "semaphore",
+        Kind::ReadLock => "read",
+        Kind::WriteLock => "write",
+        _ => "lock",
+    }
+}
+
+/// How many hold a lock: `1`, the readers, or a semaphore's permits over its limit
+/// (`2/4`; `2/?` where no limit is stored, as a semaphore taken by an older version).
+fn held_text(state: &LockState) -> String {
+    match state.kind {
+        Kind::Semaphore => match state.permit_limit {
+            Some(limit) => format!("{}/{limit}", state.permits.len()),
+            None => format!("{}/?", state.permits.len()),
+        },
+        Kind::ReadLock => state.readers.len().to_string(),
+        _ => u8::from(state.holder.is_some()).to_string(),
+    }
+}
+
+fn held_count(state: &LockState) -> usize {
+    match state.kind {
+        Kind::Semaphore => state.permits.len(),
+        Kind::ReadLock => state.readers.len(),
+        _ => usize::from(state.holder.is_some()),
     }
 }
 
@@ -62,6 +89,8 @@ pub(crate) fn lock_json(state: &LockState, prefix: &str) -> Value {
         "key": state.key,
         "name": state.key.strip_prefix(prefix).unwrap_or(&state.key),
         "kind": kind(state),
+        "held": held_count(state),
+        "limit": state.permit_limit,
         "holder": state.holder.as_ref().map(holder_json),
         "lease_left_ms": ms(state.lease_left),
         "fence": state.last_fence,
@@ -104,6 +133,106 @@ pub(crate) fn record_json(r: &IdemRecord) -> Value {
     })
 }
 
+/// A record in `idem ls --json`: [`record_json`] without the stored result.
+pub(crate) fn record_summary_json(r: &IdemRecord) -> Value {
+    let mut doc = record_json(r);
+    if let Some(fields) = doc.as_object_mut() {
+        fields.remove("stored");
+    }
+    doc
+}
+
+/// One line of `idem ls`: what it shows of a record (no stored result).
+pub(crate) struct RecordRow {
+    pub(crate) key: String,
+    state: &'static str,
+    lease: String,
+    expires: String,
+    owner: String,
+}
+
+impl RecordRow {
+    pub(crate) fn of(r: &IdemRecord) -> RecordRow {
+        let state = match r.state {
+            RecordState::InProgress if r.is_stuck() => "stuck",
+            RecordState::InProgress => "in-progress",
+            RecordState::Completed => "completed",
+            _ => "unreadable",
+        };
+        RecordRow {
+            key: r.key.clone(),
+            state,
+            lease: match r.state {
+                RecordState::InProgress => lease_text(r.lease_left),
+                _ => "-".to_owned(),
+            },
+            expires: lease_text(r.expires_in),
+            owner: r.owner.as_ref().map_or_else(|| "-".to_owned(), who),
+        }
+    }
+}
+
+/// `idem ls`: one line per record.
+pub(crate) fn records_table<T>(out: &mut impl Write, rows: &[(RecordRow, T)], prefix: &str) {
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|(r, _)| {
+            [
+                r.key.strip_prefix(prefix).unwrap_or(&r.key).to_owned(),
+                r.state.to_owned(),
+                r.lease.clone(),
+                r.expires.clone(),
+                r.owner.clone(),
+            ]
+        })
+        .collect();
+    aligned(
+        out,
+        ["KEY", "STATE", "LEASE", "EXPIRES IN", "OWNER"],
+        &cells,
+        &[false, false, true, true, false],
+    );
+}
+
+/// A table: the head, then each row, columns as wide as their widest cell, each
+/// right-aligned where `right` says.
+fn aligned<const N: usize>(
+    out: &mut impl Write,
+    head: [&str; N],
+    rows: &[[String; N]],
+    right: &[bool; N],
+) {
+    let mut widths = head.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: [&str; N]| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            let pad = " ".repeat(widths[i] - cell.chars().count());
+            if right[i] {
+                text.push_str(&pad);
+                text.push_str(cell);
+            } else {
+                text.push_str(cell);
+                if i + 1 < N {
+                    text.push_str(&pad);
+                }
+            }
+        }
+        let _ = writeln!(out, "{text}");
+    };
+    line(head);
+    for row in rows {
+        line(row.each_ref().map(String::as_str));
+    }
+}
+
 pub(crate) fn json_line(out: &mut impl Write, doc: &Value) {
     let _ = writeln!(out, "{doc}");
 }
@@ -143,12 +272,13 @@ fn lease_text(d: Option<Duration>) -> String {
 
 /// `ls` and `watch`: one line per lock.
 pub(crate) fn table(out: &mut impl Write, states: &[LockState], prefix: &str) {
-    let rows: Vec<[String; 6]> = states
+    let rows: Vec<[String; 7]> = states
         .iter()
         .map(|s| {
             [
                 s.key.strip_prefix(prefix).unwrap_or(&s.key).to_owned(),
                 kind(s).to_owned(),
+                held_text(s),
                 holder_text(s),
                 lease_text(s.lease_left),
                 s.last_fence.to_string(),
@@ -156,41 +286,30 @@ pub(crate) fn table(out: &mut impl Write, states: &[LockState], prefix: &str) {
             ]
         })
         .collect();
-    let head = ["KEY", "KIND", "HOLDER", "LEASE", "FENCE", "WAITERS"];
-    let mut widths = head.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |out: &mut dyn Write, cells: [&str; 6]| {
-        let _ = writeln!(
-            out,
-            "{:<w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:>w4$}  {:>w5$}",
-            cells[0],
-            cells[1],
-            cells[2],
-            cells[3],
-            cells[4],
-            cells[5],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-            w4 = widths[4],
-            w5 = widths[5],
-        );
-    };
-    line(out, head);
-    for row in &rows {
-        line(out, [&row[0], &row[1], &row[2], &row[3], &row[4], &row[5]]);
-    }
+    aligned(
+        out,
+        ["KEY", "KIND", "HELD", "HOLDER", "LEASE", "FENCE", "WAITERS"],
+        &rows,
+        &[false, false, true, false, true, true, true],
+    );
 }
 
 /// `inspect`: every field of one lock.
 pub(crate) fn details(out: &mut impl Write, s: &LockState) {
     let _ = writeln!(out, "key:        {}", s.key);
     let _ = writeln!(out, "kind:       {}", kind(s));
+    match s.kind {
+        Kind::Semaphore => {
+            let limit = s
+                .permit_limit
+                .map_or_else(|| "?".to_owned(), |l| l.to_string());
+            let _ = writeln!(out, "held:       {}/{limit} permits", s.permits.len());
+        }
+        Kind::ReadLock => {
+            let _ = writeln!(out, "held:       {} readers", s.readers.len());
+        }
+        _ => {}
+    }
     if let Some(h) = &s.holder {
         let _ = writeln!(out, "holder:     {} (token {})", who(h), h.token);
     }
@@ -210,8 +329,7 @@ pub(crate) fn details(out: &mut impl Write, s: &LockState) {
         for share in shares {
             let _ = writeln!(
                 out,
-                "{what}:     {}{} lease left {} (token {})",
-                if what == "permit" { " " } else { "" },
+                "{what}:     {} lease left {} (token {})",
                 who(&share.holder),
                 lease_text(Some(share.lease_left)),
                 share.holder.token

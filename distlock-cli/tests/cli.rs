@@ -105,14 +105,14 @@ async fn ls_shows_held_locks_contended_first_and_not_expired_ones() {
     let table = rows(&stdout(&out));
     assert_eq!(table.len(), 4, "{}", stdout(&out));
     assert_eq!(
-        (table[0][0].as_str(), table[0][5].as_str()),
+        (table[0][0].as_str(), table[0].last().unwrap().as_str()),
         ("report", "1"),
         "contended first"
     );
     let order = table.iter().find(|r| r[0] == "order:42").unwrap();
     let me = format!(":{}", std::process::id());
-    assert!(order[1] == "lock" && order[2].ends_with(&me), "{order:?}");
-    assert_eq!(order[4], fence.to_string());
+    assert!(order[1] == "lock" && order[3].ends_with(&me), "{order:?}");
+    assert_eq!(order[5], fence.to_string());
     assert!(
         table
             .iter()
@@ -672,6 +672,9 @@ impl Drop for Tmux {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_in_a_terminal_shows_a_contended_key_until_ctrl_c() {
+    if !tmux_here("watch_in_a_terminal_shows_a_contended_key_until_ctrl_c") {
+        return;
+    }
     let server = RedisServer::start();
     let url = server.url();
     let locks = Locks::connect(&url).await.unwrap();
@@ -704,7 +707,7 @@ async fn watch_in_a_terminal_shows_a_contended_key_until_ctrl_c() {
     let screen = loop {
         let screen = tmux.screen();
         let table = rows(&screen);
-        if table.len() == 2 && table[0][0] == "hot:key" && table[0][5] == "1" {
+        if table.len() == 2 && table[0][0] == "hot:key" && table[0][6] == "1" {
             break screen;
         }
         assert!(
@@ -798,6 +801,9 @@ async fn on_a_cluster_ls_walks_every_primary_and_release_wakes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_asks_on_a_terminal_and_yes_skips_the_question() {
+    if !tmux_here("release_asks_on_a_terminal_and_yes_skips_the_question") {
+        return;
+    }
     let server = RedisServer::start();
     let url = server.url();
     let locks = Locks::connect(&url).await.unwrap();
@@ -907,4 +913,648 @@ async fn the_url_may_name_sentinels_or_a_tls_server() {
     );
     assert_eq!(code(&out), 3, "{out:?}");
     g.release().await.unwrap();
+}
+
+/// Milliseconds since the epoch, by this host's clock (the test's Redis runs here).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A record as `#[idempotent]` writes it: claimed by `owner` with its lease ending at
+/// `lease_until_ms`, completed (a stored value) when `completed`.
+fn record_value(owner: &str, lease_until_ms: u64, completed: bool) -> String {
+    let claimed = now_ms() - 2_000;
+    let claim = format!(
+        r#"{{"claimed_at_ms":{claimed},"fp":"9f2c","lease_until_ms":{lease_until_ms},"owner":"{owner}","retention_ms":86400000,"status":"in_progress"}}"#
+    );
+    if completed {
+        format!(
+            r#"{claim}{{"status":"completed","fp":"9f2c","completed_at_ms":{},"value":{{"charged":4200}}}}"#,
+            claimed + 800
+        )
+    } else {
+        claim
+    }
+}
+
+const OWNER: &str = "7d1e2f3a-3f4d-4c2a-9d61-7e1f2a3b4c5d:web-1:4242";
+
+/// A client whose holders read `id` (`host:pid`), as another instance's would.
+async fn instance(url: &str, id: &str) -> Locks {
+    Locks::builder(url).holder_id(id).connect().await.unwrap()
+}
+
+/// A semaphore's limit is shown as held/limit (`2/4`) by `ls` and `inspect`, and in
+/// JSON; the limit is the latest acquire's. It was shown nowhere (`ls` said
+/// `web-1:4242 +1`). Control: a lock's row says `1` and has no limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_and_inspect_show_a_semaphores_permits_over_its_limit() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let a = locks.semaphore("gpu:pool", 4).acquire().await.unwrap();
+    let b = locks.semaphore("gpu:pool", 4).acquire().await.unwrap();
+    let lock = locks.lock("order:42").acquire().await.unwrap();
+
+    let out = distlock(&url, &["ls"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    let table = rows(&stdout(&out));
+    let gpu = table.iter().find(|r| r[0] == "gpu:pool").unwrap();
+    assert_eq!((gpu[1].as_str(), gpu[2].as_str()), ("semaphore", "2/4"));
+    let order = table.iter().find(|r| r[0] == "order:42").unwrap();
+    assert_eq!((order[1].as_str(), order[2].as_str()), ("lock", "1"));
+    let out = distlock(&url, &["inspect", "gpu:pool"]);
+    assert!(
+        stdout(&out).contains("held:       2/4 permits"),
+        "{}",
+        stdout(&out)
+    );
+    let doc = json(&distlock(&url, &["inspect", "gpu:pool", "--json"]));
+    assert_eq!(
+        (doc["held"].as_u64(), doc["limit"].as_u64()),
+        (Some(2), Some(4))
+    );
+    let doc = json(&distlock(&url, &["inspect", "order:42", "--json"]));
+    assert_eq!(
+        (doc["held"].as_u64(), &doc["limit"]),
+        (Some(1), &Value::Null)
+    );
+
+    // A client that counts 6 takes a permit: the latest written limit is shown.
+    let c = locks.semaphore("gpu:pool", 6).acquire().await.unwrap();
+    let out = distlock(&url, &["ls", "gpu:*"]);
+    assert_eq!(rows(&stdout(&out))[0][2], "3/6", "{}", stdout(&out));
+    for g in [a, b, c, lock] {
+        g.release().await.unwrap();
+    }
+    // Released, the semaphore leaves no key (its limit goes with its last permit).
+    let mut raw = server.raw().await;
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("lock:gpu:pool")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(!exists);
+}
+
+/// A read lock's lease is its longest reader's, in seconds, never `no ttl` (its
+/// readers hold their leases in a set of their own). Control: a key without a ttl
+/// does show `no ttl` in the same table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_shows_a_read_locks_lease_as_its_longest_readers() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let short = locks
+        .read_lock("doc:7")
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let long = locks
+        .read_lock("doc:7")
+        .ttl(Duration::from_secs(56))
+        .acquire()
+        .await
+        .unwrap();
+    raw_set(
+        &server,
+        "lock:forgotten",
+        "0b5c6a8e-3f4d-4c2a-9d61-7e1f2a3b4c5d:web-3:77",
+        None,
+    )
+    .await;
+
+    let out = distlock(&url, &["ls"]);
+    let table = rows(&stdout(&out));
+    let doc7 = table.iter().find(|r| r[0] == "doc:7").unwrap();
+    assert_eq!((doc7[1].as_str(), doc7[2].as_str()), ("read", "2"));
+    let lease = &doc7[doc7.len() - 3];
+    let secs: f64 = lease
+        .strip_suffix('s')
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no lease in seconds: {doc7:?}"));
+    assert!(
+        (45.0..=56.0).contains(&secs),
+        "the longest reader's: {doc7:?}"
+    );
+    let forgotten = table.iter().find(|r| r[0] == "forgotten").unwrap();
+    assert!(forgotten.join(" ").contains("no ttl"), "{forgotten:?}");
+
+    let doc = json(&distlock(&url, &["inspect", "doc:7", "--json"]));
+    let left = doc["lease_left_ms"].as_u64().unwrap();
+    assert!((45_000..=56_000).contains(&left), "{left}");
+    let text = stdout(&distlock(&url, &["inspect", "doc:7"]));
+    assert!(text.contains("held:       2 readers"), "{text}");
+    assert!(!text.contains("no ttl"), "{text}");
+    short.release().await.unwrap();
+    long.release().await.unwrap();
+}
+
+/// The kind says `write` while a write lock holds. Control: a lock of another name says
+/// `lock`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kind_says_write_while_a_writer_holds() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    let w = locks.write_lock("catalog:9").acquire().await.unwrap();
+    let l = locks.lock("order:42").acquire().await.unwrap();
+    let table = rows(&stdout(&distlock(&url, &["ls"])));
+    let kind = |name: &str| table.iter().find(|r| r[0] == name).unwrap()[1].clone();
+    assert_eq!(
+        (kind("catalog:9").as_str(), kind("order:42").as_str()),
+        ("write", "lock")
+    );
+    let text = stdout(&distlock(&url, &["inspect", "catalog:9"]));
+    assert!(text.contains("kind:       write"), "{text}");
+    assert!(text.contains(w.token()), "{text}");
+    let doc = json(&distlock(&url, &["inspect", "catalog:9", "--json"]));
+    assert_eq!(doc["kind"], "write");
+    w.release().await.unwrap();
+    l.release().await.unwrap();
+}
+
+/// `idem ls` lists the records, sorted by key, with their state and time left; a
+/// pattern narrows it, nothing found is exit 1. Control: the stuck claim is told from
+/// the one that runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_ls_lists_records_with_their_state_and_time_left() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let out = distlock(&url, &["idem", "ls"]);
+    assert_eq!((code(&out), rows(&stdout(&out)).len()), (1, 0));
+    let now = now_ms();
+    let done = record_value(OWNER, now + 28_000, true);
+    raw_set(
+        &server,
+        "lock:idem:shop::pay:pay:42",
+        &done,
+        Some(86_400_000),
+    )
+    .await;
+    let running = record_value(OWNER, now + 30_000, false);
+    // A claim's lease is its ttl past the retention it was written with.
+    raw_set(
+        &server,
+        "lock:idem:shop::pay:pay:43",
+        &running,
+        Some(86_430_000),
+    )
+    .await;
+    let stuck = record_value(OWNER, now - 60_000, false);
+    raw_set(
+        &server,
+        "lock:idem:shop::refund:pay:9",
+        &stuck,
+        Some(3_600_000),
+    )
+    .await;
+    // A lock is no record.
+    let locks = Locks::connect(&url).await.unwrap();
+    let g = locks.lock("pay:44").acquire().await.unwrap();
+
+    let out = distlock(&url, &["idem", "ls"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    let text = stdout(&out);
+    let table = rows(&text);
+    let keys: Vec<&str> = table.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "idem:shop::pay:pay:42",
+            "idem:shop::pay:pay:43",
+            "idem:shop::refund:pay:9"
+        ],
+        "{text}"
+    );
+    assert_eq!(table[0][1..3], ["completed", "-"], "{text}");
+    assert_eq!(table[1][1], "in-progress", "{text}");
+    let lease: f64 = table[1][2].trim_end_matches('s').parse().unwrap();
+    assert!((20.0..=30.0).contains(&lease), "{text}");
+    assert!(table[1][4].starts_with("web-1:4242"), "{text}");
+    assert_eq!(table[2][1], "stuck", "{text}");
+    assert!(
+        table[0][3].ends_with('s') && table[0][3] != "no ttl",
+        "{text}"
+    );
+
+    let out = distlock(&url, &["idem", "ls", "shop::refund:*"]);
+    assert_eq!(rows(&stdout(&out)).len(), 1);
+    let doc = json(&distlock(&url, &["idem", "ls", "*:pay:4?", "--json"]));
+    let records = doc["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["key"], "lock:idem:shop::pay:pay:42");
+    assert_eq!(records[0]["state"], "completed");
+    assert!(
+        records[0].get("stored").is_none(),
+        "no stored result in a listing"
+    );
+    assert_eq!(records[1]["state"], "in_progress");
+    assert!(records[1]["lease_left_ms"].as_u64().unwrap() > 20_000);
+    g.release().await.unwrap();
+}
+
+/// `idem ls` over many large records keeps one record at a time, not every stored
+/// result (control: every record is listed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_ls_reads_records_without_holding_them_all() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let big = "x".repeat(1 << 20);
+    let mut raw = server.raw().await;
+    for i in 0..150 {
+        let value = record_value(OWNER, now_ms(), true).replace("4200", &format!("\"{big}\""));
+        let _: () = redis::cmd("SET")
+            .arg(format!("lock:idem:app::report:R{i:03}"))
+            .arg(value)
+            .arg("PX")
+            .arg(3_600_000)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+    let mut cmd = Command::new(BIN);
+    cmd.args(["idem", "ls"])
+        .env("REDIS_URL", &url)
+        .stdin(Stdio::null());
+    let (out, peak_kb) = peak_rss_kb(cmd);
+    assert_eq!(code(&out), 0, "{out:?}");
+    let table = rows(&stdout(&out));
+    assert_eq!(table.len(), 150);
+    assert!(table.iter().all(|r| r[1] == "completed"));
+    assert!(peak_kb > 0, "no reading of VmHWM");
+    assert!(
+        peak_kb < 100 * 1024,
+        "peak resident memory {} MB for 150 MB of records",
+        peak_kb / 1024
+    );
+}
+
+/// `idem show` and `idem forget` take the key the application wrote (`pay:42` for
+/// `#[idempotent(key = "pay:<id>")]`) when it ends one record's key; where it ends
+/// several, they are listed, the full key is asked for (exit 2) and nothing is
+/// deleted. Full keys work as ever (the control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_show_and_forget_take_the_key_the_application_wrote() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let now = now_ms();
+    let done = record_value(OWNER, now, true);
+    raw_set(
+        &server,
+        "lock:idem:shop::pay:pay:42",
+        &done,
+        Some(86_400_000),
+    )
+    .await;
+    raw_set(
+        &server,
+        "lock:idem:shop::pay:pay:7",
+        &done,
+        Some(86_400_000),
+    )
+    .await;
+    raw_set(
+        &server,
+        "lock:idem:shop::refund:pay:7",
+        &done,
+        Some(86_400_000),
+    )
+    .await;
+
+    let out = distlock(&url, &["idem", "show", "pay:42"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("key:        lock:idem:shop::pay:pay:42"),
+        "{text}"
+    );
+    assert!(text.contains("state:      completed"), "{text}");
+    let doc = json(&distlock(&url, &["idem", "show", "pay:42", "--json"]));
+    assert_eq!(doc["key"], "lock:idem:shop::pay:pay:42");
+    // Only a whole segment: `ay:42` ends no record's key, nor is `*` a glob here.
+    for key in ["ay:42", "pay:*"] {
+        let out = distlock(&url, &["idem", "forget", key]);
+        assert_eq!(code(&out), 1, "{key}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("nothing was deleted"), "{err}");
+    }
+    let out = distlock(&url, &["idem", "show", "ay:42", "--json"]);
+    assert_eq!((code(&out), json(&out)), (1, Value::Null));
+
+    // Several records end with `pay:7`: listed, nothing deleted.
+    for verb in ["show", "forget"] {
+        let out = distlock(&url, &["idem", verb, "pay:7"]);
+        assert_eq!(code(&out), 2, "{verb}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("lock:idem:shop::pay:pay:7")
+                && err.contains("lock:idem:shop::refund:pay:7")
+                && err.contains("give the full key"),
+            "{err}"
+        );
+        assert!(stdout(&out).is_empty(), "{verb}");
+    }
+    let locks = Locks::connect(&url).await.unwrap();
+    for key in ["idem:shop::pay:pay:7", "idem:shop::refund:pay:7"] {
+        assert!(locks.idem_record(key).await.unwrap().is_some(), "{key}");
+    }
+    // The full key names one of them.
+    let out = distlock(&url, &["idem", "forget", "idem:shop::refund:pay:7"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    // Now `pay:7` names one record, and `pay:42` is forgotten by its application key.
+    let out = distlock(&url, &["idem", "show", "pay:7"]);
+    assert!(
+        stdout(&out).contains("lock:idem:shop::pay:pay:7"),
+        "{out:?}"
+    );
+    let out = distlock(&url, &["idem", "forget", "pay:42"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    assert!(
+        stdout(&out).contains("forgot lock:idem:shop::pay:pay:42"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        locks
+            .idem_record("idem:shop::pay:pay:42")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        locks
+            .idem_record("idem:shop::pay:pay:7")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// Whether the terminal tests run: tmux is there, or `scripts/test.sh` could not
+/// install it and said so (`DISTLOCK_SKIP_TMUX`); a missing tmux is a failure otherwise.
+fn tmux_here(test: &str) -> bool {
+    if Command::new("tmux").arg("-V").output().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("DISTLOCK_SKIP_TMUX").is_some(),
+        "tmux is not installed (scripts/ensure-redis.sh installs it with apt-get)"
+    );
+    eprintln!("{test}: skipped, tmux could not be installed (DISTLOCK_SKIP_TMUX)");
+    false
+}
+
+/// Runs `distlock ARGS` in a tmux pane 100 columns wide, as typed at a prompt (the
+/// line `$ distlock ARGS` first), until `ready` holds for the screen and, unless
+/// `live`, two looks 200 ms apart agree; the tmux server and the screen (trailing
+/// blanks cut).
+async fn on_screen(
+    url: &str,
+    name: &str,
+    args: &str,
+    live: bool,
+    ready: impl Fn(&str) -> bool,
+) -> (Tmux, String) {
+    let tmux = Tmux(format!("distlock-screen-{name}-{}", std::process::id()));
+    let dir = std::path::Path::new(BIN)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    let run = format!(
+        "export REDIS_URL='{url}' PATH='{dir}':\"$PATH\"; printf '$ distlock %s\\n' '{args}'; distlock {args}; sleep 60"
+    );
+    let started = tmux.cmd(&[
+        "new-session",
+        "-d",
+        "-s",
+        "w",
+        "-x",
+        "100",
+        "-y",
+        "24",
+        &run,
+    ]);
+    assert!(started.status.success(), "{started:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = String::new();
+    loop {
+        let screen: String = tmux
+            .screen()
+            .lines()
+            .map(str::trim_end)
+            .collect::<Vec<_>>()
+            .join("\n")
+            .trim_end()
+            .to_owned();
+        if ready(&screen) && (live || screen == last) {
+            return (tmux, screen + "\n");
+        }
+        assert!(Instant::now() < deadline, "{name}: not ready:\n{screen}");
+        last = screen;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Keeps a screen for the README (`distlock-cli/screens/NAME.txt`).
+fn keep_screen(name: &str, screen: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("screens");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{name}.txt")), screen).unwrap();
+}
+
+/// The cells of `name`'s row in a table on screen.
+fn row_of(screen: &str, name: &str) -> Vec<String> {
+    rows(screen)
+        .into_iter()
+        .find(|r| r[0] == name)
+        .unwrap_or_else(|| panic!("no {name} on screen:\n{screen}"))
+}
+
+/// A lease in seconds as a table shows it (`55.8s`, `86399s`), or `None`.
+fn seconds(cell: &str) -> Option<f64> {
+    cell.strip_suffix('s')?.parse().ok()
+}
+
+/// A service as an on-call engineer finds it, each screen of the command captured in a
+/// real terminal (tmux), checked, and kept for the README: a lock held with a fence, a
+/// semaphore of 4 with two permits taken, a read lock with two readers and a waiting
+/// writer, a write lock, one idempotency record. Each screen shows what the issue asked:
+/// `2/4`, `write`, the read lock's lease in seconds (its longest reader's), the record
+/// found by the key the application wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn screens_of_a_service_as_an_operator_sees_it() {
+    if !tmux_here("screens_of_a_service_as_an_operator_sees_it") {
+        return;
+    }
+    let server = RedisServer::start();
+    let url = server.url();
+    let web = instance(&url, "web-1:4242").await;
+    let order = web
+        .lock("order:42")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let fence = order.fence().await.unwrap();
+    let mut permits = Vec::new();
+    for id in ["worker-2:311", "worker-3:97"] {
+        let w = instance(&url, id).await;
+        permits.push(w.semaphore("gpu:pool", 4).acquire().await.unwrap());
+    }
+    let mut readers = Vec::new();
+    for (id, secs) in [("api-1:77", 30), ("api-2:78", 56)] {
+        let r = instance(&url, id).await;
+        let g = r
+            .read_lock("doc:7")
+            .ttl(Duration::from_secs(secs))
+            .acquire()
+            .await
+            .unwrap();
+        readers.push(g);
+    }
+    let writer = instance(&url, "api-3:79").await;
+    let waiting = tokio::spawn(async move {
+        writer
+            .write_lock("doc:7")
+            .wait(Duration::from_secs(120))
+            .acquire()
+            .await
+    });
+    let batch = instance(&url, "batch-1:501").await;
+    let catalog = batch.write_lock("catalog:9").acquire().await.unwrap();
+    let done = record_value(OWNER, now_ms(), true);
+    raw_set(
+        &server,
+        "lock:idem:shop::pay:pay:42",
+        &done,
+        Some(86_400_000),
+    )
+    .await;
+    let locks = Locks::connect(&url).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while locks
+        .inspect("doc:7")
+        .await
+        .unwrap()
+        .writer_waiting
+        .is_none()
+    {
+        assert!(Instant::now() < until, "no waiting writer");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // ls: one line per lock, the semaphore's permits over its limit, the write lock's
+    // kind, the read lock's lease.
+    let (_t, screen) = on_screen(&url, "ls", "ls", false, |s| rows(s).len() == 4).await;
+    let gpu = row_of(&screen, "gpu:pool");
+    assert_eq!(gpu[1..3], ["semaphore", "2/4"], "{screen}");
+    let doc = row_of(&screen, "doc:7");
+    assert_eq!(doc[1..3], ["read", "2"], "{screen}");
+    let lease = seconds(&doc[doc.len() - 3]).unwrap_or_else(|| panic!("{screen}"));
+    assert!(
+        (45.0..=56.0).contains(&lease),
+        "the longest reader's:\n{screen}"
+    );
+    assert_eq!(doc.last().unwrap(), "1", "the waiting writer:\n{screen}");
+    assert_eq!(row_of(&screen, "catalog:9")[1], "write", "{screen}");
+    let order_row = row_of(&screen, "order:42");
+    assert_eq!(order_row[1..4], ["lock", "1", "web-1:4242"], "{screen}");
+    assert_eq!(order_row[5], fence.to_string(), "{screen}");
+    assert!(!screen.contains("no ttl"), "{screen}");
+    assert_eq!(rows(&screen)[0][0], "doc:7", "contended first:\n{screen}");
+    keep_screen("ls", &screen);
+
+    // inspect, one screen per kind.
+    let (_t, screen) = on_screen(&url, "inspect-lock", "inspect order:42", false, |s| {
+        s.contains("last fence:")
+    })
+    .await;
+    assert!(screen.contains("kind:       lock"), "{screen}");
+    assert!(screen.contains("holder:     web-1:4242"), "{screen}");
+    assert!(screen.contains(&format!("last fence: {fence}")), "{screen}");
+    keep_screen("inspect-lock", &screen);
+
+    let (_t, screen) = on_screen(&url, "inspect-semaphore", "inspect gpu:pool", false, |s| {
+        s.matches("permit:").count() == 2
+    })
+    .await;
+    assert!(screen.contains("kind:       semaphore"), "{screen}");
+    assert!(screen.contains("held:       2/4 permits"), "{screen}");
+    assert!(
+        screen.contains("worker-2:311") && screen.contains("worker-3:97"),
+        "{screen}"
+    );
+    keep_screen("inspect-semaphore", &screen);
+
+    let (_t, screen) = on_screen(&url, "inspect-read", "inspect doc:7", false, |s| {
+        s.contains("writer waiting:")
+    })
+    .await;
+    assert!(screen.contains("kind:       read"), "{screen}");
+    assert!(screen.contains("held:       2 readers"), "{screen}");
+    let lease = screen
+        .lines()
+        .find_map(|l| l.strip_prefix("lease left: "))
+        .and_then(seconds)
+        .unwrap_or_else(|| panic!("no lease in seconds:\n{screen}"));
+    assert!((45.0..=56.0).contains(&lease), "{screen}");
+    assert!(screen.contains("writer waiting: api-3:79"), "{screen}");
+    keep_screen("inspect-read", &screen);
+
+    let (_t, screen) = on_screen(&url, "inspect-write", "inspect catalog:9", false, |s| {
+        s.contains("last fence:")
+    })
+    .await;
+    assert!(screen.contains("kind:       write"), "{screen}");
+    assert!(screen.contains("holder:     batch-1:501"), "{screen}");
+    keep_screen("inspect-write", &screen);
+
+    // The records, and one found by the key the application wrote.
+    let (_t, screen) = on_screen(&url, "idem-ls", "idem ls", false, |s| rows(s).len() == 1).await;
+    let record = row_of(&screen, "idem:shop::pay:pay:42");
+    assert_eq!(record[1..3], ["completed", "-"], "{screen}");
+    assert!(
+        seconds(&record[3]).is_some_and(|s| s > 86_000.0),
+        "{screen}"
+    );
+    keep_screen("idem-ls", &screen);
+    let (_t, screen) = on_screen(&url, "idem-show", "idem show pay:42", false, |s| {
+        s.contains("stored:")
+    })
+    .await;
+    assert!(
+        screen.contains("key:        lock:idem:shop::pay:pay:42"),
+        "{screen}"
+    );
+    assert!(screen.contains("state:      completed"), "{screen}");
+    keep_screen("idem-show", &screen);
+
+    // watch: the same table, live.
+    let (tmux, screen) = on_screen(&url, "watch", "watch", true, |s| rows(s).len() == 4).await;
+    assert!(
+        screen.contains("distlock watch *") && screen.contains("4 held"),
+        "{screen}"
+    );
+    assert_eq!(row_of(&screen, "gpu:pool")[2], "2/4", "{screen}");
+    assert_eq!(row_of(&screen, "catalog:9")[1], "write", "{screen}");
+    let doc = row_of(&screen, "doc:7");
+    assert!(
+        seconds(&doc[doc.len() - 3]).is_some_and(|s| s > 40.0),
+        "{screen}"
+    );
+    tmux.cmd(&["send-keys", "-t", "w", "C-c"]);
+    keep_screen("watch", &screen);
+
+    order.release().await.unwrap();
+    catalog.release().await.unwrap();
+    for g in permits.into_iter().chain(readers) {
+        g.release().await.unwrap();
+    }
+    waiting.await.unwrap().unwrap().release().await.unwrap();
 }
