@@ -38,7 +38,8 @@ pub enum Kind {
     /// A lock, or as what holds a key, a lock or a write lock: one holder's token at the
     /// key (the two exclude each other by design, as two locks do).
     Lock,
-    /// A write lock (asked for; held, it is told from a lock by nothing at the key).
+    /// A write lock: a token at the key as a lock's, told from one by its UUID's version
+    /// (8, a lock's 4: see [`LockState::kind`](crate::LockState::kind)).
     WriteLock,
     /// A read lock's shares: the readers in `{key}:readers`, and `readers` at the key
     /// while any reader holds (so a lock, a write lock and a multi-lock wait for them).
@@ -81,8 +82,9 @@ pub(crate) fn limit_member(permits: u32) -> String {
 
 const LIMIT_MEMBER: &str = "limit:";
 
-/// The limit a member of a semaphore's sorted set stores, if it is the limit (see
-/// [`limit_member`]).
+/// The limit a member of a semaphore's sorted set stores, if it is the limit: the
+/// member `limit:<n>`, scored `+inf` (see "What each primitive writes" in the crate
+/// docs).
 ///
 /// ```
 /// assert_eq!(lockcore::key::semaphore_limit("limit:4"), Some(4));
