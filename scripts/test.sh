@@ -32,7 +32,7 @@ cargo test --workspace --all-features "$@"
 # single-topic tests are modules of the `suite` binary; a filter picks the modules.
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \
   behaviour:: waiting:: hardening:: hardening_locks:: jobs:: fencing:: semaphores:: rwlocks:: inspect:: spans:: \
-  multilocks:: kinds::
+  multilocks:: kinds:: sentinel:: idempotent_fns:: idempotent_http::
 DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test chaos
 DISTLOCK_TEST_ACL=1 cargo test --workspace --all-features "$@" --test cli
 

@@ -144,6 +144,12 @@ impl Locks {
     /// (or in `REDIS_URL`) does the same (its credentials and database, as in
     /// `redis+sentinel://:password@host1:26379/mymaster/0`, are the primary's).
     ///
+    /// The address the sentinels name is checked with `ROLE` where the user may run it;
+    /// a least-privilege user (`+@all -@dangerous`, refused `ROLE` and `INFO`) trusts
+    /// the sentinels instead, and leaves a server they named that was demoted since at
+    /// its first `READONLY` reply. The sentinels themselves are reached with the same
+    /// credentials (give the user to them too, with any rights there).
+    ///
     /// During a failover calls fail with [`Error::Backend`] within their timeout. A
     /// failover loses the writes the old primary had not replicated: `replicas = 1`
     /// closes that hole for locks and records (see the crate docs).

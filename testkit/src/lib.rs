@@ -409,6 +409,17 @@ pub fn app_url(port: u16) -> String {
     }
 }
 
+/// The sentinels' configuration line that adds [`APP_USER`] under [`ACL_VAR`]: the URLs
+/// distlock is given name it, and a sentinel client uses one URL's credentials for the
+/// sentinels and the primary alike. The least privilege is the primary's (no `ROLE`,
+/// `INFO`, `CONFIG`, `CLIENT`); a sentinel's commands are its own.
+fn sentinel_acl() -> String {
+    if !least_privilege() {
+        return String::new();
+    }
+    format!("user {APP_USER} on >{APP_USER} ~* &* +@all\n")
+}
+
 /// The `redis-server` arguments that add the least-privilege user, under [`ACL_VAR`].
 fn acl_args() -> Vec<String> {
     if !least_privilege() {
@@ -863,9 +874,10 @@ impl RedisSentinel {
                  sentinel monitor {m} 127.0.0.1 {primary_port} 2\n\
                  sentinel down-after-milliseconds {m} 1000\n\
                  sentinel failover-timeout {m} 5000\n\
-                 sentinel parallel-syncs {m} 1\n{extra}",
+                 sentinel parallel-syncs {m} 1\n{acl}{extra}",
                 dir.display(),
                 m = Self::MASTER,
+                acl = sentinel_acl(),
             ),
         )
         .unwrap();

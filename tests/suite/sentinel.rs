@@ -119,6 +119,46 @@ async fn lands_on(locks: &Locks, server: &RedisServer) {
     g.release().await.unwrap();
 }
 
+/// A user refused `@dangerous` commands (`ROLE`, `INFO`: the way redis-rs checked the
+/// primary a sentinel names) locks behind Sentinel, and follows a failover: the
+/// sentinels are trusted where `ROLE` is refused, and a demoted server is left at its
+/// first `READONLY`. Every call failed with `NOPERM` before. Control: that user is
+/// refused `ROLE` on the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_refused_role_locks_and_follows_a_failover() {
+    let setup = Setup::start();
+    let user = [
+        "ACL", "SETUSER", "limited", "on", ">limited", "~*", "&*", "+@all",
+    ];
+    for server in [&setup.primary, &setup.replica] {
+        assert_eq!(
+            RedisCluster::cli(server.port, &[&user[..], &["-@dangerous"]].concat()),
+            "OK"
+        );
+    }
+    for sentinel in &setup.sentinels {
+        assert_eq!(RedisCluster::cli(sentinel.port, &user), "OK");
+    }
+    let role = RedisCluster::cli(
+        setup.primary.port,
+        &["--user", "limited", "--pass", "limited", "ROLE"],
+    );
+    assert!(role.contains("NOPERM"), "control: ROLE refused: {role}");
+    let urls: Vec<String> = setup
+        .sentinels
+        .iter()
+        .map(|s| format!("redis://limited:limited@127.0.0.1:{}/", s.port))
+        .collect();
+    let locks = Locks::sentinel(RedisSentinel::MASTER, urls)
+        .command_timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    lands_on(&locks, &setup.primary).await;
+    cycles_across(&locks, "limited", setup.demote()).await;
+    lands_on(&locks, &setup.replica).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_primary_is_replaced_without_a_new_client() {
     let mut setup = Setup::start();

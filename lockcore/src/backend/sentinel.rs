@@ -5,9 +5,12 @@
 //! made before (see [`SentinelTarget::switched`]), so the next call connects to the
 //! primary the sentinels name now.
 //!
-//! A resolution builds a redis-rs sentinel client of its own: its cached connections to
-//! the sentinels belong to the runtime that made them, and a client of ours is used from
-//! many.
+//! A resolution asks every sentinel at once (`SENTINEL get-master-addr-by-name`, on
+//! connections of its own: a client of ours is used from many runtimes) and takes the
+//! first address whose server says it is a primary (`ROLE`). `ROLE` is `@dangerous`: a
+//! least-privilege user (`+@all -@dangerous`) is refused it, and then the sentinels are
+//! trusted; a server they name that was demoted since answers writes with `READONLY`,
+//! which drops the connection and looks the primary up again (see `redis::policy`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -19,9 +22,7 @@ use std::time::{Duration, Instant};
 const ANNOUNCED_FOR: Duration = Duration::from_secs(5);
 
 use futures_util::StreamExt;
-use redis::sentinel::{
-    SentinelClient, SentinelClientBuilder, SentinelNodeConnectionInfo, SentinelServerType,
-};
+use redis::IntoConnectionInfo as _;
 
 /// Certificates for TLS sentinels and primaries (with the `tls` feature; without it no
 /// TLS address gets this far).
@@ -88,31 +89,16 @@ impl SentinelTarget {
         self.switched.load(Ordering::Acquire)
     }
 
-    /// The primary the sentinels name now (which also answered `ROLE` as a primary),
-    /// within `timeout`.
+    /// The primary the sentinels name now (which also answered `ROLE` as a primary, where
+    /// the user may ask), within `timeout`.
     pub(crate) async fn primary(&self, timeout: Duration) -> Result<redis::Client, BackendError> {
-        let mut sentinel = if self.tls {
-            self.tls_client()?
-        } else {
-            let node =
-                SentinelNodeConnectionInfo::default().set_redis_connection_info(self.node.clone());
-            SentinelClient::build(
-                self.sentinels.clone(),
-                self.master.clone(),
-                Some(node),
-                SentinelServerType::Master,
-            )?
-        };
-        let client = match tokio::time::timeout(timeout, sentinel.async_get_client()).await {
+        let client = match tokio::time::timeout(timeout, self.find_primary()).await {
             Ok(found) => found?,
             Err(_) => return Err(BackendError::timeout(timeout)),
         };
         let announced = crate::util::lock(&self.announced).clone();
         if let Some((host, port, _)) = announced.filter(|(_, _, at)| at.elapsed() < ANNOUNCED_FOR) {
-            let named = match client.get_connection_info().addr() {
-                redis::ConnectionAddr::Tcp(h, p) => Some((h.clone(), *p)),
-                _ => None,
-            };
+            let named = address(&client);
             if named
                 .as_ref()
                 .is_some_and(|(h, p)| *h != host || *p != port)
@@ -129,29 +115,95 @@ impl SentinelTarget {
         Ok(client)
     }
 
-    /// A sentinel client over TLS to the sentinels and to the primary, with the
-    /// certificates where given.
-    fn tls_client(&self) -> Result<SentinelClient, BackendError> {
-        let mut builder = SentinelClientBuilder::new(
-            self.sentinels.iter().map(|s| s.addr().clone()),
-            &self.master,
-            SentinelServerType::Master,
-        )?
-        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
-        .set_client_to_redis_db(self.node.db());
-        if let Some(user) = self.node.username() {
-            builder = builder.set_client_to_redis_username(user);
+    /// Every sentinel asked at once; the first address named whose server does not deny
+    /// being the primary, else the most telling failure (a server named that is not a
+    /// primary, then a sentinel's error).
+    async fn find_primary(&self) -> Result<redis::Client, BackendError> {
+        let mut asks: futures_util::stream::FuturesUnordered<_> = self
+            .sentinels
+            .iter()
+            .map(|info| self.ask(info.clone()))
+            .collect();
+        let mut failed: Option<BackendError> = None;
+        while let Some(answer) = asks.next().await {
+            match answer {
+                Ok(client) => return Ok(client),
+                Err((e, named)) => {
+                    if named || failed.is_none() {
+                        failed = Some(e);
+                    }
+                }
+            }
         }
-        if let Some(password) = self.node.password() {
-            builder = builder.set_client_to_redis_password(password);
+        Err(failed.unwrap_or_else(|| {
+            BackendError::new(
+                crate::error::BackendErrorKind::Connection,
+                "no sentinel to ask for the primary",
+            )
+        }))
+    }
+
+    /// One sentinel's primary, checked with `ROLE`; an error says whether the sentinel
+    /// named one (`true`: its server is not a primary, or could not be reached).
+    async fn ask(
+        &self,
+        info: redis::ConnectionInfo,
+    ) -> Result<redis::Client, (BackendError, bool)> {
+        let unnamed = |e: BackendError| (e, false);
+        let sentinel = self.sentinel_client(info).map_err(|e| unnamed(e.into()))?;
+        let mut conn = sentinel
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| unnamed(e.into()))?;
+        let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.master)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| unnamed(e.into()))?;
+        let Some((host, port)) = named else {
+            return Err(unnamed(BackendError::new(
+                crate::error::BackendErrorKind::Connection,
+                format!("a sentinel knows no primary named {:?}", self.master),
+            )));
+        };
+        let client = self.node_client(host, port).map_err(|e| (e, true))?;
+        match is_primary(&client).await {
+            Ok(true) => Ok(client),
+            Ok(false) => Err((
+                BackendError::new(
+                    crate::error::BackendErrorKind::Connection,
+                    format!(
+                        "{:?}, which a sentinel names as the primary, is not one (a failover under way)",
+                        address(&client)
+                    ),
+                ),
+                true,
+            )),
+            Err(e) => Err((e, true)),
         }
+    }
+
+    /// A client for the server at `host:port` with the primary's credentials and database,
+    /// over TLS when the sentinels speak it (with the certificates where given).
+    fn node_client(&self, host: String, port: u16) -> Result<redis::Client, BackendError> {
+        let addr = match self.tls {
+            true => redis::ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                tls_params: None,
+            },
+            false => redis::ConnectionAddr::Tcp(host, port),
+        };
+        let info = addr
+            .into_connection_info()?
+            .set_redis_settings(self.node.clone());
         #[cfg(feature = "tls")]
         if let Some(certs) = &self.certs {
-            builder = builder
-                .set_client_to_redis_certificates(certs.clone())
-                .set_client_to_sentinel_certificates(certs.clone());
+            return Ok(redis::Client::build_with_tls(info, certs.clone())?);
         }
-        Ok(builder.build()?)
+        Ok(redis::Client::open(info)?)
     }
 
     /// A client for one sentinel, for the listener.
@@ -270,6 +322,26 @@ async fn listen(weak: Weak<SentinelTarget>) {
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Whether the server `client` reaches says it is a primary (`ROLE`). A user not allowed
+/// `ROLE` (`-@dangerous`), or a server without it, gets `true`: the sentinels are
+/// trusted, and a demoted server is left at its first `READONLY`.
+async fn is_primary(client: &redis::Client) -> Result<bool, BackendError> {
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let role: redis::RedisResult<Vec<redis::Value>> =
+        redis::cmd("ROLE").query_async(&mut conn).await;
+    match role {
+        Ok(fields) => Ok(fields
+            .first()
+            .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+            .is_some_and(|r| r == "master")),
+        Err(e) if crate::error::capability_missing(&e) => {
+            tracing::debug!(target: "distlock", error = %e, "ROLE refused: the sentinels' answer is trusted");
+            Ok(true)
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
