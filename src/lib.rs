@@ -72,8 +72,9 @@
 //! ## Fencing
 //!
 //! On demand: `current_lock().unwrap().fence().await?` (or [`LockGuard::fence`]) is one
-//! round trip, a script that increments the key's fence counter (`{lock:order:42}:fence`)
-//! while the key still holds the lock's token: the number is its fence, else `Lost`;
+//! round trip, a script that steps the key's fence counter (`{lock:order:42}:fence`) to
+//! max(counter + 1, the server's clock in microseconds since the epoch) while the key
+//! still holds the lock's token: the number is its fence, else `Lost`;
 //! later calls in the same acquisition (nested ones included) return the same number
 //! without a round trip while the lease lasts, and `Lost` once it has ended; a lock that
 //! never asks pays nothing. A holder that gets a fence after another got one gets a
@@ -81,15 +82,21 @@
 //! holder's or gets `Lost` when it asks. So ask right before the write, and hand it to
 //! storage that rejects smaller fences: the check and the guard in one.
 //!
-//! A counter made afresh starts from the server's clock in microseconds since the epoch
-//! (`1796533624825279`, say), so fences never go backwards when the counter is lost: a
-//! restart of a Redis without persistence, `FLUSHDB`, eviction, or a failover to a
-//! replica that had not received its last value. Every fence an earlier counter gave
-//! stays below (fewer than one fence a microsecond per name), as long as the server's
-//! clock does not jump back. The counter has no ttl; the lock key itself can still be
-//! lost in those events (a second holder), which the fence then tells the storage. Use
-//! `noeviction` and persistence; a client reads the policy once and warns when it is
-//! another.
+//! So fences follow the server's clock (`1796533624825279`, say), and a counter made
+//! afresh starts from it: fences never go backwards when the counter is gone, whether it
+//! expired or was lost (a restart of a Redis without persistence, `FLUSHDB`, eviction, or
+//! a failover to a replica that had not received its last value). The counter expires
+//! once its name has been given no fence for the fence idle window (a day by default,
+//! never less than the lock's ttl: [`LocksBuilder::fence_idle_window`]), so a lock per
+//! order id leaves nothing behind once its orders are done. Every fence an earlier
+//! counter gave stays below the new counter's first as long as the name was given fewer
+//! than one fence a microsecond on average (its fences then never ran ahead of the clock
+//! by as much as the window, or the time a restarted server was down) and the server's
+//! clock did not step back by as much as the window (a restart: the time it was down).
+//! While the counter lives, fences grow whatever the clock does. The lock key itself can
+//! still be lost in those events (a second holder), which the fence then tells the
+//! storage. Use `noeviction` and persistence; a client reads the policy once and warns
+//! when it is another.
 //!
 //! ## Fences that the storage checks
 //!
@@ -97,6 +104,8 @@
 //! than one it has seen. For a value kept in Redis, [`Locks::set_fenced`] is that check:
 //! one script compares the writer's fence with the highest seen for the key (kept
 //! beside it, `{key}:fence-seen`), and writes only when it is at least as large.
+//! [`Locks::set_fenced_with_ttl`] writes a value that expires, and its record of the
+//! highest fence expires with it.
 //!
 //! ```no_run
 //! # async fn f(locks: distlock::Locks) -> Result<(), distlock::Error> {
@@ -292,11 +301,11 @@
 //!
 //! | primitive | key | value | companions |
 //! |---|---|---|---|
-//! | lock, write lock, multi-lock member | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>` (a write lock's UUID is of version 8, a lock's of version 4: how `inspect` and `distlock` tell a held write lock); `<token> waiting` while a waiter listens; `<token> kept` after a release before `min_hold`; `yield: <client ids> ` for a yield window | `:fence` (counter, no ttl), `:turns` (recent turns), `:released` (the wake-up channel) |
+//! | lock, write lock, multi-lock member | `lock:order:42` (string) | the holder's token `<uuid>:<host>:<pid>` (a write lock's UUID is of version 8, a lock's of version 4: how `inspect` and `distlock` tell a held write lock); `<token> waiting` while a waiter listens; `<token> kept` after a release before `min_hold`; `yield: <client ids> ` for a yield window | `:fence` (counter: expires after the fence idle window without a fence, a day by default), `:turns` (recent turns), `:released` (the wake-up channel) |
 //! | read lock | `lock:catalog:7` (string) | `readers` while any reader holds, its ttl at least the longest share | `:readers` (sorted set of the readers' tokens, scored by their leases' ends), `:writer` (a waiting writer's token, a few hundred ms), `:readers-waiting` (readers that wait behind a writer), `:released` |
 //! | semaphore | `lock:gpu:eu` (sorted set) | each holder's token, scored by when its lease ends (ms since the epoch, the server's clock), and the limit, `limit:<n>` scored `+inf` (the count of the latest acquire that took a permit: clients that count differently overwrite each other's); the key expires with the last lease, and goes with the last permit's release | `:released` |
 //! | idempotency record | `lock:idem:<module::fn>[:<scope>]:<key>` (string) | JSON: the claim (owner, fingerprint, lease), then the stored result appended after it | `:done` (the wake-up channel) |
-//! | fenced value | the key given, outside the lock prefix | the value | `:fence-seen` (the highest fence) |
+//! | fenced value | the key given, outside the lock prefix | the value | `:fence-seen` (the highest fence; the value's ttl, or none when the value has none) |
 //!
 //! How kinds meet on one name, alike on Redis, Valkey and in memory:
 //!
@@ -510,8 +519,9 @@
 
 pub use lockcore::{
     BackendError, BackendErrorKind, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_PREFIX, DEFAULT_TTL, Error, Event, LockGuard, LockInfo, LockRequest, Locks,
-    LocksBuilder, MultiLockGuard, MultiLockRequest, Result, current_lock, fencing, install, key,
+    DEFAULT_FENCE_IDLE_WINDOW, DEFAULT_PREFIX, DEFAULT_TTL, Error, Event, LockGuard, LockInfo,
+    LockRequest, Locks, LocksBuilder, MultiLockGuard, MultiLockRequest, Result, current_lock,
+    fencing, install, key,
 };
 pub use lockcore::{
     Captured, IdemRequest, IdemResponse, MAX_KEY_LEN, RECORDED_METHODS, REPLAYED_HEADER,

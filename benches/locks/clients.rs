@@ -283,6 +283,7 @@ impl Client {
                     .key(key)
                     .key(format!("{{{key}}}:fence"))
                     .arg(token)
+                    .arg(distlock::DEFAULT_FENCE_IDLE_WINDOW.as_millis() as u64)
                     .invoke_async(&mut conn.clone())
                     .await
                     .map_err(|e| e.to_string())?;

@@ -31,6 +31,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`LocksBuilder::yield_window`].
 pub const DEFAULT_YIELD_WINDOW: Duration = Duration::from_millis(10);
 
+/// Default of [`LocksBuilder::fence_idle_window`]: a day.
+pub const DEFAULT_FENCE_IDLE_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// A handle to the lock store, cheap to clone: every clone shares the same connections
 /// (per tokio runtime: one multiplexed connection, re-opened when it breaks, one Pub/Sub
 /// connection for waiters, and up to four direct connections that carry the lock
@@ -79,6 +82,9 @@ pub(crate) struct Inner {
     /// Replicas that must acknowledge a lock, fence or record unless a call says
     /// otherwise (see [`LocksBuilder::replicas`]).
     pub(crate) replicas: u32,
+    /// How long a fence counter outlives its name's last fence (see
+    /// [`LocksBuilder::fence_idle_window`]).
+    pub(crate) fence_idle: Duration,
 }
 
 /// A client's settings besides its backend, as the builder collects them.
@@ -87,6 +93,7 @@ struct Settings {
     holder: Option<String>,
     yield_window: Duration,
     replicas: u32,
+    fence_idle: Duration,
     events: Events,
 }
 
@@ -233,18 +240,23 @@ impl Locks {
     }
 
     fn in_memory_events(events: Events) -> Locks {
+        Locks::in_memory_with(Settings {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            holder: None,
+            yield_window: Duration::ZERO,
+            replicas: 0,
+            fence_idle: DEFAULT_FENCE_IDLE_WINDOW,
+            events,
+        })
+    }
+
+    fn in_memory_with(settings: Settings) -> Locks {
         let memory = MemoryBackend::default();
         Locks::new(
             memory.wakeups(),
             memory.into(),
             "in-memory".to_owned(),
-            Settings {
-                prefix: DEFAULT_PREFIX.to_owned(),
-                holder: None,
-                yield_window: Duration::ZERO,
-                replicas: 0,
-                events,
-            },
+            settings,
         )
     }
 
@@ -254,6 +266,7 @@ impl Locks {
             holder,
             yield_window,
             replicas,
+            fence_idle,
             events,
         } = settings;
         let holder = sanitize_holder(&holder.unwrap_or_else(default_holder));
@@ -273,6 +286,7 @@ impl Locks {
                 watchdog: Watchdog::default(),
                 yield_window,
                 replicas,
+                fence_idle,
             }),
         }
     }

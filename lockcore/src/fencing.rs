@@ -20,7 +20,9 @@ impl Locks {
     /// records `fence` as the highest. An equal fence is accepted (the same holder
     /// writing twice). One script: the comparison and the write are atomic, and the
     /// highest fence is kept beside the value (`{key}:fence-seen`, in its hash slot).
-    /// The value stays plain UTF-8 that any client reads with `GET`.
+    /// The value stays plain UTF-8 that any client reads with `GET`. Written this way
+    /// the value has no ttl, and neither has its record of the highest fence; for a
+    /// value that should expire, see [`set_fenced_with_ttl`](Self::set_fenced_with_ttl).
     ///
     /// Errors: [`Error::StaleFence`] when a larger fence was seen (nothing is written),
     /// [`Error::InvalidKey`] (also for a key under the locks' prefix, or one of
@@ -42,8 +44,49 @@ impl Locks {
     /// # }
     /// ```
     pub async fn set_fenced(&self, key: &str, value: &str, fence: u64) -> Result<()> {
+        self.fenced_write(key, value, fence, None).await
+    }
+
+    /// [`set_fenced`](Self::set_fenced) for a value that expires `ttl` after it is
+    /// written. The record of the highest fence seen (`{key}:fence-seen`) gets the same
+    /// ttl, so it lives as long as the value it guards and goes with it: once both
+    /// expired, the next write is the first of a new value, whatever its fence. A later
+    /// write sets the lifetime of both again (a plain [`set_fenced`](Self::set_fenced):
+    /// none). A value deleted by another client (`DEL`) leaves its record, which refuses
+    /// only smaller fences: delete `{key}:fence-seen` with it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::in_memory();
+    /// let guard = locks.lock("quote:7").acquire().await.unwrap();
+    /// let fence = guard.fence().await.unwrap();
+    /// locks
+    ///     .set_fenced_with_ttl("quote:7:price", "12.50", fence, Duration::from_secs(300))
+    ///     .await
+    ///     .unwrap();
+    /// # guard.release().await.unwrap();
+    /// # }
+    /// ```
+    pub async fn set_fenced_with_ttl(
+        &self,
+        key: &str,
+        value: &str,
+        fence: u64,
+        ttl: std::time::Duration,
+    ) -> Result<()> {
+        self.fenced_write(key, value, fence, Some(ttl)).await
+    }
+
+    async fn fenced_write(
+        &self,
+        key: &str,
+        value: &str,
+        fence: u64,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<()> {
         self.check_fenced(key)?;
-        match self.inner.backend.set_fenced(key, value, fence).await {
+        match self.inner.backend.set_fenced(key, value, fence, ttl).await {
             Ok(None) => Ok(()),
             Ok(Some(seen)) => Err(Error::StaleFence {
                 resource: key.to_owned(),

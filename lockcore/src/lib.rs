@@ -69,8 +69,8 @@ mod integrations;
 pub mod __private;
 
 pub use client::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_YIELD_WINDOW, Locks,
-    LocksBuilder,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FENCE_IDLE_WINDOW, DEFAULT_PREFIX,
+    DEFAULT_YIELD_WINDOW, Locks, LocksBuilder,
 };
 pub use error::{BackendError, BackendErrorKind, Error, Result};
 pub use events::Event;

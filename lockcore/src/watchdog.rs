@@ -103,6 +103,11 @@ impl HeldState {
         !self.is_lost() && same_epoch && now < self.lease_end()
     }
 
+    /// The lease's ttl (from the try that took the lock, or the last renewal).
+    pub(crate) fn ttl(&self) -> Duration {
+        crate::util::lock(&self.lease).1
+    }
+
     /// When the lease (from the try that took the lock, or the last renewal) surely
     /// still runs until, by this client's clock: its end less the margin of
     /// [`surely_held_at`](Self::surely_held_at).

@@ -825,7 +825,8 @@ fn end_state(port: u16) -> Vec<String> {
         let turns = key.ends_with(":turns") || key.ends_with("{:turns}");
         let idem = key.starts_with(&format!("{}idem:", cfg::PREFIX));
         let ok = if fence {
-            true
+            // Expires a fence idle window (a day by default) after the name's last fence.
+            (1..=86_400_000).contains(&pttl)
         } else if turns {
             (1..=60_000).contains(&pttl)
         } else if idem {

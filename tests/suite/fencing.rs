@@ -139,6 +139,295 @@ async fn large_fences_compare_exactly() {
     );
 }
 
+/// Fence counters that expire once their name has been idle (issue 37): every fence sets
+/// the counter's ttl to the client's fence idle window, and a counter made afresh starts
+/// from the clock, so the fence after an expiry is still above every earlier one.
+mod idle_counters {
+    use std::time::Duration;
+
+    use distlock::{Error, Locks};
+    use redis::AsyncCommands;
+    use redis::aio::MultiplexedConnection;
+
+    use crate::common::RedisServer;
+
+    /// The short window these tests configure, and the ttl of their locks (below it).
+    const WINDOW: Duration = Duration::from_millis(500);
+    const TTL: Duration = Duration::from_millis(100);
+
+    /// A client of `server` (or in memory) whose counters expire after `WINDOW`.
+    async fn short_window(server: Option<&RedisServer>) -> Locks {
+        let builder = match server {
+            Some(server) => Locks::builder(server.url()),
+            None => Locks::builder("memory"),
+        }
+        .fence_idle_window(WINDOW)
+        .command_timeout(Duration::from_millis(500));
+        match server {
+            Some(_) => builder.connect().await.unwrap(),
+            None => builder.build_in_memory().unwrap(),
+        }
+    }
+
+    /// One acquisition of `name` for `ttl`, its fence, and its release.
+    async fn fence_once(locks: &Locks, name: &str, ttl: Duration) -> Result<u64, Error> {
+        let g = locks.lock(name).ttl(ttl).acquire().await?;
+        let fence = g.fence().await?;
+        g.release().await?;
+        Ok(fence)
+    }
+
+    /// `fence_once`, tried again while a restarted server is reconnected to.
+    async fn fence_after_restart(locks: &Locks, name: &str) -> u64 {
+        for _ in 0..20 {
+            match fence_once(locks, name, TTL).await {
+                Ok(fence) => return fence,
+                Err(Error::Backend { .. } | Error::Lost { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("no fence within 2 s of the restart");
+    }
+
+    /// The counter's ttl in ms (-2: no counter, -1: no ttl).
+    async fn pttl(raw: &mut MultiplexedConnection, counter: &str) -> i64 {
+        raw.pttl(counter).await.unwrap()
+    }
+
+    /// The last fence the counter of `name` holds (0: no counter).
+    async fn counter(locks: &Locks, name: &str) -> u64 {
+        locks.inspect(name).await.unwrap().last_fence
+    }
+
+    /// A name fenced, then idle past the window: its counter is gone and the next fence is
+    /// still higher. Controls: a fence within the window steps the counter and gives it
+    /// the whole window again (the counter outlives the first fence's window), and a
+    /// client with the default window (a day) keeps the counter through the same wait.
+    async fn an_idle_counter_expires_and_the_next_fence_is_higher(
+        short: Locks,
+        default: Locks,
+        mut raw: Option<MultiplexedConnection>,
+    ) {
+        let first = fence_once(&short, "order:1", TTL).await.unwrap();
+        assert_eq!(counter(&short, "order:1").await, first);
+        if let Some(raw) = &mut raw {
+            let left = pttl(raw, "{lock:order:1}:fence").await;
+            assert!((1..=500).contains(&left), "the counter's ttl: {left}");
+        }
+        let kept = fence_once(&default, "order:2", TTL).await.unwrap();
+        // Control: fenced again within the window, the counter steps and lives on past the
+        // first fence's window.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let second = fence_once(&short, "order:1", TTL).await.unwrap();
+        assert!(second > first, "{second} after {first}");
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(
+            counter(&short, "order:1").await,
+            second,
+            "renewed by the second fence"
+        );
+        // Idle past the window: the counter is gone.
+        tokio::time::sleep(WINDOW + Duration::from_millis(200)).await;
+        assert_eq!(counter(&short, "order:1").await, 0, "the counter expired");
+        if let Some(raw) = &mut raw {
+            let exists: bool = raw.exists("{lock:order:1}:fence").await.unwrap();
+            assert!(!exists, "the counter key is gone");
+        }
+        // Control: the default window keeps the counter through the same wait.
+        assert_eq!(counter(&default, "order:2").await, kept);
+        if let Some(raw) = &mut raw {
+            let left = pttl(raw, "{lock:order:2}:fence").await;
+            assert!(left > 86_000_000, "a day's window: {left}");
+        }
+        // A counter made afresh starts from the clock, above every earlier fence.
+        let third = fence_once(&short, "order:1", TTL).await.unwrap();
+        assert!(
+            third > second,
+            "{third} after {second}: a fence went backwards"
+        );
+        assert_eq!(counter(&short, "order:1").await, third);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_redis_an_idle_counter_expires_and_the_next_fence_is_higher() {
+        let server = RedisServer::start();
+        let short = short_window(Some(&server)).await;
+        let default = Locks::connect(&server.url()).await.unwrap();
+        let raw = server.raw().await;
+        an_idle_counter_expires_and_the_next_fence_is_higher(short, default, Some(raw)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_memory_an_idle_counter_expires_and_the_next_fence_is_higher() {
+        let short = short_window(None).await;
+        an_idle_counter_expires_and_the_next_fence_is_higher(short, Locks::in_memory(), None).await;
+    }
+
+    /// A window shorter than a lock's ttl is raised to that ttl for its fences: the
+    /// counter of a lock held for 2 s outlives the 500 ms window. Control: a lock of
+    /// 100 ms fenced at the same moment loses its counter after the window.
+    async fn a_window_shorter_than_the_ttl_is_raised_to_it(
+        locks: Locks,
+        mut raw: Option<MultiplexedConnection>,
+    ) {
+        let long = fence_once(&locks, "job:long", Duration::from_secs(2))
+            .await
+            .unwrap();
+        let short = fence_once(&locks, "job:short", TTL).await.unwrap();
+        if let Some(raw) = &mut raw {
+            let left = pttl(raw, "{lock:job:long}:fence").await;
+            assert!((1_000..=2_000).contains(&left), "the lock's ttl: {left}");
+        }
+        tokio::time::sleep(WINDOW + Duration::from_millis(300)).await;
+        assert_eq!(counter(&locks, "job:long").await, long);
+        assert_eq!(counter(&locks, "job:short").await, 0, "control: {short}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_redis_a_window_shorter_than_the_ttl_is_raised_to_it() {
+        let server = RedisServer::start();
+        let locks = short_window(Some(&server)).await;
+        a_window_shorter_than_the_ttl_is_raised_to_it(locks, Some(server.raw().await)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_memory_a_window_shorter_than_the_ttl_is_raised_to_it() {
+        a_window_shorter_than_the_ttl_is_raised_to_it(short_window(None).await, None).await;
+    }
+
+    /// Across restarts of a Redis without persistence: a name fenced, idle past its
+    /// window, Redis restarted, fenced again: higher. And a restart right after a fence,
+    /// with the counter still live: the next fence is higher too. Control: a counter that
+    /// did not follow the clock (a plain `INCR` on the restarted server, as a counter
+    /// seeded from 0 would be) starts below every fence given before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fences_grow_across_an_expiry_and_a_restart() {
+        let mut server = RedisServer::start();
+        let locks = short_window(Some(&server)).await;
+        let first = fence_once(&locks, "order:7", TTL).await.unwrap();
+        tokio::time::sleep(WINDOW + Duration::from_millis(200)).await;
+        let mut raw = server.raw().await;
+        let exists: bool = raw.exists("{lock:order:7}:fence").await.unwrap();
+        assert!(!exists, "the counter expired before the restart");
+        server.restart();
+        let second = fence_after_restart(&locks, "order:7").await;
+        assert!(second > first, "{second} after {first}");
+        // A restart while the counter lives: it is lost with everything else.
+        let mut raw = server.raw().await;
+        let left = pttl(&mut raw, "{lock:order:7}:fence").await;
+        assert!((1..=500).contains(&left), "the counter's ttl: {left}");
+        server.restart();
+        let third = fence_after_restart(&locks, "order:7").await;
+        assert!(third > second, "{third} after {second}");
+        let mut raw = server.raw().await;
+        let plain: u64 = raw.incr("{lock:control}:fence", 1).await.unwrap();
+        assert!(plain < first, "a plain counter: {plain}");
+    }
+
+    /// A counter left with no ttl (by a version before the counters expired) gets the
+    /// window at its next fence, and its fence is above both its value and the clock.
+    /// Control: before that fence the counter has no ttl; and a counter ahead of the clock
+    /// is stepped by one, never set back to the clock.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_counter_without_a_ttl_gets_one_at_its_next_fence() {
+        let server = RedisServer::start();
+        let locks = short_window(Some(&server)).await;
+        let mut raw = server.raw().await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros() as u64;
+        let behind = now - 10_000_000;
+        let ahead = now + 60_000_000;
+        let _: () = raw.set("{lock:old:1}:fence", behind).await.unwrap();
+        let _: () = raw.set("{lock:old:2}:fence", ahead).await.unwrap();
+        assert_eq!(pttl(&mut raw, "{lock:old:1}:fence").await, -1);
+        let fence = fence_once(&locks, "old:1", TTL).await.unwrap();
+        assert!(fence >= now, "{fence} from the clock ({now})");
+        let left = pttl(&mut raw, "{lock:old:1}:fence").await;
+        assert!((1..=500).contains(&left), "the counter's ttl: {left}");
+        assert_eq!(fence_once(&locks, "old:2", TTL).await.unwrap(), ahead + 1);
+    }
+
+    /// `set_fenced_with_ttl`: the value and its record of the highest fence expire
+    /// together, after which a write under any fence is the first of a new value; a
+    /// plain `set_fenced` afterwards leaves both without a ttl. Control: a value written
+    /// by `set_fenced` keeps value and record through the same wait.
+    async fn a_fenced_values_record_lives_as_long_as_the_value(
+        locks: Locks,
+        mut raw: Option<MultiplexedConnection>,
+    ) {
+        let g = locks.lock("quote:1").acquire().await.unwrap();
+        let fence = g.fence().await.unwrap();
+        g.release().await.unwrap();
+        let ttl = Duration::from_millis(300);
+        locks
+            .set_fenced_with_ttl("price:1", "a", fence, ttl)
+            .await
+            .unwrap();
+        locks.set_fenced("price:2", "b", fence).await.unwrap();
+        if let Some(raw) = &mut raw {
+            for key in ["price:1", "{price:1}:fence-seen"] {
+                let left = pttl(raw, key).await;
+                assert!((1..=300).contains(&left), "{key}: {left}");
+            }
+            for key in ["price:2", "{price:2}:fence-seen"] {
+                assert_eq!(pttl(raw, key).await, -1, "{key}");
+            }
+        }
+        // A refused write changes neither the value nor its lifetime.
+        assert!(matches!(
+            locks
+                .set_fenced_with_ttl("price:1", "late", fence - 1, Duration::from_secs(60))
+                .await,
+            Err(Error::StaleFence { .. })
+        ));
+        tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+        assert_eq!(locks.fenced_value("price:1").await.unwrap(), (None, 0));
+        if let Some(raw) = &mut raw {
+            let left: i64 = raw
+                .exists(&["price:1", "{price:1}:fence-seen"])
+                .await
+                .unwrap();
+            assert_eq!(left, 0, "both keys expired");
+        }
+        assert_eq!(
+            locks.fenced_value("price:2").await.unwrap(),
+            (Some("b".to_owned()), fence)
+        );
+        // The next write is the first of a new value; a plain one keeps it for ever.
+        locks
+            .set_fenced_with_ttl("price:1", "c", 7, ttl)
+            .await
+            .unwrap();
+        locks.set_fenced("price:1", "d", 8).await.unwrap();
+        if let Some(raw) = &mut raw {
+            for key in ["price:1", "{price:1}:fence-seen"] {
+                assert_eq!(pttl(raw, key).await, -1, "{key}");
+            }
+        }
+        tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+        assert_eq!(
+            locks.fenced_value("price:1").await.unwrap(),
+            (Some("d".to_owned()), 8)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_redis_a_fenced_values_record_lives_as_long_as_the_value() {
+        let server = RedisServer::start();
+        let locks = Locks::connect(&server.url()).await.unwrap();
+        a_fenced_values_record_lives_as_long_as_the_value(locks, Some(server.raw().await)).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_memory_a_fenced_values_record_lives_as_long_as_the_value() {
+        a_fenced_values_record_lives_as_long_as_the_value(Locks::in_memory(), None).await;
+    }
+}
+
 /// Fences that Postgres checks (`fencing::postgres`), against a Postgres the harness
 /// starts (one for these tests; stopped when the test process ends).
 #[cfg(feature = "postgres")]

@@ -22,9 +22,14 @@ pub(crate) struct MemoryBackend {
 #[derive(Default)]
 struct State {
     held: HashMap<String, (String, Instant)>,
-    fences: HashMap<String, u64>,
-    /// Values written under a fence, with the highest fence seen for each.
-    fenced: HashMap<String, (Option<String>, u64)>,
+    /// Fence counters: the last fence given, and when the counter expires (the idle
+    /// window after it).
+    fences: HashMap<String, (u64, Instant)>,
+    /// How many counters there may be before the expired ones are swept out.
+    fences_sweep_at: usize,
+    /// Values written under a fence, with the highest fence seen for each and when both
+    /// expire (`None`: never).
+    fenced: HashMap<String, Fenced>,
     /// Semaphores and read locks' readers: each holder's token and when its lease ends.
     permits: HashMap<String, Vec<(String, Instant)>>,
     /// Semaphores' limits (in Redis a member of the set, `key::limit_member`): the count
@@ -36,7 +41,19 @@ struct State {
     readers_wait: HashMap<String, Vec<(String, Instant)>>,
 }
 
+/// A value written under a fence (see `set_fenced.lua`): the value, the highest fence
+/// seen, and when both expire.
+type Fenced = (Option<String>, u64, Option<Instant>);
+
 impl State {
+    /// The counter of `key` at `now`, unless it expired.
+    fn fence_of(&self, key: &str, now: Instant) -> Option<u64> {
+        self.fences
+            .get(key)
+            .filter(|(_, until)| *until > now)
+            .map(|(fence, _)| *fence)
+    }
+
     /// A lock's try at `now` (see acquire.lua): busy while readers hold the name, and
     /// refused (`WRONGTYPE`, as Redis) while a semaphore does.
     fn take(
@@ -101,16 +118,24 @@ impl MemoryBackend {
         st.take(key, token, ttl, Instant::now())
     }
 
-    /// The next fence of `key` while it holds `token` (see `RedisBackend::fence`).
-    fn next_fence(&self, key: &str, token: &str) -> Option<u64> {
+    /// The next fence of `key` while it holds `token`, as `fence.lua` gives it:
+    /// max(counter + 1, the clock in microseconds), the counter expiring after `idle`
+    /// without a fence.
+    fn next_fence(&self, key: &str, token: &str, idle: Duration) -> Option<u64> {
         let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
         match st.held.get(key) {
             Some((held, until)) if held == token && *until > now => {
-                // Seeded from the clock as `fence.lua` seeds a new counter.
-                let fence = st.fences.entry(key.to_owned()).or_insert_with(clock_micros);
-                *fence += 1;
-                Some(*fence)
+                let next = st.fence_of(key, now).map_or(0, |f| f.saturating_add(1));
+                let fence = next.max(clock_micros());
+                st.fences.insert(key.to_owned(), (fence, now + idle));
+                // Expired counters go, as Redis expires them: swept when the map has
+                // doubled since the last sweep.
+                if st.fences.len() > st.fences_sweep_at {
+                    st.fences.retain(|_, (_, until)| *until > now);
+                    st.fences_sweep_at = (2 * st.fences.len()).max(1024);
+                }
+                Some(fence)
             }
             _ => None,
         }
@@ -323,11 +348,23 @@ impl MemoryBackend {
     }
 }
 
-/// Microseconds since the epoch: where a new fence counter starts (see `fence.lua`).
+/// Microseconds since the epoch: the floor of every fence (see `fence.lua`).
 pub(crate) fn clock_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// The value fenced at `key` and its highest fence seen, unless they expired.
+fn fenced_at(
+    fenced: &HashMap<String, Fenced>,
+    key: &str,
+    now: Instant,
+) -> Option<(Option<String>, u64)> {
+    fenced
+        .get(key)
+        .filter(|(_, _, until)| until.is_none_or(|until| until > now))
+        .map(|(value, seen, _)| (value.clone(), *seen))
 }
 
 /// Every call answers at once: nothing here waits or fails.
@@ -343,8 +380,13 @@ impl Locking for MemoryBackend {
         self.take(key, token, ttl)
     }
 
-    async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
-        Ok(self.next_fence(key, token))
+    async fn fence(
+        &self,
+        key: &str,
+        token: &str,
+        idle: Duration,
+    ) -> Result<Option<u64>, BackendError> {
+        Ok(self.next_fence(key, token, idle))
     }
 
     async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
@@ -371,20 +413,23 @@ impl Locking for MemoryBackend {
         key: &str,
         value: &str,
         fence: u64,
+        ttl: Option<Duration>,
     ) -> Result<Option<u64>, BackendError> {
+        let now = Instant::now();
         let mut st = crate::util::lock(&self.state);
-        let (stored, seen) = st.fenced.entry(key.to_owned()).or_default();
-        if fence < *seen {
-            return Ok(Some(*seen));
+        let seen = fenced_at(&st.fenced, key, now).map_or(0, |(_, seen)| seen);
+        if fence < seen {
+            return Ok(Some(seen));
         }
-        *seen = fence;
-        *stored = Some(value.to_owned());
+        let until = ttl.map(|ttl| now + ttl);
+        st.fenced
+            .insert(key.to_owned(), (Some(value.to_owned()), fence, until));
         Ok(None)
     }
 
     async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64), BackendError> {
         let st = crate::util::lock(&self.state);
-        Ok(st.fenced.get(key).cloned().unwrap_or_default())
+        Ok(fenced_at(&st.fenced, key, Instant::now()).unwrap_or_default())
     }
 
     async fn extend_many(&self, leases: &[(&str, &str, Duration)]) -> super::Extended {
@@ -473,7 +518,7 @@ impl Locking for MemoryBackend {
         Ok(super::Seen {
             value: held.map(|(token, _)| token.clone()),
             left,
-            fence: st.fences.get(key).copied(),
+            fence: st.fence_of(key, now),
             readers: live(&crate::key::companion(key, ":readers")),
             permits,
             limit,
@@ -536,8 +581,9 @@ impl Locking for MemoryBackend {
             )
             .chain(
                 st.fences
-                    .keys()
-                    .map(|key| crate::key::companion(key, ":fence")),
+                    .iter()
+                    .filter(|(_, (_, until))| *until > now)
+                    .map(|(key, _)| crate::key::companion(key, ":fence")),
             )
             .collect();
         drop(st);

@@ -18,9 +18,11 @@
 //!   a free key costs one plain `SET NX PX`. A waiter that will be woken by a message
 //!   marks the holder's value (`<token> waiting`) when it finds the key held; every
 //!   compare accepts a token with or without that mark.
-//! - `fence`: the next value of the fencing counter (`<key>:fence`, same hash slot)
-//!   when the key holds the token from before the counter moved, else nothing (lost):
-//!   one Redis pipelines `INCR` then `GET` (see `redis.rs`), a cluster runs `fence.lua`.
+//! - `fence`: the next value of the fencing counter (`<key>:fence`, same hash slot),
+//!   max(counter + 1, the server's clock in microseconds), when the key holds the token
+//!   from before the counter moved, else nothing (lost); the counter then expires after
+//!   the idle window unless fenced again. `fence.lua`; while a cluster slot migrates,
+//!   `fence_counter.lua` then a `GET` of the key.
 //! - `release`: compare the token, then delete, hand to the next local waiter, or leave a
 //!   yield marker; publish on the key's channel when someone listens. Without a
 //!   successor and without a waiter's mark, a compare-and-delete and nothing more.
@@ -193,7 +195,13 @@ pub(crate) trait Locking: Send + Sync {
     ) -> Result<Try, BackendError>;
 
     /// The next fencing token of the lock `key` while it holds `token`; `None`: lost.
-    async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError>;
+    /// The counter expires once no fence was given for `idle` (see `fence.lua`).
+    async fn fence(
+        &self,
+        key: &str,
+        token: &str,
+        idle: Duration,
+    ) -> Result<Option<u64>, BackendError>;
 
     /// One compare-and-delete that also wakes the key's waiters, or hands the lock to
     /// the next local waiter.
@@ -215,12 +223,14 @@ pub(crate) trait Locking: Send + Sync {
 
     /// Stores `value` at `key` when `fence` is at least the highest fence seen for it
     /// (kept beside it, in its hash slot), which `fence` then becomes. `Some(seen)`:
-    /// refused, `seen` being that highest fence.
+    /// refused, `seen` being that highest fence. The value and the record of the highest
+    /// fence both expire after `ttl`, or neither does (`None`).
     async fn set_fenced(
         &self,
         key: &str,
         value: &str,
         fence: u64,
+        ttl: Option<Duration>,
     ) -> Result<Option<u64>, BackendError>;
 
     /// The value [`set_fenced`](Self::set_fenced) stored at `key`, with the highest fence
@@ -411,8 +421,13 @@ impl Locking for Backend {
         each!(self, b => b.try_acquire(key, token, ttl, client, attempt))
     }
 
-    async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
-        each!(self, b => b.fence(key, token))
+    async fn fence(
+        &self,
+        key: &str,
+        token: &str,
+        idle: Duration,
+    ) -> Result<Option<u64>, BackendError> {
+        each!(self, b => b.fence(key, token, idle))
     }
 
     async fn release(&self, call: &ReleaseCall<'_>) -> Result<Released, BackendError> {
@@ -432,8 +447,9 @@ impl Locking for Backend {
         key: &str,
         value: &str,
         fence: u64,
+        ttl: Option<Duration>,
     ) -> Result<Option<u64>, BackendError> {
-        each!(self, b => b.set_fenced(key, value, fence))
+        each!(self, b => b.set_fenced(key, value, fence, ttl))
     }
 
     async fn fenced_value(&self, key: &str) -> Result<(Option<String>, u64), BackendError> {

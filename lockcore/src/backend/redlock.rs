@@ -302,7 +302,12 @@ impl Records for RedlockBackend {
 }
 
 impl Locking for RedlockBackend {
-    async fn fence(&self, _key: &str, _token: &str) -> Result<Option<u64>, BackendError> {
+    async fn fence(
+        &self,
+        _key: &str,
+        _token: &str,
+        _idle: Duration,
+    ) -> Result<Option<u64>, BackendError> {
         Err(unsupported("fencing tokens"))
     }
 
@@ -365,6 +370,7 @@ impl Locking for RedlockBackend {
         _key: &str,
         _value: &str,
         _fence: u64,
+        _ttl: Option<Duration>,
     ) -> Result<Option<u64>, BackendError> {
         Err(unsupported("fenced writes"))
     }

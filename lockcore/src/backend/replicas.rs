@@ -99,6 +99,7 @@ pub(crate) trait Acknowledging: Send + Sync {
         &self,
         _key: &str,
         _token: &str,
+        _idle: Duration,
         _replicas: u32,
     ) -> Result<Acked<Option<u64>>, BackendError> {
         Err(super::redlock::unsupported("replica acknowledgement"))
@@ -174,10 +175,11 @@ impl Acknowledging for MemoryBackend {
         &self,
         key: &str,
         token: &str,
+        idle: Duration,
         replicas: u32,
     ) -> Result<Acked<Option<u64>>, BackendError> {
         Ok(Acked {
-            value: self.fence(key, token).await?,
+            value: self.fence(key, token, idle).await?,
             replicas,
         })
     }
@@ -261,9 +263,10 @@ impl Acknowledging for Backend {
         &self,
         key: &str,
         token: &str,
+        idle: Duration,
         replicas: u32,
     ) -> Result<Acked<Option<u64>>, BackendError> {
-        each!(self, b => b.fence_acked(key, token, replicas))
+        each!(self, b => b.fence_acked(key, token, idle, replicas))
     }
 
     async fn confirm_store(
@@ -386,6 +389,7 @@ impl Acknowledging for RedisBackend {
         &self,
         key: &str,
         token: &str,
+        idle: Duration,
         replicas: u32,
     ) -> Result<Acked<Option<u64>>, BackendError> {
         // One script (see `RedisBackend::fence`), EVAL for the reason above.
@@ -396,6 +400,7 @@ impl Acknowledging for RedisBackend {
             .arg(key)
             .arg(Companion(key, ":fence"))
             .arg(token)
+            .arg(super::millis(idle))
             .cmd("WAIT")
             .arg(replicas)
             .arg(self.replica_wait());

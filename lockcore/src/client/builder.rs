@@ -46,6 +46,7 @@ pub struct LocksBuilder {
     pub(super) events: Events,
     pub(super) yield_window: Duration,
     pub(super) replicas: u32,
+    pub(super) fence_idle: Duration,
     #[cfg(feature = "tls")]
     pub(super) tls: TlsMaterial,
 }
@@ -66,6 +67,7 @@ impl LocksBuilder {
             events: Events::default(),
             yield_window: DEFAULT_YIELD_WINDOW,
             replicas: 0,
+            fence_idle: DEFAULT_FENCE_IDLE_WINDOW,
             #[cfg(feature = "tls")]
             tls: TlsMaterial::default(),
         }
@@ -154,6 +156,36 @@ impl LocksBuilder {
     /// ```
     pub fn replicas(mut self, replicas: u32) -> Self {
         self.replicas = replicas;
+        self
+    }
+
+    /// How long a lock's fence counter (`{<key>}:fence`) outlives the last fence given
+    /// for its name (default [a day](DEFAULT_FENCE_IDLE_WINDOW)): each fence sets the
+    /// counter's ttl to this window again, so a name fenced at least once a window keeps
+    /// its counter, and one left idle longer leaves nothing behind (a lock per order id
+    /// does not leave a key per order for ever). A window shorter than a lock's ttl is
+    /// raised to that ttl for that lock's fences (clamped, not refused: the window is the
+    /// client's, the ttl each lock's); zero is refused at [`build`](Self::build).
+    ///
+    /// Fences never go backwards for it: every fence is max(counter + 1, the server's
+    /// clock in microseconds), so fences follow the clock, and a counter made afresh
+    /// after one expired starts from the clock, above every fence the expired one gave.
+    /// That holds while a name is given fewer than one fence a microsecond on average (its
+    /// fences then never run ahead of the clock by as much as the window) and the server's
+    /// clock does not step back by as much as the window: the longer the window, the
+    /// larger the clock step it tolerates. A day is far beyond any clock correction NTP
+    /// makes and any sane lock ttl, and bounds the counters kept to the names fenced in
+    /// the last day (about 90 bytes each).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::builder("redis://127.0.0.1:6379/")
+    ///     .fence_idle_window(Duration::from_secs(6 * 60 * 60))
+    ///     .build()
+    ///     .unwrap();
+    /// ```
+    pub fn fence_idle_window(mut self, window: Duration) -> Self {
+        self.fence_idle = window;
         self
     }
 
@@ -343,9 +375,42 @@ impl LocksBuilder {
                 holder: self.holder,
                 yield_window: self.yield_window,
                 replicas: self.replicas,
+                fence_idle: self.fence_idle,
                 events: self.events,
             },
         ))
+    }
+
+    /// A client of the [in-memory backend](Locks::in_memory) with this builder's prefix,
+    /// holder id, observer and fence idle window (the URL, timeouts, replicas and
+    /// topology are not used): for tests of settings that the in-memory backend honours.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// let locks = lockcore::Locks::builder("memory")
+    ///     .fence_idle_window(Duration::from_secs(60))
+    ///     .build_in_memory()
+    ///     .unwrap();
+    /// let guard = locks.lock("a").acquire().await.unwrap();
+    /// assert!(guard.fence().await.unwrap() > 0);
+    /// # }
+    /// ```
+    pub fn build_in_memory(self) -> Result<Locks> {
+        self.validate().map_err(|detail| {
+            Error::backend(
+                "in-memory",
+                BackendError::new(BackendErrorKind::Config, detail),
+            )
+        })?;
+        Ok(Locks::in_memory_with(Settings {
+            prefix: self.prefix,
+            holder: self.holder,
+            yield_window: Duration::ZERO,
+            replicas: 0,
+            fence_idle: self.fence_idle,
+            events: self.events,
+        }))
     }
 
     /// The settings that no topology accepts.
@@ -361,6 +426,9 @@ impl LocksBuilder {
         }
         if self.connect_timeout.is_some_and(|t| t.is_zero()) {
             return Err("the connect timeout must not be zero".into());
+        }
+        if self.fence_idle.is_zero() {
+            return Err("the fence idle window must not be zero".into());
         }
         if self.redlock.is_some() && self.replicas > 0 {
             return Err("`replicas` does not apply to Redlock: its masters are independent".into());

@@ -190,10 +190,14 @@ impl LockInfo {
     /// and [`Error::Lost`] once it has ended or lease keeping found it lost (storage that
     /// compares fences stays the guard).
     ///
-    /// The counter (`{<key>}:fence`) has no ttl. One made afresh (the first fence of a
-    /// name, or after the counter was lost: a restart of a Redis without persistence,
-    /// `FLUSHDB`, eviction) starts from the server's clock in microseconds since the
-    /// epoch, so fences never go backwards. A Redis that may evict keys (any
+    /// Each fence is max(counter + 1, the server's clock in microseconds since the epoch),
+    /// and the counter (`{<key>}:fence`) expires once the name has been given no fence
+    /// for the client's [fence idle window](crate::LocksBuilder::fence_idle_window), never
+    /// less than this lock's ttl. One made afresh (the first fence of a name, after the
+    /// counter expired, or after it was lost: a restart of a Redis without persistence,
+    /// `FLUSHDB`, eviction) starts from the clock, above every earlier fence (fewer than
+    /// one a microsecond on average, and no clock step back as large as the window), so
+    /// fences never go backwards. A Redis that may evict keys (any
     /// `maxmemory-policy` but `noeviction`) may evict the lock key itself too, which lets
     /// a second holder in; run Redis with `noeviction`: the client warns through
     /// `tracing` when it connects to one that may evict.
@@ -229,15 +233,17 @@ impl LockInfo {
             return Err(lost());
         }
         let backend = &self.locks.inner.backend;
+        // Never shorter than the lease (see `LocksBuilder::fence_idle_window`).
+        let idle = self.locks.inner.fence_idle.max(self.state.ttl());
         // Shared by every clone (a reentrant guard, `current_lock()`).
         self.state
             .fence
             .get_or_try_init(|| async {
                 let replicas = self.state.replicas.load(std::sync::atomic::Ordering::Relaxed);
                 let asked = if replicas == 0 {
-                    backend.fence(&self.key, &self.token).await
+                    backend.fence(&self.key, &self.token, idle).await
                 } else {
-                    match backend.fence_acked(&self.key, &self.token, replicas).await {
+                    match backend.fence_acked(&self.key, &self.token, idle, replicas).await {
                         Ok(a) if a.value.is_some() && a.replicas < replicas => {
                             tracing::warn!(target: "distlock", key = &*self.key, acked = a.replicas, wanted = replicas, "lock fence not given: too few replicas acknowledged it");
                             return Err(Error::NotReplicated {

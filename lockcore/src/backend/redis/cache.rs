@@ -68,7 +68,7 @@ pub(super) struct Slot {
 
 /// Whether Redis may evict this client's keys under `policy` (`maxmemory-policy`): every
 /// policy but `noeviction` may, under memory pressure. `volatile-*` evicts lock keys and
-/// records (they have a ttl); `allkeys-*` the fence counters too.
+/// records and fence counters (they have a ttl); `allkeys-*` any key.
 pub(crate) fn may_evict_locks(policy: &str) -> bool {
     !policy.is_empty() && policy != "noeviction"
 }

@@ -258,10 +258,15 @@ impl RedisBackend {
     /// node). A key that still holds the token after the increment held it from before
     /// (tokens are unique and never written back once gone), so every later holder's
     /// fence is larger.
-    async fn fence_split(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
+    async fn fence_split(
+        &self,
+        key: &str,
+        token: &str,
+        idle: Duration,
+    ) -> Result<Option<u64>, BackendError> {
         tracing::debug!(target: "distlock", key, "lock fence while its slot migrates: the counter and the key asked one after the other");
-        let mut incr = evalsha(&FENCE_COUNTER, 1, 0, key.len() + 16);
-        incr.arg(Companion(key, ":fence"));
+        let mut incr = evalsha(&FENCE_COUNTER, 1, 1, key.len() + 40);
+        incr.arg(Companion(key, ":fence")).arg(millis(idle));
         let fence: u64 = self.evalsha_call(&FENCE_COUNTER, &incr).await?;
         let mut get = redis::cmd("GET");
         get.arg(key);
@@ -384,13 +389,22 @@ impl Locking for RedisBackend {
         Ok(busy_for(reply))
     }
 
-    /// `fence.lua`: the counter's next value while the key holds the token, the counter
-    /// seeded from the server's clock when it is made (see the script).
-    async fn fence(&self, key: &str, token: &str) -> Result<Option<u64>, BackendError> {
-        let mut cmd = evalsha(&FENCE, 2, 1, 2 * key.len() + token.len());
-        cmd.arg(key).arg(Companion(key, ":fence")).arg(token);
+    /// `fence.lua`: max(counter + 1, the server's clock in microseconds) while the key
+    /// holds the token, the counter expiring after `idle` without a fence (see the
+    /// script).
+    async fn fence(
+        &self,
+        key: &str,
+        token: &str,
+        idle: Duration,
+    ) -> Result<Option<u64>, BackendError> {
+        let mut cmd = evalsha(&FENCE, 2, 2, 2 * key.len() + token.len() + 24);
+        cmd.arg(key)
+            .arg(Companion(key, ":fence"))
+            .arg(token)
+            .arg(millis(idle));
         match self.evalsha_call(&FENCE, &cmd).await {
-            Err(e) if e.is_split() => Box::pin(self.fence_split(key, token)).await,
+            Err(e) if e.is_split() => Box::pin(self.fence_split(key, token, idle)).await,
             asked => asked,
         }
     }
@@ -448,18 +462,21 @@ impl Locking for RedisBackend {
         Ok(kept == 1)
     }
 
-    /// `set_fenced.lua`: the value and its highest fence seen share the key's slot.
+    /// `set_fenced.lua`: the value and its highest fence seen share the key's slot, and
+    /// its lifetime.
     async fn set_fenced(
         &self,
         key: &str,
         value: &str,
         fence: u64,
+        ttl: Option<Duration>,
     ) -> Result<Option<u64>, BackendError> {
-        let mut cmd = evalsha(&SET_FENCED, 2, 2, 2 * key.len() + value.len() + 32);
+        let mut cmd = evalsha(&SET_FENCED, 2, 3, 2 * key.len() + value.len() + 56);
         cmd.arg(key)
             .arg(Companion(key, ":fence-seen"))
             .arg(value)
-            .arg(fence);
+            .arg(fence)
+            .arg(ttl.map_or(0, millis));
         let seen: Option<String> = self.evalsha_call(&SET_FENCED, &cmd).await?;
         seen.map(|seen| {
             seen.parse().map_err(|_| {
