@@ -426,6 +426,158 @@ mod idle_counters {
     async fn in_memory_a_fenced_values_record_lives_as_long_as_the_value() {
         a_fenced_values_record_lives_as_long_as_the_value(Locks::in_memory(), None).await;
     }
+
+    /// `fence.lua` before counters expired: the counter made once from the clock, then
+    /// incremented, never given a ttl (the control of the measurement below).
+    const FENCE_WITHOUT_TTL: &str = r"
+local held = redis.pcall('GET', KEYS[1])
+if held == ARGV[1] or held == ARGV[1] .. ' waiting' then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  return redis.call('INCR', KEYS[2])
+end
+return false";
+
+    /// Redis's `used_memory`.
+    async fn used_memory(raw: &mut MultiplexedConnection) -> i64 {
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(raw)
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// redis-server's µs per `EVALSHA` since the last `CONFIG RESETSTAT` (Lua's inner
+    /// calls included).
+    async fn usec_per_evalsha(raw: &mut MultiplexedConnection) -> String {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(raw)
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+            .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+            .unwrap_or("?")
+            .to_owned()
+    }
+
+    /// Fences `names` distinct names through `script` as distlock sends it (`SET` of the
+    /// lock key, the script, `DEL` of the lock key: a lock taken, fenced and released),
+    /// pipelined 10,000 names at a time; `window_ms` is its idle window argument.
+    async fn fence_names(
+        raw: &mut MultiplexedConnection,
+        script: &redis::Script,
+        names: usize,
+        window_ms: u64,
+    ) {
+        let _: String = script.prepare_invoke().load_async(raw).await.unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(raw)
+            .await
+            .unwrap();
+        for start in (0..names).step_by(10_000) {
+            let mut pipe = redis::pipe();
+            for i in start..(start + 10_000).min(names) {
+                let key = format!("lock:order:{i}");
+                pipe.cmd("SET")
+                    .arg(&key)
+                    .arg("tok")
+                    .arg("PX")
+                    .arg(30_000)
+                    .ignore();
+                pipe.cmd("EVALSHA")
+                    .arg(script.get_hash())
+                    .arg(2)
+                    .arg(&key)
+                    .arg(format!("{{{key}}}:fence"))
+                    .arg("tok")
+                    .arg(window_ms)
+                    .ignore();
+                pipe.cmd("DEL").arg(&key).ignore();
+            }
+            let _: () = pipe.query_async(raw).await.unwrap();
+        }
+    }
+
+    /// The measurement of `benches/README.md` ("Fence counters"): Redis memory after a
+    /// million names fenced, then once their idle window (here 60 s) has passed; the
+    /// same million fenced as before counters expired, as the control. About 2 minutes.
+    /// `cargo test --all-features --test suite -- --ignored --nocapture memory_of_a_million_fenced_names`
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "a measurement of about 2 minutes"]
+    async fn memory_of_a_million_fenced_names() {
+        const NAMES: usize = 1_000_000;
+        const WINDOW_MS: u64 = 60_000;
+        let server = RedisServer::start();
+        let mut raw = server.raw().await;
+        let empty = used_memory(&mut raw).await;
+        let started = std::time::Instant::now();
+        let script = redis::Script::new(distlock::__private::scripts::FENCE);
+        fence_names(&mut raw, &script, NAMES, WINDOW_MS).await;
+        let fenced = used_memory(&mut raw).await;
+        let took = started.elapsed();
+        let keys: i64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+        let one: i64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg("{lock:order:0}:fence")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let left = pttl(&mut raw, "{lock:order:0}:fence").await;
+        println!(
+            "fence.lua: {NAMES} names fenced in {took:.1?}: {keys} keys, used_memory {empty} -> {fenced} ({:.1} MB, {} bytes a name); MEMORY USAGE of one counter {one} bytes, its PTTL {left} ms; {} µs of redis-server CPU per EVALSHA",
+            (fenced - empty) as f64 / 1e6,
+            (fenced - empty) / NAMES as i64,
+            usec_per_evalsha(&mut raw).await
+        );
+        assert_eq!(keys, NAMES as i64);
+        // The window passes: every counter expires (Redis's active expiry, no reads).
+        let idle_from = std::time::Instant::now();
+        let deadline = started + Duration::from_millis(WINDOW_MS) + Duration::from_secs(120);
+        loop {
+            let keys: i64 = redis::cmd("DBSIZE").query_async(&mut raw).await.unwrap();
+            if keys == 0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{keys} keys left");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let after = used_memory(&mut raw).await;
+        println!(
+            "after the window: 0 keys {:.1?} after the last fence, used_memory {after} ({} bytes above empty)",
+            idle_from.elapsed(),
+            after - empty
+        );
+        assert!(after - empty < (fenced - empty) / 100, "{after}");
+        // Control: the script before counters expired keeps every counter.
+        let before = redis::Script::new(FENCE_WITHOUT_TTL);
+        let empty = used_memory(&mut raw).await;
+        fence_names(&mut raw, &before, NAMES, WINDOW_MS).await;
+        let kept = used_memory(&mut raw).await;
+        let one: i64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg("{lock:order:0}:fence")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        println!(
+            "control, no ttl: used_memory {empty} -> {kept} ({:.1} MB, {} bytes a name); MEMORY USAGE of one counter {one} bytes, its PTTL {} ms (kept for ever); {} µs of redis-server CPU per EVALSHA",
+            (kept - empty) as f64 / 1e6,
+            (kept - empty) / NAMES as i64,
+            pttl(&mut raw, "{lock:order:0}:fence").await,
+            usec_per_evalsha(&mut raw).await
+        );
+    }
 }
 
 /// Fences that Postgres checks (`fencing::postgres`), against a Postgres the harness
