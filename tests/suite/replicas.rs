@@ -167,8 +167,11 @@ async fn a_failover_never_makes_two_holders_with_replicas() {
     }
 }
 
-/// A fence given with `replicas = 1` never goes backwards across a failover. Control:
-/// given while the replica missed it, the promoted replica's next fence is not larger.
+/// A fence never goes backwards across a failover. With `replicas = 1` the promoted
+/// replica has the counter's last value; given while the replica missed it (`replicas =
+/// 0`, the control), the promoted replica's counter is behind the last fence given, and
+/// the next fence is still larger: fences follow the server's clock (before they did,
+/// this fence went backwards).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fence_with_replicas_survives_a_failover() {
     for replicas in [0u32, 1] {
@@ -205,15 +208,17 @@ async fn a_fence_with_replicas_survives_a_failover() {
             .acquire()
             .await
             .unwrap();
-        let after = next.fence().await.unwrap();
+        let counter = second.inspect("stock").await.unwrap().last_fence;
         if replicas == 0 {
             assert!(
-                after <= fence,
-                "control: the fence went backwards ({fence} then {after})"
+                counter < fence,
+                "control: the replica missed the fence ({fence}, its counter {counter})"
             );
         } else {
-            assert!(after > fence, "{fence} then {after}");
+            assert_eq!(counter, fence, "the replica had the fence");
         }
+        let after = next.fence().await.unwrap();
+        assert!(after > fence, "{fence} then {after}");
     }
 }
 
