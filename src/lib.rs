@@ -85,18 +85,23 @@
 //! So fences follow the server's clock (`1796533624825279`, say), and a counter made
 //! afresh starts from it: fences never go backwards when the counter is gone, whether it
 //! expired or was lost (a restart of a Redis without persistence, `FLUSHDB`, eviction, or
-//! a failover to a replica that had not received its last value). The counter expires
-//! once its name has been given no fence for the fence idle window (a day by default,
-//! never less than the lock's ttl: [`LocksBuilder::fence_idle_window`]), so a lock per
-//! order id leaves nothing behind once its orders are done. Every fence an earlier
-//! counter gave stays below the new counter's first as long as the name was given fewer
-//! than one fence a microsecond on average (its fences then never ran ahead of the clock
-//! by as much as the window, or the time a restarted server was down) and the server's
-//! clock did not step back by as much as the window (a restart: the time it was down).
-//! While the counter lives, fences grow whatever the clock does. The lock key itself can
-//! still be lost in those events (a second holder), which the fence then tells the
-//! storage. Use `noeviction` and persistence; a client reads the policy once and warns
-//! when it is another.
+//! a failover to a replica that had not received it), nor when it comes back behind (a
+//! replica promoted before it had the last fences, a restart from an older snapshot),
+//! while the servers' clocks agree to within the time such an event takes. A fence script
+//! takes the server more than a microsecond, so one server cannot give more than one
+//! fence a microsecond, and fences do not run ahead of a steady clock. The counter
+//! expires once its name has been given no fence for the fence idle window (a day by
+//! default, never less than the lock's ttl: [`LocksBuilder::fence_idle_window`]), so a
+//! lock per order id leaves nothing behind once its orders are done. Every fence an
+//! earlier counter gave stays below the new counter's first as long as the name was given
+//! fewer than one fence a microsecond on average (its fences then never ran ahead of the
+//! clock by as much as the window, or the time a restarted server was down) and the
+//! server's clock did not step back by as much as the window (a restart: the time it was
+//! down; a clock that ran ahead and was set right steps back too). While the counter
+//! lives, fences grow whatever the clock does. The lock key itself can still be lost in
+//! those events (a second holder), which the fence then tells the storage. Use
+//! `noeviction` and persistence; a client reads the policy once and warns when it is
+//! another.
 //!
 //! ## Fences that the storage checks
 //!
