@@ -81,7 +81,8 @@ pub struct LockState {
     /// The key's lease left (the lock's; for a semaphore, its last permit's; for a read
     /// lock, its longest reader's).
     pub lease_left: Option<Duration>,
-    /// The last fence given for the key (0 before any).
+    /// The last fence given for the key (0 before any, and once its counter expired after
+    /// the fence idle window).
     pub last_fence: u64,
     /// A waiter marked the holder's value: its release will wake the waiters.
     pub marked_waiting: bool,
