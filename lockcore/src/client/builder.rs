@@ -572,6 +572,20 @@ mod tests {
         }
     }
 
+    /// A zero fence idle window is refused at build, in memory too; a short one builds.
+    #[test]
+    fn a_zero_fence_idle_window_is_refused() {
+        let zero = || Locks::builder("redis://127.0.0.1:6379/").fence_idle_window(Duration::ZERO);
+        let e = zero().build().unwrap_err().to_string();
+        assert!(e.contains("fence idle window"), "{e}");
+        let e = zero().build_in_memory().unwrap_err().to_string();
+        assert!(e.contains("fence idle window"), "{e}");
+        let short =
+            Locks::builder("redis://127.0.0.1:6379/").fence_idle_window(Duration::from_millis(1));
+        assert!(short.clone().build().is_ok());
+        assert!(short.build_in_memory().is_ok());
+    }
+
     #[test]
     fn redacts_passwords() {
         assert_eq!(redact("redis://u:pw@h:1/"), "redis://u:***@h:1/");
