@@ -219,6 +219,29 @@ async fn locks_work_while_their_slot_is_stuck_migrating() {
     let started = std::time::Instant::now();
     let fence = g.fence().await.unwrap();
     assert!(fence >= 1);
+    // The counter was made on the importing node (`fence_counter.lua`, the split path)
+    // with the fence idle window (a day by default) as its ttl.
+    let asked = {
+        use std::io::Write as _;
+        let mut cli = std::process::Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &to.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let script = format!("ASKING\nPTTL {{{full}}}:fence\n");
+        cli.stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        String::from_utf8(cli.wait_with_output().unwrap().stdout).unwrap()
+    };
+    let pttl: i64 = asked.lines().last().unwrap().trim().parse().unwrap();
+    assert!(
+        (86_000_000..=86_400_000).contains(&pttl),
+        "the counter's ttl on the importing node: {asked:?}"
+    );
     let waiter = {
         let (other, key) = (other.clone(), key.clone());
         tokio::spawn(async move {
