@@ -27,6 +27,11 @@ struct State {
     fences: HashMap<String, (u64, Instant)>,
     /// How many counters there may be before the expired ones are swept out.
     fences_sweep_at: usize,
+    /// The highest fence this backend gave, for any name: a counter made afresh starts
+    /// above it, so that its fences stay above its name's earlier ones even when the
+    /// window passed faster than the clock (a test's paused tokio clock, or an expiry
+    /// within the microsecond of the last fence).
+    fences_highest: u64,
     /// Values written under a fence, with the highest fence seen for each and when both
     /// expire (`None`: never).
     fenced: HashMap<String, Fenced>,
@@ -126,8 +131,9 @@ impl MemoryBackend {
         let mut st = crate::util::lock(&self.state);
         match st.held.get(key) {
             Some((held, until)) if held == token && *until > now => {
-                let next = st.fence_of(key, now).map_or(0, |f| f.saturating_add(1));
-                let fence = next.max(clock_micros());
+                let last = st.fence_of(key, now).unwrap_or(st.fences_highest);
+                let fence = last.saturating_add(1).max(clock_micros());
+                st.fences_highest = st.fences_highest.max(fence);
                 st.fences.insert(key.to_owned(), (fence, now + idle));
                 // Expired counters go, as Redis expires them: swept when the map has
                 // doubled since the last sweep.
@@ -628,5 +634,33 @@ impl Locking for MemoryBackend {
 
     fn in_process(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counters that expire between any two fences (a window shorter than the time
+    /// between them, as a paused tokio clock makes it) still give growing fences, even
+    /// two within one microsecond of the clock. Control: a name fenced with a day's window
+    /// keeps its counter, which steps from its own last fence.
+    #[test]
+    fn fences_grow_when_every_counter_expires_before_the_next_fence() {
+        let memory = MemoryBackend::default();
+        let ttl = Duration::from_secs(60);
+        assert!(matches!(memory.take("k", "t", ttl), Ok(Try::Taken)));
+        let mut last = 0;
+        for _ in 0..10_000 {
+            let fence = memory.next_fence("k", "t", Duration::ZERO).unwrap();
+            assert!(fence > last, "{fence} after {last}");
+            last = fence;
+        }
+        assert!(matches!(memory.take("day", "t", ttl), Ok(Try::Taken)));
+        let day = Duration::from_secs(86_400);
+        let first = memory.next_fence("day", "t", day).unwrap();
+        let st = crate::util::lock(&memory.state);
+        assert_eq!(st.fence_of("day", Instant::now()), Some(first));
+        assert_eq!(st.fence_of("k", Instant::now()), None, "expired");
     }
 }
