@@ -716,11 +716,12 @@ pub use lockmacro::distributed_lock;
 /// - Async fns return `Result<T, E>` with `T: Serialize + DeserializeOwned` and
 ///   `E: From<distlock::Error>`. `Ok` is stored (including `()`); `Err` and a panic
 ///   release the claim so a retry runs the body. A value is stored only if it reads
-///   back from its JSON as itself (by `T`'s `PartialEq` when it has one, else by the
-///   serde calls it makes): `Some(None)` (JSON `null`, read back as `None`), or an
-///   `#[serde(untagged)]` enum's variant that reads back as another, is kept as
-///   unstorable, and repeats get `Unrepresentable` instead of another value. Derive
-///   `PartialEq` for an untagged enum: without it the two variants cannot be told apart.
+///   back from its JSON as itself (the same serde calls, and equal by `T`'s `PartialEq`
+///   when it has one): `Some(None)` (JSON `null`, read back as `None`), an
+///   `#[serde(untagged)]` enum's variant that reads back as another, or a value whose
+///   `#[serde(skip)]` field is not its default, is kept as unstorable, and repeats get
+///   `Unrepresentable` instead of another value. Derive `PartialEq` for an untagged
+///   enum: without it the two variants cannot be told apart.
 /// - Handlers: the status, headers and body are stored when the status is below 500 and
 ///   not 408, 409, 425 or 429, and the body is known to be at most `max_body` bytes long;
 ///   otherwise the claim is released. A body of unknown length (a stream, server-sent

@@ -126,8 +126,13 @@ enum IdemCommand {
     /// Deletes a record and wakes the repeats waiting on it: the next call runs.
     Forget {
         /// As for `show`: a full key, or the key the application wrote when it ends one
-        /// record's key (several: they are listed, and nothing is deleted).
+        /// record's key (several: they are listed, and nothing is deleted). A record found
+        /// by the application's key is forgotten once confirmed: asked on a terminal,
+        /// `--yes` elsewhere (the key may be another function's record).
         key: String,
+        /// Forget a record found by the application's key without asking.
+        #[arg(long, short)]
+        yes: bool,
     },
 }
 
@@ -347,10 +352,30 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
             Ok(found(record.is_some()))
         }
         Command::Idem {
-            command: IdemCommand::Forget { key },
+            command: IdemCommand::Forget { key, yes },
         } => {
             let key = &match record_key(&locks, &cli, key).await? {
                 Resolved::Full(key) => key,
+                // Found by a suffix: it may be another function's record (`42` ends
+                // `refund:order:42`). Said in full and confirmed before it goes.
+                Resolved::One(record) if !*yes => {
+                    if !std::io::stdin().is_terminal() {
+                        return Err(usage(format!(
+                            "`{key}` names {}: give the full key, or --yes to forget it; nothing was deleted",
+                            record.key
+                        )));
+                    }
+                    eprint!("forget {}? [y/N] ", record.key);
+                    let mut answer = String::new();
+                    std::io::stdin()
+                        .lock()
+                        .read_line(&mut answer)
+                        .map_err(|e| usage(format!("no answer: {e}")))?;
+                    if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                        return Err(usage("not forgotten: not confirmed"));
+                    }
+                    record.key
+                }
                 Resolved::One(record) => record.key,
                 Resolved::None(why) => {
                     if cli.json {

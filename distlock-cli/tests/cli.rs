@@ -1197,7 +1197,8 @@ async fn idem_ls_reads_records_without_holding_them_all() {
 /// `idem show` and `idem forget` take the key the application wrote (`pay:42` for
 /// `#[idempotent(key = "pay:<id>")]`) when it ends one record's key; where it ends
 /// several, they are listed, the full key is asked for (exit 2) and nothing is
-/// deleted. Full keys work as ever (the control).
+/// deleted; `forget` by the application's key needs `--yes` off a terminal. Full keys
+/// work as ever (the control).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idem_show_and_forget_take_the_key_the_application_wrote() {
     let server = RedisServer::start();
@@ -1272,7 +1273,24 @@ async fn idem_show_and_forget_take_the_key_the_application_wrote() {
         stdout(&out).contains("lock:idem:shop::pay:pay:7"),
         "{out:?}"
     );
+    // Found by a suffix, it is named in full and forgotten only when confirmed: not on
+    // a pipe without `--yes`.
     let out = distlock(&url, &["idem", "forget", "pay:42"]);
+    assert_eq!(code(&out), 2, "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("lock:idem:shop::pay:pay:42") && err.contains("--yes"),
+        "{err}"
+    );
+    assert!(
+        locks
+            .idem_record("idem:shop::pay:pay:42")
+            .await
+            .unwrap()
+            .is_some(),
+        "not forgotten unconfirmed"
+    );
+    let out = distlock(&url, &["idem", "forget", "pay:42", "--yes"]);
     assert_eq!(code(&out), 0, "{out:?}");
     assert!(
         stdout(&out).contains("forgot lock:idem:shop::pay:pay:42"),

@@ -81,11 +81,6 @@ impl HeldState {
         !matches!(self.taking, Taking::Sent { waited: false, .. })
     }
 
-    /// The lease's length (the lock's ttl).
-    pub(crate) fn ttl(&self) -> Duration {
-        crate::util::lock(&self.lease).1
-    }
-
     /// A renewal sent at `since` extended the lease to `ttl` from then.
     pub(crate) fn renewed(&self, since: Instant, ttl: Duration) {
         *crate::util::lock(&self.lease) = (since, ttl);
@@ -455,26 +450,35 @@ struct Answer {
 /// could be acknowledged by a new primary that lacks them); a lease whose renewal too
 /// few replicas acknowledged is retried, and one whose lease ends without one is lost,
 /// as if it had failed. All of it at once.
-async fn extend_due(
+async fn extend_due<'a>(
     backend: &Backend,
-    tracked: &[Tracked],
+    tracked: &'a [Tracked],
     due: &[usize],
     sent: Instant,
     last_end: Instant,
 ) -> Vec<Answer> {
-    let wanted = |i: usize| tracked[i].lease.state.replicas.load(Ordering::Relaxed);
-    let plain: Vec<usize> = due.iter().copied().filter(|&i| wanted(i) == 0).collect();
+    // Read once: a nested acquisition may raise a lease's count meanwhile, and a lease
+    // goes one way only.
+    let wanted: Vec<(usize, u32)> = due
+        .iter()
+        .map(|&i| (i, tracked[i].lease.state.replicas.load(Ordering::Relaxed)))
+        .collect();
+    let plain: Vec<usize> = wanted
+        .iter()
+        .filter(|(_, n)| *n == 0)
+        .map(|(i, _)| *i)
+        .collect();
     // The replicated leases by primary: its group, the most replicas any of them wants,
     // and the leases.
     let mut groups: Vec<(u64, u32, Vec<usize>)> = Vec::new();
-    for &i in due.iter().filter(|&&i| wanted(i) > 0) {
+    for &(i, wants) in wanted.iter().filter(|(_, n)| *n > 0) {
         let group = backend.ack_group(&tracked[i].lease.key);
         match groups.iter_mut().find(|(g, _, _)| *g == group) {
             Some((_, n, leases)) => {
-                *n = (*n).max(wanted(i));
+                *n = (*n).max(wants);
                 leases.push(i);
             }
-            None => groups.push((group, wanted(i), vec![i])),
+            None => groups.push((group, wants, vec![i])),
         }
     }
     let plain_answers = async {
@@ -516,31 +520,56 @@ async fn extend_due(
                     }
                 })
                 .collect();
+            let timed_out = || Err(BackendError::timeout(last_end - sent));
+            let alone = |e: Extension<'a>| async move {
+                let reply =
+                    tokio::time::timeout_at(last_end, backend.extend_acked_many(&[e], *n)).await;
+                let answered = Instant::now();
+                let (result, acked) = match reply {
+                    Ok(Ok(a)) => (Ok(a.value.first().copied().unwrap_or(false)), a.replicas),
+                    Ok(Err(e)) => (Err(e), 0),
+                    Err(_) => (timed_out(), 0),
+                };
+                Answer {
+                    result,
+                    answered,
+                    acked,
+                }
+            };
             let reply =
                 tokio::time::timeout_at(last_end, backend.extend_acked_many(&extensions, *n)).await;
             let answered = Instant::now();
-            let (results, acked) = match reply {
-                Ok(Ok(a)) => (a.value.into_iter().map(Ok).collect(), a.replicas),
-                Ok(Err(e)) => (vec![Err(e); leases.len()], 0),
-                Err(_) => (
-                    vec![Err(BackendError::timeout(last_end - sent)); leases.len()],
-                    0,
-                ),
+            let answers: Vec<Answer> = match reply {
+                Ok(Ok(a)) => a
+                    .value
+                    .into_iter()
+                    .map(|extended| Answer {
+                        result: Ok(extended),
+                        answered,
+                        acked: a.replicas,
+                    })
+                    .collect(),
+                // One reply's error fails the whole pipeline (one key of the slot moved
+                // on in a migration, say): each lease alone then, so one key's trouble
+                // is its own (the ones that were extended are extended again).
+                Ok(Err(_)) if extensions.len() > 1 => {
+                    futures_util::future::join_all(extensions.iter().copied().map(alone)).await
+                }
+                Ok(Err(e)) => vec![Answer {
+                    result: Err(e),
+                    answered,
+                    acked: 0,
+                }],
+                Err(_) => leases
+                    .iter()
+                    .map(|_| Answer {
+                        result: timed_out(),
+                        answered,
+                        acked: 0,
+                    })
+                    .collect(),
             };
-            leases
-                .iter()
-                .zip(results)
-                .map(|(&i, result)| {
-                    (
-                        i,
-                        Answer {
-                            result,
-                            answered,
-                            acked,
-                        },
-                    )
-                })
-                .collect::<Vec<_>>()
+            leases.iter().copied().zip(answers).collect::<Vec<_>>()
         }));
     let (plain_answers, acked_answers) =
         futures_util::future::join(plain_answers, acked_answers).await;

@@ -58,11 +58,11 @@ pub trait IdemOutput: Sized {
     /// An idempotency failure as this return value.
     fn from_idem_error(error: Error) -> Self;
     /// The `Ok` value as JSON (`None` for an `Err`, which is not stored), checked to read
-    /// back as itself: equal to the original by `same` (the type's `PartialEq`, when it
-    /// has one: see [`SameProbe`]), else making the same serde calls as the original
-    /// (see `recording`: `Some(None)`, which reads back as `None`, does not); else why it
-    /// cannot be stored (the record says so, and a repeat gets `Unrepresentable` rather
-    /// than another value).
+    /// back as itself: making the same serde calls as the original (see `recording`:
+    /// `Some(None)`, which reads back as `None`, does not), and equal to it by `same` (the
+    /// type's `PartialEq`, when it has one: see [`SameProbe`]); else why it cannot be
+    /// stored (the record says so, and a repeat gets `Unrepresentable` rather than
+    /// another value).
     fn to_stored(&self, same: Same<Self::Value>) -> Option<Result<serde_json::Value, String>>;
     /// The `Ok` value back from its JSON.
     fn from_stored(value: serde_json::Value) -> Result<Self, serde_json::Error>;
@@ -193,10 +193,9 @@ impl<T: IdemValue, E: IdemError> IdemOutput for Result<T, E> {
             // whose JSON is `null` again. The type's own equality tells; without one,
             // their serde calls do (see `recording`), which cannot see an untagged
             // enum's variant.
-            let same = match same {
-                Some(eq) => eq(ok, &back),
-                None => same_data(ok, &back)?,
-            };
+            // Both, where the type has `PartialEq`: a hand-written one may compare less
+            // than the data (an id alone), and the serde calls see less than the type.
+            let same = same_data(ok, &back)? && same.is_none_or(|eq| eq(ok, &back));
             if !same {
                 return Err(format!(
                     "it reads back from its JSON {value} as another value"

@@ -582,11 +582,31 @@ impl Claim {
             channel: &self.channel,
         };
         let backend = &self.locks.inner.backend;
-        // Boxed as a trait object: not the usual path, and a handler's future would
-        // otherwise carry its type (deep enough to overflow the compiler's `Send` check).
-        let confirmed: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> =
-            Box::pin(backend.confirm_store(&store, self.replicas));
-        match confirmed.await {
+        // A failover under way fails the first tries (the old primary's connections cut,
+        // `READONLY`, no primary yet): tried again while the lease lasts, since the
+        // script is safe to repeat and its point is to write the result on the new
+        // primary. Given up, a repeat finds the claim in progress until its lease ends.
+        let mut retried = false;
+        let confirmed = loop {
+            // Boxed as a trait object: not the usual path, and a handler's future would
+            // otherwise carry its type (deep enough to overflow the compiler's `Send`
+            // check).
+            let once: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> =
+                Box::pin(backend.confirm_store(&store, self.replicas));
+            match once.await {
+                Err(e) if e.is_transient() && (!retried || Instant::now() < self.lease_end()) => {
+                    if retried {
+                        let pause = (self.lease / 10).max(Duration::from_millis(10));
+                        tokio::time::sleep_until((Instant::now() + pause).min(self.lease_end()))
+                            .await;
+                    }
+                    tracing::debug!(target: "distlock", key = self.key, error = %e, "stored result's acknowledgement failed; trying again");
+                    retried = true;
+                }
+                done => break done,
+            }
+        };
+        match confirmed {
             Ok(a) if a.value && a.replicas >= self.replicas => Ok(()),
             Ok(a) if a.value => {
                 tracing::warn!(target: "distlock", key = self.key, acked = a.replicas, wanted = self.replicas, "stored result not acknowledged by enough replicas");

@@ -19,10 +19,10 @@
 //! What a recording cannot see: two values that make the same serde calls. A
 //! `#[serde(untagged)]` enum writes no variant at all (`Cents(5)` and `Units(5)` both
 //! serialize as the bare `5`), so no comparison through `Serialize` can tell them apart;
-//! only the type's own equality can. So a type with `PartialEq` is compared by it instead
-//! (see `fns::SameProbe`), and this recording is for the types without it: tag such an
-//! enum (serde's default, or `#[serde(tag = "...")]`) or derive `PartialEq` for its
-//! results to replay faithfully.
+//! only the type's own equality can. So a type with `PartialEq` is compared by it as
+//! well (see `fns::SameProbe`); for a type without it, tag such an enum (serde's
+//! default, or `#[serde(tag = "...")]`) or derive `PartialEq` for its results to replay
+//! faithfully.
 
 use serde::Serialize;
 use serde::ser::{self, Serializer};

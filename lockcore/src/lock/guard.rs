@@ -149,7 +149,7 @@ impl LockGuard {
     }
 
     /// A nested acquisition asking for more replicas than the outer one was confirmed
-    /// with: the outer lease renewed and the replicas' `WAIT`, in one pipeline on one
+    /// with: the outer lease set again to what is left of it and the replicas' `WAIT`, in one pipeline on one
     /// connection (see `backend::replicas`), and the count raised for the fence and
     /// renewals. The nested guard releases nothing when dropped: too few replicas or the
     /// key found gone is the nested call's error, and the outer holder's renewals judge
@@ -160,9 +160,17 @@ impl LockGuard {
         if replicas <= state.replicas.load(Ordering::Relaxed) {
             return Ok(self);
         }
-        let (key, token, ttl) = (&self.info.key, &self.info.token, state.ttl());
+        let (key, token) = (&self.info.key, &self.info.token);
+        // The lease set again to what is left of it by this client's clock, no longer:
+        // the renewal task (and `max_hold`) keep deciding when it ends.
+        let left = state.lease_end().saturating_duration_since(Instant::now());
+        if left.is_zero() || !state.check_held() {
+            return Err(Error::Lost {
+                key: key.to_string(),
+            });
+        }
+        let ttl = left;
         let backend = &self.locks.inner.backend;
-        let sent = Instant::now();
         let set = self.info.shape.set(key);
         // Boxed as a trait object: a rare path, and every acquisition's future (a
         // handler's among them) would otherwise carry its type, deep enough to overflow
@@ -173,7 +181,6 @@ impl LockGuard {
         };
         match confirmed.await {
             Ok(a) if a.value && a.replicas >= replicas => {
-                state.renewed(sent, ttl);
                 state.replicas.fetch_max(replicas, Ordering::Relaxed);
                 Ok(self)
             }
