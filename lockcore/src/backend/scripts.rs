@@ -9,9 +9,15 @@ pub const UNLOCK: &str = include_str!("../scripts/unlock.lua");
 pub const RELEASE: &str = include_str!("../scripts/release.lua");
 /// A fence: the counter's next value while the key holds the token, a new counter
 /// seeded from the server's clock.
-pub const FENCE: &str = include_str!("../scripts/fence.lua");
+pub const FENCE: &str = concat!(
+    include_str!("../scripts/fence_next.lua"),
+    include_str!("../scripts/fence.lua")
+);
 /// The fence counter's step alone (a cluster slot migrating).
-pub const FENCE_COUNTER: &str = include_str!("../scripts/fence_counter.lua");
+pub const FENCE_COUNTER: &str = concat!(
+    include_str!("../scripts/fence_next.lua"),
+    include_str!("../scripts/fence_counter.lua")
+);
 /// A release before `min_hold` ran out: the lock kept until then, marked kept.
 pub const KEEP: &str = include_str!("../scripts/keep.lua");
 /// Compare-and-extend leases.

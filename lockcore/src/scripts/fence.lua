@@ -9,18 +9,11 @@
 -- restart: less than the time the server was down) ahead of the clock, which fewer than
 -- one fence a microsecond on average keeps them from doing, and the clock did not step
 -- back by more than the rest. Fences never go backwards, with or without persistence.
+-- `next_fence`: fence_next.lua.
 -- Read with pcall: a key of another kind (a semaphore that took the name since) is not
 -- this holder's, as a key gone is not (an error here would fail a whole renewal batch).
 local held = redis.pcall('GET', KEYS[1])
 if held == ARGV[1] or held == ARGV[1] .. ' waiting' then
-  local t = redis.call('TIME')
-  local now = t[1] .. string.format('%06d', tonumber(t[2]))
-  local fence = redis.call('INCR', KEYS[2])
-  if fence < tonumber(now) then
-    redis.call('SET', KEYS[2], now, 'PX', ARGV[2])
-    return tonumber(now)
-  end
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  return fence
+  return next_fence(KEYS[2], ARGV[2])
 end
 return false
