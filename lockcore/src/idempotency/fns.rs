@@ -565,6 +565,9 @@ mod tests {
         // A type without `PartialEq` gets the serde calls.
         #[derive(serde::Serialize, serde::Deserialize)]
         struct NoEq;
+        // The generated code's form, `&&` and all (without `PartialEq` it finds the
+        // fallback).
+        #[allow(clippy::needless_borrow)]
         let none: Same<NoEq> = IntoSame::<Result<NoEq, Error>>::into_same(
             (&&SameProbe::<Result<NoEq, Error>>::new()).__distlock_same(),
         );
