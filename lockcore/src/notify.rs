@@ -235,36 +235,150 @@ impl Source {
 /// The Pub/Sub side of one client: a hub per tokio runtime, made on first wait, for as
 /// many runtimes as the connection policy keeps (`MAX_RUNTIMES`).
 pub(crate) struct Notifier {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     source: Source,
     timeout: Duration,
     /// How a yield message names this client (` <client id> `): its waiters are not
     /// woken by a lock left to others.
     named: Arc<[u8]>,
     hubs: Mutex<Vec<(tokio::runtime::Id, Arc<Hub>)>>,
-    connecting: tokio::sync::Mutex<()>,
+    /// The Pub/Sub connections being made, one per runtime at most, each in a task of
+    /// its own (see [`Notifier::hub`]).
+    pending: Mutex<Vec<(tokio::runtime::Id, Attempt)>>,
     /// After a Pub/Sub connection could not be made, until when waiters poll instead of
-    /// trying again (each would queue behind the last one's connect).
+    /// trying again (each would wait on another connect).
     backoff_until: Mutex<Option<tokio::time::Instant>>,
 }
+
+/// A Pub/Sub connection being made: done when it ended in a hub or a backoff.
+type Attempt = futures_util::future::Shared<BoxFuture<'static, ()>>;
 
 impl Notifier {
     pub(crate) fn new(source: Source, timeout: Duration) -> Notifier {
         Notifier {
-            source,
-            timeout,
-            named: Arc::from(&b""[..]),
-            hubs: Mutex::new(Vec::new()),
-            connecting: tokio::sync::Mutex::new(()),
-            backoff_until: Mutex::new(None),
+            inner: Arc::new(Inner {
+                source,
+                timeout,
+                named: Arc::from(&b""[..]),
+                hubs: Mutex::new(Vec::new()),
+                pending: Mutex::new(Vec::new()),
+                backoff_until: Mutex::new(None),
+            }),
         }
     }
 
     /// The notifier of the client with this id (see `release.lua`).
     pub(crate) fn for_client(mut self, id: &str) -> Notifier {
-        self.named = Arc::from(format!(" {id} ").as_bytes());
+        let named = Arc::from(format!(" {id} ").as_bytes());
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.named = named,
+            None => unreachable!("a notifier is named before it is shared"),
+        }
         self
     }
 
+    /// This runtime's hub, made if need be. The connection is made in a task of its own,
+    /// one at a time per runtime, which every waiter that needs it joins under its own
+    /// deadline (the caller's future bounds it): a waiter that gives up leaves it to
+    /// end, in a hub or in a backoff during which waiters poll, so waiters that give up
+    /// one after another never start a connection each. `None`: poll.
+    async fn hub(&self) -> Option<Arc<Hub>> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?.id();
+        let inner = &self.inner;
+        if let Some(hub) = inner.live_hub(runtime) {
+            return Some(hub);
+        }
+        if inner.backing_off() {
+            return None;
+        }
+        let attempt = {
+            let mut pending = crate::util::lock(&inner.pending);
+            match pending.iter().find(|(rt, _)| *rt == runtime) {
+                Some((_, attempt)) => attempt.clone(),
+                None => {
+                    if !inner.room_for(runtime, &pending) {
+                        return None;
+                    }
+                    let task = tokio::spawn(Inner::attempt(inner.clone(), runtime));
+                    let attempt: Attempt = futures_util::FutureExt::shared(Box::pin(async move {
+                        let _ = task.await;
+                    })
+                        as BoxFuture<'static, ()>);
+                    pending.push((runtime, attempt.clone()));
+                    attempt
+                }
+            }
+        };
+        attempt.await;
+        inner.live_hub(runtime)
+    }
+
+    /// Subscribes to `channel`, waiting (within the timeout) for Redis to confirm it.
+    /// `None` when Pub/Sub is unavailable: the waiter then polls on its fallback timer.
+    pub(crate) async fn subscribe(&self, channel: String) -> Option<Subscription> {
+        let hub = self.hub().await?;
+        let timeout = self.inner.timeout;
+        let (mut rx, first) = hub.registry.join(&channel);
+        let sub = Subscription {
+            rx: rx.clone(),
+            channel: channel.clone(),
+            owner: Owner::Redis(hub.clone()),
+        };
+        if first {
+            let (ack, confirmed) = oneshot::channel();
+            if hub
+                .commands
+                .send(Command::Subscribe(channel.clone(), ack))
+                .is_err()
+            {
+                return None;
+            }
+            // The hub confirms the channel itself (see `drive`): waiters that joined
+            // meanwhile are served even if this one gives up.
+            match tokio::time::timeout(timeout, confirmed).await {
+                Ok(Ok(true)) => {}
+                _ => return None,
+            }
+        } else if tokio::time::timeout(timeout, rx.wait_for(|s| *s >= 1))
+            .await
+            .map_or(true, |r| r.is_err())
+        {
+            return None;
+        }
+        let mut sub = sub;
+        sub.rx.borrow_and_update();
+        Some(sub)
+    }
+
+    /// Whether Redis may count this client's connection among the subscribers of
+    /// `channel` (subscribed, or leaving but not yet confirmed), so a release does not
+    /// take this client's own waiters for another client's.
+    pub(crate) fn may_count_self(&self, channel: &str) -> bool {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let Some(hub) = self.inner.live_hub(handle.id()) else {
+            return false;
+        };
+        crate::util::lock(&hub.registry.channels).contains_key(channel)
+            || crate::util::lock(&hub.leaving).contains_key(channel)
+    }
+
+    /// Channels subscribed right now on this runtime's hub (for tests).
+    pub(crate) fn active_channels(&self) -> usize {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return 0;
+        };
+        self.inner
+            .live_hub(handle.id())
+            .map_or(0, |hub| hub.registry.len())
+    }
+}
+
+impl Inner {
     fn live_hub(&self, runtime: tokio::runtime::Id) -> Option<Arc<Hub>> {
         let hubs = crate::util::lock(&self.hubs);
         let switched = self.source.switched();
@@ -275,49 +389,48 @@ impl Notifier {
             .map(|(_, hub)| hub.clone())
     }
 
-    async fn hub(&self) -> Option<Arc<Hub>> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?.id();
-        if let Some(hub) = self.live_hub(runtime) {
-            return Some(hub);
-        }
-        let backing_off = || {
-            crate::util::lock(&self.backoff_until)
-                .is_some_and(|until| tokio::time::Instant::now() < until)
-        };
-        if backing_off() {
-            return None;
-        }
-        let _one = self.connecting.lock().await;
-        if let Some(hub) = self.live_hub(runtime) {
-            return Some(hub);
-        }
-        if backing_off() {
-            return None;
-        }
-        // As many hubs as the connection policy keeps runtimes: past it, this runtime's
-        // waiters poll rather than push out a live runtime's hub (which would make a
-        // connection for every subscription in turn).
-        {
-            let mut hubs = crate::util::lock(&self.hubs);
-            hubs.retain(|(_, h)| !h.commands.is_closed());
-            // Those of other runtimes that still serve (a hub made before a Sentinel
-            // switch, or this runtime's own, is replaced, not counted).
-            let switched = self.source.switched();
-            let serving = hubs
-                .iter()
-                .filter(|(rt, h)| *rt != runtime && h.switched == switched)
-                .count();
-            if serving >= MAX_RUNTIMES {
-                return None;
+    fn backing_off(&self) -> bool {
+        crate::util::lock(&self.backoff_until)
+            .is_some_and(|until| tokio::time::Instant::now() < until)
+    }
+
+    /// As many hubs as the connection policy keeps runtimes: past it, this runtime's
+    /// waiters poll rather than push out a live runtime's hub (which would make a
+    /// connection for every subscription in turn). Counted: other runtimes' hubs that
+    /// still serve (a hub made before a Sentinel switch, or this runtime's own, is
+    /// replaced, not counted) and their connections being made.
+    fn room_for(
+        &self,
+        runtime: tokio::runtime::Id,
+        pending: &[(tokio::runtime::Id, Attempt)],
+    ) -> bool {
+        let mut hubs = crate::util::lock(&self.hubs);
+        hubs.retain(|(_, h)| !h.commands.is_closed());
+        let switched = self.source.switched();
+        let serving = hubs
+            .iter()
+            .filter(|(rt, h)| *rt != runtime && h.switched == switched)
+            .count();
+        serving + pending.len() < MAX_RUNTIMES
+    }
+
+    /// One Pub/Sub connection for `runtime`, made into its hub, or a backoff; then no
+    /// longer pending (also when its runtime shuts down first).
+    async fn attempt(self: Arc<Inner>, runtime: tokio::runtime::Id) {
+        struct Done<'a>(&'a Inner, tokio::runtime::Id);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                crate::util::lock(&self.0.pending).retain(|(rt, _)| *rt != self.1);
             }
         }
+        let _done = Done(&self, runtime);
         let switched = self.source.switched();
         // Boxed: the connecting futures are deep types (see `RedisBackend::connection`).
         let Some((sink, stream)) = crate::util::erased(self.connect()).await else {
-            // Waiters poll for a while rather than queue on connects that fail.
+            // Waiters poll for a while rather than wait on connects that fail.
             *crate::util::lock(&self.backoff_until) =
                 Some(tokio::time::Instant::now() + self.timeout);
-            return None;
+            return;
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let hub = Arc::new(Hub {
@@ -336,8 +449,7 @@ impl Notifier {
         ));
         let mut hubs = crate::util::lock(&self.hubs);
         hubs.retain(|(rt, h)| *rt != runtime && !h.commands.is_closed());
-        hubs.push((runtime, hub.clone()));
-        Some(hub)
+        hubs.push((runtime, hub));
     }
 
     /// A Pub/Sub connection and what it delivers, within the timeout.
@@ -376,63 +488,6 @@ impl Notifier {
             }
             (None, _) => None,
         }
-    }
-
-    /// Subscribes to `channel`, waiting (within the timeout) for Redis to confirm it.
-    /// `None` when Pub/Sub is unavailable: the waiter then polls on its fallback timer.
-    pub(crate) async fn subscribe(&self, channel: String) -> Option<Subscription> {
-        let hub = self.hub().await?;
-        let (mut rx, first) = hub.registry.join(&channel);
-        let sub = Subscription {
-            rx: rx.clone(),
-            channel: channel.clone(),
-            owner: Owner::Redis(hub.clone()),
-        };
-        if first {
-            let (ack, confirmed) = oneshot::channel();
-            if hub
-                .commands
-                .send(Command::Subscribe(channel.clone(), ack))
-                .is_err()
-            {
-                return None;
-            }
-            match tokio::time::timeout(self.timeout, confirmed).await {
-                Ok(Ok(true)) => hub.registry.confirm(&channel),
-                _ => return None,
-            }
-        } else if tokio::time::timeout(self.timeout, rx.wait_for(|s| *s >= 1))
-            .await
-            .map_or(true, |r| r.is_err())
-        {
-            return None;
-        }
-        let mut sub = sub;
-        sub.rx.borrow_and_update();
-        Some(sub)
-    }
-
-    /// Whether Redis may count this client's connection among the subscribers of
-    /// `channel` (subscribed, or leaving but not yet confirmed), so a release does not
-    /// take this client's own waiters for another client's.
-    pub(crate) fn may_count_self(&self, channel: &str) -> bool {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return false;
-        };
-        let Some(hub) = self.live_hub(handle.id()) else {
-            return false;
-        };
-        crate::util::lock(&hub.registry.channels).contains_key(channel)
-            || crate::util::lock(&hub.leaving).contains_key(channel)
-    }
-
-    /// Channels subscribed right now on this runtime's hub (for tests).
-    pub(crate) fn active_channels(&self) -> usize {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return 0;
-        };
-        self.live_hub(handle.id())
-            .map_or(0, |hub| hub.registry.len())
     }
 }
 
@@ -587,6 +642,11 @@ async fn drive(
                         tokio::time::timeout(timeout, sink.subscribe(&channel)).await,
                         Ok(Ok(()))
                     );
+                    // Confirmed here, not by the waiter that asked: it may have given up
+                    // meanwhile, and the waiters that joined after it wait for this.
+                    if ok && let Some(hub) = control_hub.upgrade() {
+                        hub.registry.confirm(&channel);
+                    }
                     let _ = ack.send(ok);
                     ok
                 }

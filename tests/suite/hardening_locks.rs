@@ -714,6 +714,68 @@ async fn a_waiters_subscribe_ends_by_its_deadline() {
     }
 }
 
+/// Waiters that give up one after another while new connections stall share one Pub/Sub
+/// connect: it runs in a task of its own and ends (here failing at the command timeout,
+/// 1 s), and the waiters poll during the backoff that follows. Before, each waiter's
+/// connect ran in its own future, was cut at its deadline and set no backoff: 20 waiters
+/// of 150 ms one after another opened 20 connections to a host that never answers.
+/// Control: the same waiters answer `Busy` by their deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_give_up_share_one_pubsub_connect() {
+    use common::proxy::FaultProxy;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let server = RedisServer::start();
+    let holder = Locks::connect(&server.url()).await.unwrap();
+    let held = holder
+        .lock("shared-connect")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(server.port);
+    let locks = proxy.locks(Duration::from_secs(1));
+    cycles(&locks, "warm", 2).await;
+    // A host that accepts connections and never answers; it counts them.
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = blackhole.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    {
+        let accepted = accepted.clone();
+        std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            for conn in blackhole.incoming().map_while(Result::ok) {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                kept.push(conn);
+            }
+        });
+    }
+    proxy.move_to(port);
+    let wait = Duration::from_millis(150);
+    let started = Instant::now();
+    for _ in 0..20 {
+        let asked = Instant::now();
+        let r = locks.lock("shared-connect").wait(wait).acquire().await;
+        assert!(matches!(r, Err(Error::Busy { .. })), "{r:?}");
+        assert!(
+            asked.elapsed() < wait + Duration::from_millis(900),
+            "control: Busy by the deadline, not after {:?}",
+            asked.elapsed()
+        );
+    }
+    let took = started.elapsed();
+    let connects = accepted.load(Ordering::SeqCst);
+    eprintln!("20 waiters over {took:?}: {connects} connections to the stalled host");
+    // One connect a second at most (the command timeout, then as long a backoff), and one
+    // more for the margin: about 3 for the waiters' 3 s.
+    let most = 2 + took.as_secs() as usize;
+    assert!(
+        connects <= most,
+        "{connects} connections for 20 waiters over {took:?} (at most {most})"
+    );
+    held.release().await.unwrap();
+}
+
 /// A restart the client noticed (a broken connection, a new `run_id`) checks every
 /// renewed lock at once: after a restart without persistence, another client takes the
 /// key, and once this client has seen the restart (one of its calls reconnected), its
