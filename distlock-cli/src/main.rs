@@ -547,11 +547,21 @@ struct Leaks {
     stuck: Vec<IdemRecord>,
     /// Locks with a holder on this host whose process is gone (the holder and its pid).
     dead: Vec<(LockState, lockcore::Holder)>,
+    /// Fence counters without a ttl (left by an earlier version): the first
+    /// [`LASTING_SHOWN`] keys, and how many in all.
+    lasting: (Vec<String>, usize),
 }
+
+/// How many counters without a ttl `leaks` names (it counts them all): there may be one
+/// per name ever fenced.
+const LASTING_SHOWN: usize = 20;
 
 impl Leaks {
     fn is_empty(&self) -> bool {
-        self.no_ttl.is_empty() && self.stuck.is_empty() && self.dead.is_empty()
+        self.no_ttl.is_empty()
+            && self.stuck.is_empty()
+            && self.dead.is_empty()
+            && self.lasting.1 == 0
     }
 }
 
@@ -568,6 +578,7 @@ async fn leaks(locks: &Locks) -> Result<Leaks, Failure> {
         no_ttl: Vec::new(),
         stuck: Vec::new(),
         dead: Vec::new(),
+        lasting: (Vec::new(), 0),
     };
     let mut states = std::pin::pin!(locks.list("*"));
     while let Some(state) = states.try_next().await? {
@@ -596,6 +607,15 @@ async fn leaks(locks: &Locks) -> Result<Leaks, Failure> {
     leaks.dead.sort_by(|a, b| contended_first(&a.0, &b.0));
     leaks.stuck = locks.stuck_idem_records("*").try_collect().await?;
     leaks.stuck.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut counters = std::pin::pin!(locks.lasting_fence_counters("*"));
+    while let Some(counter) = counters.try_next().await? {
+        let (shown, all) = &mut leaks.lasting;
+        if shown.len() < LASTING_SHOWN {
+            shown.push(counter);
+        }
+        *all += 1;
+    }
+    leaks.lasting.0.sort();
     Ok(leaks)
 }
 

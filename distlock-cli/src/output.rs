@@ -14,7 +14,8 @@
 //! - `ls`: `{"locks": [..]}`, most contended first; `watch --json`: one such line per
 //!   refresh, with `"at"`, or `{"at", "error"}` for a refresh that failed;
 //! - `leaks`: `{"no_ttl": [lock], "stuck_records": [record], "dead_holders": [{"lock":
-//!   lock, "holder": holder}]}`;
+//!   lock, "holder": holder}], "lasting_fence_counters": {"keys": [the first 20 keys],
+//!   "count": n}}`;
 //! - a record (`idem show`): `key`, `state` (`"in_progress"`, `"completed"`,
 //!   `"unreadable"`), `owner` (a holder), `lease_left_ms`, `expires_in_ms`,
 //!   `claimed_at_ms`, `completed_at_ms`, `fingerprint`, `status` (a stored response's),
@@ -398,6 +399,10 @@ impl super::Leaks {
                 .iter()
                 .map(|(s, h)| json!({ "lock": lock_json(s, prefix), "holder": holder_json(h) }))
                 .collect::<Vec<_>>(),
+            "lasting_fence_counters": {
+                "keys": self.lasting.0,
+                "count": self.lasting.1,
+            },
         })
     }
 
@@ -429,6 +434,20 @@ impl super::Leaks {
                 s.key,
                 who(h),
                 lease_text(s.lease_left)
+            );
+        }
+        let (shown, all) = &self.lasting;
+        for key in shown {
+            let _ = writeln!(
+                out,
+                "no ttl fence {key}: a counter an earlier version left; its name's next fence gives it a ttl"
+            );
+        }
+        if *all > shown.len() {
+            let _ = writeln!(
+                out,
+                "no ttl fence ... and {} more such counters ({all} in all)",
+                all - shown.len()
             );
         }
     }

@@ -183,6 +183,67 @@ async fn inspect_shows_one_lock_by_name_or_full_key() {
     );
 }
 
+/// `leaks` reports fence counters without a ttl (an earlier version's counters lived for
+/// ever: one per name ever fenced), names the first 20 and counts them all; a counter
+/// written now expires, and a name's next fence gives an old one a ttl. Control: the
+/// counters fenced now are not reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaks_reports_fence_counters_that_never_expire() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locks = Locks::connect(&url).await.unwrap();
+    // The control: fenced now, untagged and tagged.
+    for name in ["order:1", "{acct}:7"] {
+        let g = locks.lock(name).acquire().await.unwrap();
+        g.fence().await.unwrap();
+        g.release().await.unwrap();
+    }
+    let out = distlock(&url, &["leaks"]);
+    assert_eq!(
+        (code(&out), stdout(&out).trim()),
+        (1, "no leaks"),
+        "control"
+    );
+    // As an earlier version left them.
+    for i in 0..25 {
+        raw_set(
+            &server,
+            &format!("{{lock:old:{i}}}:fence"),
+            "1764485970000042",
+            None,
+        )
+        .await;
+    }
+    raw_set(&server, "lock:{acct}:8{:fence}", "1764485970000042", None).await;
+    let out = distlock(&url, &["leaks"]);
+    assert_eq!(code(&out), 0, "{out:?}");
+    let text = stdout(&out);
+    let named = text
+        .lines()
+        .filter(|l| l.starts_with("no ttl fence {lock:old:") || l.starts_with("no ttl fence lock:"))
+        .count();
+    assert_eq!(named, 20, "{text}");
+    assert!(
+        text.contains("and 6 more such counters (26 in all)"),
+        "{text}"
+    );
+    let doc = json(&distlock(&url, &["leaks", "--json"]));
+    assert_eq!(doc["lasting_fence_counters"]["count"], 26);
+    assert_eq!(
+        doc["lasting_fence_counters"]["keys"]
+            .as_array()
+            .unwrap()
+            .len(),
+        20
+    );
+    // A name's next fence gives its old counter a ttl.
+    let g = locks.lock("{acct}:8").acquire().await.unwrap();
+    g.fence().await.unwrap();
+    g.release().await.unwrap();
+    let doc = json(&distlock(&url, &["leaks", "--json"]));
+    assert_eq!(doc["lasting_fence_counters"]["count"], 25);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaks_finds_keys_without_ttl_stuck_records_and_dead_local_holders() {
     let server = RedisServer::start();

@@ -288,6 +288,56 @@ impl Locks {
         KeyWalk::new(globs).looked(self, keep, look)
     }
 
+    /// The fence counters of the locks whose name matches `pattern` (as [`list`]
+    /// (Self::list) reads it) that have no ttl: left by a version of distlock whose
+    /// counters lived for ever (they expire after the fence idle window now, see
+    /// [`LocksBuilder::fence_idle_window`](crate::LocksBuilder::fence_idle_window)); a
+    /// name's next fence gives its counter a ttl. Their full keys, as a stream that walks
+    /// the keys with `SCAN` and looks at each counter it finds, one at a time. An error
+    /// ends the stream. Not over Redlock.
+    ///
+    /// ```
+    /// use futures_util::TryStreamExt;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let locks = lockcore::Locks::in_memory();
+    /// let g = locks.lock("order:1").acquire().await.unwrap();
+    /// g.fence().await.unwrap();
+    /// // A counter written now expires once its name has been idle for the window.
+    /// let lasting: Vec<String> = locks.lasting_fence_counters("*").try_collect().await.unwrap();
+    /// assert!(lasting.is_empty());
+    /// # g.release().await.unwrap();
+    /// # }
+    /// ```
+    pub fn lasting_fence_counters(
+        &self,
+        pattern: &str,
+    ) -> impl futures_util::Stream<Item = Result<String>> + Send + '_ {
+        let full = format!("{}{pattern}", self.inner.prefix);
+        let globs = crate::key::companion_globs(&full, ":fence").to_vec();
+        let records = format!("{}{}", self.inner.prefix, crate::key::RECORDS);
+        let keep = move |found: &str| {
+            let key = crate::key::companion_of(found);
+            let counter = key != found
+                && crate::key::companion(key, ":fence") == found
+                && key.starts_with(&*self.inner.prefix)
+                && !key.starts_with(&records)
+                && crate::util::glob_match(full.as_bytes(), key.as_bytes());
+            counter.then(|| found.to_owned())
+        };
+        let look = move |counter: String| async move {
+            use crate::backend::idem::Records as _;
+            match self.inner.backend.idem_peek(&counter, 0).await {
+                Ok(peeked) => {
+                    Ok((peeked.head.is_some() && peeked.ttl.is_none()).then_some(counter))
+                }
+                // Not a string: no counter distlock wrote.
+                Err(e) if e.is_wrong_type() => Ok(None),
+                Err(e) => Err(Error::backend(&counter, e)),
+            }
+        };
+        KeyWalk::new(globs).looked(self, keep, look)
+    }
+
     /// What holds the lock named `name` (a lock, a semaphore or a read/write lock), in
     /// one atomic, read-only look: its holder (the token's UUID, host and pid), the
     /// lease left, the last fence, whether waiters listen, a yield marker, a semaphore's
