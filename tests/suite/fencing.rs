@@ -139,7 +139,7 @@ async fn large_fences_compare_exactly() {
     );
 }
 
-/// Fence counters that expire once their name has been idle (issue 37): every fence sets
+/// Fence counters that expire once their name has been idle: every fence sets
 /// the counter's ttl to the client's fence idle window, and a counter made afresh starts
 /// from the clock, so the fence after an expiry is still above every earlier one.
 mod idle_counters {
