@@ -40,7 +40,7 @@ DISTLOCK_TEST_ACL=1 cargo test --workspace --all-features "$@" --test cli
 # suites, then the same as the least-privilege user (native commands found through HELLO).
 REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test suite -- \
   behaviour:: waiting:: hardening:: hardening_locks:: idempotent_fns:: jobs:: fencing:: semaphores:: \
-  rwlocks:: multilocks:: family_faults:: inspect:: kinds::
+  rwlocks:: multilocks:: family_faults:: inspect:: kinds:: replicas::
 REDIS_SERVER_BIN="$valkey" cargo test --all-features "$@" --test processes --test cluster
 REDIS_SERVER_BIN="$valkey" cargo test --workspace --all-features "$@" --test cli
 REDIS_SERVER_BIN="$valkey" DISTLOCK_TEST_ACL=1 cargo test --all-features "$@" --test suite -- \

@@ -440,7 +440,7 @@ impl super::Leaks {
         for key in shown {
             let _ = writeln!(
                 out,
-                "no ttl fence {key}: a counter an earlier version left; its name's next fence gives it a ttl"
+                "no ttl fence {key}: a counter an earlier version left; give it a ttl (PEXPIRE <key> 86400000 NX), or its name's next fence will"
             );
         }
         if *all > shown.len() {

@@ -294,24 +294,35 @@ impl Notifier {
         if inner.backing_off() {
             return None;
         }
-        let attempt = {
+        let (attempt, start) = {
             let mut pending = crate::util::lock(&inner.pending);
+            // Again under the lock: an attempt that ended since made the hub.
+            if let Some(hub) = inner.live_hub(runtime) {
+                return Some(hub);
+            }
             match pending.iter().find(|(rt, _)| *rt == runtime) {
-                Some((_, attempt)) => attempt.clone(),
+                Some((_, attempt)) => (attempt.clone(), None),
                 None => {
                     if !inner.room_for(runtime, &pending) {
                         return None;
                     }
-                    let task = tokio::spawn(Inner::attempt(inner.clone(), runtime));
+                    // Done when the task ends or is dropped (even unpolled, its runtime
+                    // shutting down): its guard holds the sender (see `attempt`).
+                    let (ended, done) = oneshot::channel::<()>();
                     let attempt: Attempt = futures_util::FutureExt::shared(Box::pin(async move {
-                        let _ = task.await;
+                        let _ = done.await;
                     })
                         as BoxFuture<'static, ()>);
                     pending.push((runtime, attempt.clone()));
-                    attempt
+                    (attempt, Some(ended))
                 }
             }
         };
+        // Spawned with `pending` unlocked: a runtime shutting down drops the task at once,
+        // and its guard takes the lock.
+        if let Some(ended) = start {
+            tokio::spawn(Inner::attempt(inner.clone(), runtime, ended));
+        }
         attempt.await;
         inner.live_hub(runtime)
     }
@@ -415,15 +426,30 @@ impl Inner {
     }
 
     /// One Pub/Sub connection for `runtime`, made into its hub, or a backoff; then no
-    /// longer pending (also when its runtime shuts down first).
-    async fn attempt(self: Arc<Inner>, runtime: tokio::runtime::Id) {
-        struct Done<'a>(&'a Inner, tokio::runtime::Id);
-        impl Drop for Done<'_> {
+    /// longer pending, also when the task is dropped (its runtime shutting down), even
+    /// before it first ran: the guard is made here, outside the future.
+    fn attempt(
+        self: Arc<Inner>,
+        runtime: tokio::runtime::Id,
+        ended: oneshot::Sender<()>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        /// Leaves `pending`, then ends the attempt for those who wait on it.
+        struct Done(Arc<Inner>, tokio::runtime::Id, Option<oneshot::Sender<()>>);
+        impl Drop for Done {
             fn drop(&mut self) {
                 crate::util::lock(&self.0.pending).retain(|(rt, _)| *rt != self.1);
+                drop(self.2.take());
             }
         }
-        let _done = Done(&self, runtime);
+        let done = Done(self, runtime, Some(ended));
+        async move {
+            let done = done;
+            done.0.make_hub(done.1).await;
+        }
+    }
+
+    /// The hub of `runtime`, or a backoff when no connection could be made.
+    async fn make_hub(&self, runtime: tokio::runtime::Id) {
         let switched = self.source.switched();
         // Boxed: the connecting futures are deep types (see `RedisBackend::connection`).
         let Some((sink, stream)) = crate::util::erased(self.connect()).await else {
@@ -644,7 +670,12 @@ async fn drive(
                     );
                     // Confirmed here, not by the waiter that asked: it may have given up
                     // meanwhile, and the waiters that joined after it wait for this.
-                    if ok && let Some(hub) = control_hub.upgrade() {
+                    // Not while the channel is being left: its waiters then are those of
+                    // a later join, whose own `SUBSCRIBE` follows the `UNSUBSCRIBE`.
+                    if ok
+                        && let Some(hub) = control_hub.upgrade()
+                        && !crate::util::lock(&hub.leaving).contains_key(&channel)
+                    {
                         hub.registry.confirm(&channel);
                     }
                     let _ = ack.send(ok);

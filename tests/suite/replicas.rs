@@ -663,6 +663,57 @@ async fn a_result_lost_in_a_failover_before_its_acknowledgement_is_written_again
     }
 }
 
+#[distlock::idempotent(key = "post:<id>", client = locks, replicas = 1, skip = [runs])]
+async fn post_one(locks: &Locks, id: u32, runs: &Runs) -> Result<u32, Error> {
+    runs.bump();
+    Ok(id)
+}
+
+/// The stored result's acknowledgement counts the result even when its confirmation
+/// finds it there and has nothing to write again: it writes its expiry again, so the
+/// `WAIT` behind it has a write of its connection's to count (a `WAIT` after a script
+/// that only read counts nothing new and answered at once with every replica, a paused
+/// one included). The replica pauses just after the store: the call is told
+/// `NotReplicated`, and a retry replays the result once the replica is back. Control:
+/// before the pause, the same call is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_result_found_there_is_still_counted_by_its_wait() {
+    let (primary, replica) = pair();
+    let replica = Arc::new(replica);
+    let pause = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let locks = {
+        let (replica, pause) = (replica.clone(), pause.clone());
+        Locks::builder(primary.url())
+            .command_timeout(TIMEOUT)
+            .observer(move |e: &distlock::Event<'_>| {
+                if e.name() == "stored" && pause.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    replica.signal("STOP");
+                }
+            })
+            .connect()
+            .await
+            .unwrap()
+    };
+    let runs = Runs::default();
+    assert_eq!(post_one(&locks, 1, &runs).await.unwrap(), 1, "control");
+    pause.store(true, std::sync::atomic::Ordering::SeqCst);
+    let e = post_one(&locks, 2, &runs).await.unwrap_err();
+    replica.signal("CONT");
+    assert!(
+        matches!(
+            e,
+            Error::NotReplicated {
+                acked: 0,
+                wanted: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(post_one(&locks, 2, &runs).await.unwrap(), 2, "replayed");
+    assert_eq!(runs.get(), 2);
+}
+
 #[distlock::idempotent(key = "book:<id>", client = locks, replicas = 1, skip = [runs, other])]
 async fn book_acked(locks: &Locks, id: u32, runs: &Runs, other: &Locks) -> Result<u32, Error> {
     runs.bump();

@@ -322,7 +322,7 @@ impl MemoryBackend {
         let live = holders[at].1 > now;
         if release.is_some() || !live {
             holders.remove(at);
-        } else {
+        } else if !ttl.is_zero() {
             holders[at].1 = now + ttl;
         }
         // Leases that ended count as gone: the last live holder wakes the waiter.
@@ -346,7 +346,10 @@ impl MemoryBackend {
         let mut st = crate::util::lock(&self.state);
         match st.held.get_mut(key) {
             Some((held, until)) if held == token && *until > now => {
-                *until = now + ttl;
+                // Zero keeps the lease (a confirmation, see `extend.lua`).
+                if !ttl.is_zero() {
+                    *until = now + ttl;
+                }
                 true
             }
             _ => false,

@@ -59,7 +59,8 @@ pub(crate) struct Extension<'a> {
     pub(crate) key: &'a str,
     /// The holder's token.
     pub(crate) token: &'a str,
-    /// The lease to set again.
+    /// The lease to set again; zero: kept as it is (its expiry written again, so that
+    /// the `WAIT` behind counts a write).
     pub(crate) ttl: Duration,
     /// A permit or a read share (`permit_extend.lua`), not a lock.
     pub(crate) permit: bool,
@@ -333,7 +334,9 @@ fn extend_call(pipe: &mut redis::Pipeline, l: &Extension<'_>) {
     if let Some(lock) = lock {
         pipe.arg(lock);
     }
-    pipe.arg(l.token).arg(millis(l.ttl));
+    // A zero ttl keeps the lease as it is (see the scripts).
+    let ms = if l.ttl.is_zero() { 0 } else { millis(l.ttl) };
+    pipe.arg(l.token).arg(ms);
 }
 
 impl Acknowledging for RedisBackend {

@@ -149,7 +149,7 @@ impl LockGuard {
     }
 
     /// A nested acquisition asking for more replicas than the outer one was confirmed
-    /// with: the outer lease set again to what is left of it and the replicas' `WAIT`, in one pipeline on one
+    /// with: the outer lease kept as it is (its expiry written again) and the replicas' `WAIT`, in one pipeline on one
     /// connection (see `backend::replicas`), and the count raised for the fence and
     /// renewals. The nested guard releases nothing when dropped: too few replicas or the
     /// key found gone is the nested call's error, and the outer holder's renewals judge
@@ -161,15 +161,15 @@ impl LockGuard {
             return Ok(self);
         }
         let (key, token) = (&self.info.key, &self.info.token);
-        // The lease set again to what is left of it by this client's clock, no longer:
-        // the renewal task (and `max_hold`) keep deciding when it ends.
-        let left = state.lease_end().saturating_duration_since(Instant::now());
-        if left.is_zero() || !state.check_held() {
+        if !state.check_held() {
             return Err(Error::Lost {
                 key: key.to_string(),
             });
         }
-        let ttl = left;
+        // The lease kept as it is on the server (its expiry written again, so that the
+        // `WAIT` counts a write): the renewal task (and `max_hold`) keep deciding when it
+        // ends, and a renewal in flight is never undone.
+        let ttl = Duration::ZERO;
         let backend = &self.locks.inner.backend;
         let set = self.info.shape.set(key);
         // Boxed as a trait object: a rare path, and every acquisition's future (a

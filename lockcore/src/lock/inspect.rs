@@ -293,8 +293,10 @@ impl Locks {
     /// counters lived for ever (they expire after the fence idle window now, see
     /// [`LocksBuilder::fence_idle_window`](crate::LocksBuilder::fence_idle_window)); a
     /// name's next fence gives its counter a ttl. Their full keys, as a stream that walks
-    /// the keys with `SCAN` and looks at each counter it finds, one at a time. An error
-    /// ends the stream. Not over Redlock.
+    /// the keys with `SCAN` and looks at each counter it finds, one at a time, and
+    /// remembers none (there may be one per name ever fenced): a counter `SCAN` gives
+    /// twice (the keyspace rehashed during the walk) may come twice. An error ends the
+    /// stream. Not over Redlock.
     ///
     /// ```
     /// use futures_util::TryStreamExt;
@@ -335,7 +337,40 @@ impl Locks {
                 Err(e) => Err(Error::backend(&counter, e)),
             }
         };
-        KeyWalk::new(globs).looked(self, keep, look)
+        // The walk, the keys of its last step not yet looked at, whether it ended (an
+        // error), and the two steps.
+        let state = (
+            KeyWalk::new(globs),
+            std::collections::VecDeque::<String>::new(),
+            false,
+            keep,
+            look,
+        );
+        futures_util::stream::unfold(
+            state,
+            move |(mut walk, mut found, ended, keep, look)| async move {
+                if ended {
+                    return None;
+                }
+                loop {
+                    while let Some(key) = found.pop_front() {
+                        let Some(counter) = keep(&key) else { continue };
+                        match look(counter).await {
+                            Ok(Some(counter)) => {
+                                return Some((Ok(counter), (walk, found, false, keep, look)));
+                            }
+                            Ok(None) => {}
+                            Err(e) => return Some((Err(e), (walk, found, true, keep, look))),
+                        }
+                    }
+                    match walk.step(&self.inner.backend).await {
+                        None => return None,
+                        Some(Ok(keys)) => found.extend(keys),
+                        Some(Err(e)) => return Some((Err(e), (walk, found, true, keep, look))),
+                    }
+                }
+            },
+        )
     }
 
     /// What holds the lock named `name` (a lock, a semaphore or a read/write lock), in

@@ -22,6 +22,12 @@ end
 local done = string.find(raw, '{"status":"completed","fp":"', 1, true)
 if done then
   if string.sub(raw, done, done + #ARGV[1] - 1) == ARGV[1] then
+    -- There: its expiry written again, the same, so that the `WAIT` behind has a write
+    -- of this connection's to count (it counts none from a script that only read).
+    local left = redis.call('PTTL', KEYS[1])
+    if left > 0 then
+      redis.call('PEXPIRE', KEYS[1], left)
+    end
     return 1
   end
   return 0

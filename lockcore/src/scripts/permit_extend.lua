@@ -2,7 +2,8 @@
 -- permit_acquire.lua, read_acquire.lua).
 -- KEYS[1] the semaphore (the readers); KEYS[2], for a read lock, its lock key, whose
 -- `readers` is kept until the longest share ends; ARGV[1] token, ARGV[2] new ttl in ms
--- (shorter or longer).
+-- (shorter or longer), or 0 to keep the lease as it is and write the set's expiry again
+-- (a confirmation whose `WAIT` needs a write of this connection's to count).
 -- Returns 1 when extended, 0 when the set no longer holds the token or its lease ended.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -16,6 +17,13 @@ if not ends or tonumber(ends) <= now then
   return 0
 end
 local ttl = tonumber(ARGV[2])
+if ttl == 0 then
+  local left = redis.call('PTTL', KEYS[1])
+  if left > 0 then
+    redis.call('PEXPIRE', KEYS[1], left)
+  end
+  return 1
+end
 redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ttl)
