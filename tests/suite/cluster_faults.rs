@@ -467,3 +467,137 @@ async fn a_hung_primary_costs_no_lock_on_the_others() {
         }
     }
 }
+
+/// A new client while one node hangs (a replica, SIGSTOP: the kernel still accepts its
+/// connections, the server never answers them): `connect` and a lock cycle on a healthy
+/// primary end well within the connect timeout (4 s here). Each node's handshake is
+/// bounded by a quarter of the connect timeout, and redis-rs makes the cluster connection
+/// from the nodes that answered (the hung one is tried twice: with the first nodes, then
+/// with the slot map's); it used to be bounded by the whole connect timeout, so the
+/// first read of the nodes outlasted the attempt and the new client could not connect
+/// while the node hung. Control: the node hangs, and a redis-rs cluster client whose
+/// handshakes may take the whole connect timeout (as distlock's were) takes at least that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_client_does_not_wait_out_a_hung_node() {
+    let cluster = RedisCluster::start(3, 1);
+    let ps = cluster.primaries();
+    let hung = cluster.replicas_of(ps[1])[0];
+    let key = cluster.key_on(ps[0], "lock:", "fresh");
+    let connect_timeout = Duration::from_secs(4);
+    cluster.signal(hung, "STOP");
+    assert!(!testkit::ping(hung), "control: the node hangs");
+    let started = std::time::Instant::now();
+    let locks = Locks::cluster(cluster.urls())
+        .command_timeout(Duration::from_secs(1))
+        .connect_timeout(connect_timeout)
+        .connect()
+        .await;
+    let connected = started.elapsed();
+    let cycle = match &locks {
+        Ok(locks) => match locks.lock(key.as_str()).acquire().await {
+            Ok(g) => g.release().await,
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e.clone()),
+    };
+    let took = started.elapsed();
+    // The control: handshakes bounded by the whole connect timeout.
+    let raw = redis::cluster::ClusterClientBuilder::new(cluster.urls())
+        .connection_timeout(connect_timeout)
+        .retries(0)
+        .build()
+        .unwrap();
+    let raw_started = std::time::Instant::now();
+    let raw_made = tokio::time::timeout(connect_timeout * 3, raw.get_async_connection()).await;
+    let raw_took = raw_started.elapsed();
+    cluster.signal(hung, "CONT");
+    eprintln!(
+        "connect {connected:?}, with a lock cycle {took:?}; control: redis-rs {raw_took:?} ({})",
+        match &raw_made {
+            Ok(Ok(_)) => "connected",
+            Ok(Err(_)) => "failed",
+            Err(_) => "still connecting",
+        }
+    );
+    assert!(
+        cycle.is_ok(),
+        "a new client works: {:?} {cycle:?}",
+        locks.as_ref().err()
+    );
+    assert!(
+        took < connect_timeout * 3 / 4,
+        "connect and a lock cycle took {took:?} (connect timeout {connect_timeout:?})"
+    );
+    assert!(
+        raw_took >= connect_timeout,
+        "control: handshakes bounded by the connect timeout wait it out ({raw_took:?})"
+    );
+}
+
+/// `replicas = 1` while a lock's slot is stuck migrating (`MIGRATING` on its owner,
+/// `IMPORTING` on another primary, no key moved): the fence that waits for a replica is
+/// split as the plain one is (the counter `{k}:fence` exists on neither node), and goes
+/// the same way: the counter's step where the counter goes (the importing node, after
+/// `ASKING`), with its `WAIT` on that connection, then the key. It used to fail with
+/// `Backend` (`TRYAGAIN`) for as long as the migration stood. The next holder's fence,
+/// from another client, is larger. Control: a raw two-key script on the owner gets
+/// `TRYAGAIN`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_that_waits_for_replicas_works_while_its_slot_is_stuck_migrating() {
+    let cluster = RedisCluster::start(3, 1);
+    let ps = cluster.primaries();
+    let key = cluster.key_on(ps[0], "lock:", "acked");
+    let full = format!("lock:{key}");
+    let slot = cluster.slot(&full).to_string();
+    let (from, to) = (ps[0], ps[1]);
+    let client = || {
+        Locks::cluster(cluster.urls())
+            .command_timeout(Duration::from_secs(1))
+            .connect()
+    };
+    let (locks, other) = (client().await.unwrap(), client().await.unwrap());
+    let g = locks
+        .lock(key.as_str())
+        .ttl(Duration::from_secs(20))
+        .replicas(1)
+        .acquire()
+        .await
+        .unwrap();
+    let (from_id, to_id) = (RedisCluster::node_id(from), RedisCluster::node_id(to));
+    assert_eq!(
+        RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        "OK"
+    );
+    assert_eq!(
+        RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        "OK"
+    );
+    let control = RedisCluster::cli(
+        from,
+        &["EVAL", "return 1", "2", &full, &format!("{{{full}}}:fence")],
+    );
+    assert!(control.contains("TRYAGAIN"), "control: split: {control}");
+    let fence = g.fence().await;
+    let released = g.release().await;
+    let next = match other
+        .lock(key.as_str())
+        .replicas(1)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+    {
+        Ok(g) => {
+            let next = g.fence().await;
+            g.release().await.unwrap();
+            next
+        }
+        Err(e) => Err(e),
+    };
+    for port in [from, to] {
+        RedisCluster::cli(port, &["CLUSTER", "SETSLOT", &slot, "STABLE"]);
+    }
+    let fence = fence.expect("a fence acknowledged by a replica while the slot migrates");
+    released.unwrap();
+    let next = next.expect("the next holder's fence");
+    assert!(fence >= 1 && next > fence, "fences grow: {next} > {fence}");
+}

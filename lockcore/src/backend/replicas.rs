@@ -407,7 +407,16 @@ impl Acknowledging for RedisBackend {
             .cmd("WAIT")
             .arg(replicas)
             .arg(self.replica_wait());
-        let (fence, acked): (Option<u64>, u32) = self.query_pipe_alone(&pipe).await?;
+        let (fence, acked): (Option<u64>, u32) = match self.query_pipe_alone(&pipe).await {
+            // The key and its counter split between the two nodes of a migrating cluster
+            // slot: as the plain fence goes (`fence_split`), the counter's step where the
+            // counter goes, its `WAIT` on that connection, then the key.
+            Err(e) if e.is_split() => {
+                let wait = (replicas, self.replica_wait());
+                Box::pin(self.fence_split_acked(key, token, idle, wait)).await?
+            }
+            asked => asked?,
+        };
         Ok(Acked {
             value: fence,
             replicas: acked,

@@ -312,7 +312,9 @@ impl LocksBuilder {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         #[cfg(feature = "tls")]
         let certs = self.tls_certificates(&infos)?;
-        let timeout = self.connect_bound();
+        // Each node's handshake within a part of the connect bound: a node that hangs
+        // must not hold up a connection the others can serve (see the policy).
+        let timeout = crate::backend::redis::policy::node_connect_bound(self.connect_bound());
         redis::cluster::ClusterClientBuilder::new(infos.clone())
             .build()
             .map_err(|e| format!("invalid cluster settings: {e}"))?;

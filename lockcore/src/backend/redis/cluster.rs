@@ -37,9 +37,24 @@ pub(super) struct AtNode {
 }
 
 impl AtNode {
-    /// The node of a `MOVED` or `ASK` reply (`None`: route by slot again).
+    /// The node of a `MOVED` or `ASK` reply, or of a pipeline's first command's (on a
+    /// cluster a pipeline has one key); `None`: route by slot again.
     pub(super) fn of(e: &redis::RedisError, asking: bool) -> Option<AtNode> {
-        let (addr, _slot) = e.redirect_node()?;
+        let in_pipeline;
+        let addr = match e.redirect_node() {
+            Some((addr, _slot)) => addr,
+            None => {
+                use redis::ServerErrorKind::{Ask, Moved};
+                let failed = e.clone().into_server_errors()?;
+                let (_, first) = failed.first()?;
+                if !matches!(first.kind(), Some(Ask | Moved)) {
+                    return None;
+                }
+                // `<slot> <host>:<port>`
+                in_pipeline = first.details()?.split_ascii_whitespace().nth(1)?.to_owned();
+                &in_pipeline
+            }
+        };
         let (host, port) = addr.rsplit_once(':')?;
         Some(AtNode {
             host: host.to_owned(),

@@ -276,6 +276,40 @@ impl RedisBackend {
             .then_some(fence))
     }
 
+    /// [`fence_split`](Self::fence_split) that waits for `replicas` (`WAIT` for up to
+    /// `wait` ms): the counter's step and the `WAIT` in one pipeline, on one connection to
+    /// the node the counter goes to (`WAIT` counts the writes of its own connection; the
+    /// counter is the write a fence makes), then the `GET` of the key. The fence and how
+    /// many replicas acknowledged it.
+    pub(in crate::backend) async fn fence_split_acked(
+        &self,
+        key: &str,
+        token: &str,
+        idle: Duration,
+        (replicas, wait): (u32, u64),
+    ) -> Result<(Option<u64>, u32), BackendError> {
+        tracing::debug!(target: "distlock", key, "lock fence (waiting for replicas) while its slot migrates: the counter and the key asked one after the other");
+        // EVAL, not EVALSHA: a NOSCRIPT inside the pipeline would leave the WAIT alone.
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(super::scripts::FENCE_COUNTER)
+            .arg(1)
+            .arg(Companion(key, ":fence"))
+            .arg(millis(idle))
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(wait);
+        let (fence, acked): (u64, u32) = self.query_pipe_alone(&pipe).await?;
+        let mut get = redis::cmd("GET");
+        get.arg(key);
+        let held: Option<String> = self.query(&get).await?;
+        Ok((
+            held.is_some_and(|v| holds_token(&v, token))
+                .then_some(fence),
+            acked,
+        ))
+    }
+
     /// `release.lua`; `with_turns`: with the recent turns' key declared, so it may yield.
     async fn release_script(
         &self,

@@ -1,6 +1,7 @@
 //! What a server's error reply means for the connection it came on and for the client:
 //! the one decision the shared connection, the direct pool and the connections to a
-//! Sentinel's primary take, and the one that says when a capability is missing.
+//! Sentinel's primary take, and the one that says when a capability is missing; and how
+//! long one cluster node's handshake may take ([`node_connect_bound`]).
 //!
 //! | reply | the connection | the client | the caller |
 //! |---|---|---|---|
@@ -14,6 +15,20 @@
 /// How many tokio runtimes' connections one client keeps, of each kind (see
 /// `util::MAX_RUNTIMES`, below the notifier's layer).
 pub(crate) use crate::util::MAX_RUNTIMES;
+
+use std::time::Duration;
+
+/// How long one cluster node's handshake may take while a cluster connection is made
+/// (redis-rs's per-node connection timeout), of the connect timeout `connect`: a quarter
+/// of it, as a direct connection waits a quarter of the command timeout. redis-rs makes
+/// a cluster connection from the nodes that answered once every node answered or timed
+/// out, first the nodes given, then those of the slot map: a node that hangs (SIGSTOP, a
+/// stalled host whose kernel still accepts connections) costs a new client twice this,
+/// half the connect timeout, where a bound of the whole connect timeout made the attempt
+/// outlast itself and no new client connected while the node hung.
+pub(crate) fn node_connect_bound(connect: Duration) -> Duration {
+    connect / 4
+}
 
 /// What becomes of a connection after an error on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
