@@ -305,6 +305,55 @@ async fn a_listener_that_subscribes_again_keeps_the_connection() {
     );
 }
 
+/// A primary, its replica and 3 sentinels, all on TLS ports (one CA; replication and the
+/// sentinels' own links over TLS), and the `rediss://` URLs of the sentinels.
+#[cfg(feature = "tls")]
+struct TlsSetup {
+    files: testkit::TlsFiles,
+    primary: RedisServer,
+    replica: RedisServer,
+    replica_tls: u16,
+    sentinels: Vec<RedisSentinel>,
+    urls: Vec<String>,
+}
+
+#[cfg(feature = "tls")]
+impl TlsSetup {
+    fn start() -> TlsSetup {
+        let (certs, files) = testkit::shared_tls();
+        let (primary_tls, replica_tls) = (free_port(), free_port());
+        let start = |args: Vec<String>| {
+            RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        let primary = start(testkit::tls_args(primary_tls, &certs));
+        let mut replica_args = testkit::tls_args(replica_tls, &certs);
+        replica_args.extend([
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary_tls.to_string(),
+        ]);
+        let replica = start(replica_args);
+        let sentinels: Vec<RedisSentinel> = (0..3)
+            .map(|_| RedisSentinel::start_tls(primary_tls, &certs))
+            .collect();
+        for s in &sentinels {
+            s.wait_ready(3, 1, Duration::from_secs(30));
+        }
+        let urls: Vec<String> = sentinels
+            .iter()
+            .map(|s| format!("rediss://127.0.0.1:{}/", s.tls_port().unwrap()))
+            .collect();
+        TlsSetup {
+            files,
+            primary,
+            replica,
+            replica_tls,
+            sentinels,
+            urls,
+        }
+    }
+}
+
 /// Over TLS: the sentinels, the primary and the replica all on TLS ports (one CA;
 /// replication and the sentinels' own links over TLS), the client given `rediss://`
 /// sentinels and the CA. The primary killed: calls work again on the promoted replica.
@@ -312,29 +361,14 @@ async fn a_listener_that_subscribes_again_keeps_the_connection() {
 #[cfg(feature = "tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_tls_a_killed_primary_is_replaced() {
-    let (certs, files) = testkit::shared_tls();
-    let (primary_tls, replica_tls) = (free_port(), free_port());
-    let start = |args: Vec<String>| {
-        RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>())
-    };
-    let mut primary = start(testkit::tls_args(primary_tls, &certs));
-    let mut replica_args = testkit::tls_args(replica_tls, &certs);
-    replica_args.extend([
-        "--replicaof".into(),
-        "127.0.0.1".into(),
-        primary_tls.to_string(),
-    ]);
-    let replica = start(replica_args);
-    let sentinels: Vec<RedisSentinel> = (0..3)
-        .map(|_| RedisSentinel::start_tls(primary_tls, &certs))
-        .collect();
-    for s in &sentinels {
-        s.wait_ready(3, 1, Duration::from_secs(30));
-    }
-    let urls: Vec<String> = sentinels
-        .iter()
-        .map(|s| format!("rediss://127.0.0.1:{}/", s.tls_port().unwrap()))
-        .collect();
+    let TlsSetup {
+        files,
+        mut primary,
+        replica,
+        replica_tls,
+        sentinels,
+        urls,
+    } = TlsSetup::start();
     let locks = Locks::sentinel(RedisSentinel::MASTER, &urls)
         .tls_root_cert(files.ca.clone())
         .command_timeout(TIMEOUT)
@@ -411,4 +445,80 @@ async fn waits_for_replicas_reuse_their_connections() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     lands_on(&locks, &setup.replica).await;
+}
+
+/// [`waits_for_replicas_reuse_their_connections`] over TLS: the writes that wait for the
+/// replica go on direct connections that speak TLS, kept for the next one, as without
+/// TLS; each such write used to open and close a TLS connection of its own (50 cycles:
+/// about 100 connections). After `SENTINEL FAILOVER` the waits land on the promoted
+/// replica: the kept connections to the demoted primary answer `READONLY` and are
+/// dropped. Control: the cycles wait for the replica (the demoted primary, paused at the
+/// end, fails them with `NotReplicated`).
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_waits_for_replicas_reuse_their_connections() {
+    let setup = TlsSetup::start();
+    let locks = Locks::sentinel(RedisSentinel::MASTER, &setup.urls)
+        .tls_root_cert(setup.files.ca.clone())
+        .command_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let cycle = |key: &'static str| {
+        let locks = locks.clone();
+        async move {
+            let g = locks.lock(key).replicas(1).acquire().await?;
+            g.release().await
+        }
+    };
+    // The replica acknowledges once its first sync is done.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = cycle("acked").await {
+        assert!(
+            Instant::now() < deadline,
+            "the replica never acknowledged: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = testkit::connections_received(setup.primary.port);
+    for _ in 0..50 {
+        cycle("acked").await.unwrap();
+    }
+    let made = testkit::connections_received(setup.primary.port) - before;
+    eprintln!("over TLS: {made} connections for 50 cycles that wait for the replica");
+    assert!(made <= 6, "{made} connections for 50 cycles");
+    let out = RedisCluster::cli(
+        setup.sentinels[0].port,
+        &["SENTINEL", "FAILOVER", RedisSentinel::MASTER],
+    );
+    assert_eq!(out, "OK");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !setup
+        .sentinels
+        .iter()
+        .all(|s| s.primary_port() == Some(setup.replica_tls))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinels promoted the replica"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Err(e) = cycle("after").await {
+        assert!(
+            Instant::now() < deadline,
+            "no cycle after the failover: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    lands_on(&locks, &setup.replica).await;
+    // The control: the cycles wait for the replica (the demoted primary now).
+    setup.primary.signal("STOP");
+    let unacked = cycle("after").await;
+    setup.primary.signal("CONT");
+    assert!(
+        matches!(unacked, Err(Error::NotReplicated { .. })),
+        "control: a paused replica fails the cycle: {unacked:?}"
+    );
 }

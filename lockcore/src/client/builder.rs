@@ -492,13 +492,16 @@ impl LocksBuilder {
         #[cfg(not(feature = "tls"))]
         let certs = None;
         let node = self.connection_info(node)?;
+        // Over TLS (`rediss://` sentinels: the primary speaks TLS too), direct connections
+        // to the primary speak it with the client's certificates, as on one server.
+        let tls = self.direct_tls(&infos[0]);
         let primary = crate::backend::sentinel::SentinelTarget::new(
             master,
             infos,
             node.redis_settings().clone(),
             certs,
         );
-        let backend = RedisBackend::sentinel(primary.clone(), self.timeout)
+        let backend = RedisBackend::sentinel(primary.clone(), self.timeout, tls)
             .connect_within(self.connect_bound());
         Ok((backend.into(), Some(NotifySource::Sentinel(primary))))
     }

@@ -170,15 +170,10 @@ impl RedisBackend {
         Self::with(Target::Single(client), timeout, tls, direct)
     }
 
-    /// Redis behind Sentinel. Direct connections stay off: a primary that was demoted
-    /// keeps its connections.
-    pub(crate) fn sentinel(target: Arc<SentinelTarget>, timeout: Duration) -> Self {
-        Self::with(
-            Target::Sentinel(target),
-            timeout,
-            DirectTls::default(),
-            false,
-        )
+    /// Redis behind Sentinel. Direct connections serve only the pipelines that wait for
+    /// replicas (see `pipe_on_primary`), over TLS with `tls` where the primary speaks it.
+    pub(crate) fn sentinel(target: Arc<SentinelTarget>, timeout: Duration, tls: DirectTls) -> Self {
+        Self::with(Target::Sentinel(target), timeout, tls, false)
     }
 
     /// A Redis Cluster; `client` retries nothing itself (see the module docs).

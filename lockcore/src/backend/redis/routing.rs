@@ -182,8 +182,9 @@ impl RedisBackend {
 
     /// Runs a pipeline within the timeout on a connection no other call uses meanwhile:
     /// an idle or new direct connection whatever the calls in flight (to the current
-    /// primary behind Sentinel, to the slot's owner on a cluster), else (every direct one
-    /// busy, or TLS) a connection of its own, closed after. For pipelines that end in
+    /// primary behind Sentinel, over TLS too, to the slot's owner on a cluster), else
+    /// (every direct one busy, or TLS that direct connections cannot speak: no
+    /// configuration could be made) a connection of its own, closed after. For pipelines that end in
     /// `WAIT`, which holds its connection while replicas catch up: on a connection other
     /// calls share, one lagging replica would stall every call to its primary.
     pub(crate) async fn query_pipe_alone<T: FromRedisValue>(
@@ -334,8 +335,9 @@ impl RedisBackend {
     }
 
     /// Behind Sentinel, `pipe` over a direct connection to the primary `client` names
-    /// (kept for the next such call, not opened and closed each time). `None`: no direct
-    /// connection can be had (every one busy, or TLS), and the caller makes its own.
+    /// (kept for the next such call, not opened and closed each time; over TLS with the
+    /// client's certificates). `None`: no direct connection can be had (every one busy,
+    /// or TLS without a configuration for them), and the caller makes its own.
     /// One that answers `READONLY` (a demoted primary) is closed, with the idle ones
     /// (`policy::after_error`).
     pub(super) async fn pipe_on_primary<T: FromRedisValue>(
