@@ -14,6 +14,8 @@
 //!    idle `timeout`) failed the calls made after it with "broken pipe";
 //! 8. (kept since handlers claim in the caller's task) a handler call dropped while its
 //!    claim was in flight must give the claim back;
+//! 9. an idempotency call that timed out dropped the runtime's shared connection, so
+//!    the calls after it (renewals, busy locks, records) paid its reconnect;
 //!
 //! and what came with them: `on_lost` for `#[idempotent]`, the eviction-policy warning,
 //! `release()` cancelled at every point, and a claim that reaches Redis only after its
@@ -1134,4 +1136,87 @@ async fn a_handler_dropped_while_its_claim_is_in_flight_gives_it_back() {
     assert_eq!(again.text(), "run 2 of 2", "the retry ran the body");
     assert_eq!(runs.get(), 2, "the warm-up and the retry");
     serving.abort();
+}
+
+#[idempotent(key = "stalled:<id>", client = locks)]
+async fn stalled_record(locks: &Locks, id: u32) -> Result<u32, Error> {
+    Ok(id)
+}
+
+/// Idempotency calls, and the renewals of a lock, over the connection a client's runtime
+/// shares, made before and after a call that ran out of its command timeout (400 ms).
+async fn calls_around(locks: &Locks, from: u32) -> Result<(), Error> {
+    for id in from..from + 5 {
+        assert_eq!(stalled_record(locks, id).await?, id);
+    }
+    let g = locks
+        .lock("stalled")
+        .ttl(Duration::from_millis(300))
+        .renew(true)
+        .acquire()
+        .await?;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(g.info().is_held(), "renewed");
+    g.release().await
+}
+
+/// An idempotency call that times out (the server stalled 500 ms by `DEBUG SLEEP`,
+/// command timeout 400 ms) leaves the runtime's shared connection in place: its late
+/// reply is dropped, not read as another call's, and the connection answers its check
+/// (a `PING`, within half the command timeout) after the stall. The idempotency calls and the renewals after it open no connection
+/// (the timeout used to drop the shared connection: they paid its reconnect, 1 new
+/// connection). Control: the call did time out; and a connection that answers no
+/// `PING` either (the server stopped by SIGSTOP past the timeout and the check) is
+/// replaced: the calls after it open a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_call_keeps_the_shared_connection_that_still_answers() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    let locks = Locks::builder(server.url())
+        .command_timeout(Duration::from_millis(400))
+        .connect()
+        .await
+        .unwrap();
+    // No response timeout of its own: the stall outlasts redis-rs's default.
+    let mut admin = redis::Client::open(server.admin_url())
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
+        )
+        .await
+        .unwrap();
+    calls_around(&locks, 0).await.unwrap();
+    // The count includes the connection that reads it (`INFO`).
+    let before = testkit::connections_received(server.port);
+    let stall = tokio::spawn(async move {
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.5")
+            .query_async::<()>(&mut admin)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let timed_out = stalled_record(&locks, 100).await;
+    stall.await.unwrap().unwrap();
+    calls_around(&locks, 10).await.unwrap();
+    let made = testkit::connections_received(server.port) - before - 1;
+    eprintln!("after a call that timed out in a 500 ms stall: {made} new connections");
+    assert!(
+        matches!(&timed_out, Err(Error::Backend { source, .. }) if source.kind() == distlock::BackendErrorKind::Timeout),
+        "control: the call timed out: {timed_out:?}"
+    );
+    assert_eq!(made, 0, "the shared connection was kept");
+    // The control: a connection that answers nothing is replaced.
+    let before = testkit::connections_received(server.port);
+    server.signal("STOP");
+    let hung = stalled_record(&locks, 200).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    server.signal("CONT");
+    calls_around(&locks, 20).await.unwrap();
+    let made = testkit::connections_received(server.port) - before - 1;
+    eprintln!("after a call that timed out on a stopped server: {made} new connections");
+    assert!(hung.is_err(), "control: the server was stopped");
+    assert!(
+        made >= 1,
+        "control: a connection that answered no PING is replaced"
+    );
 }

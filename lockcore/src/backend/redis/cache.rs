@@ -64,6 +64,24 @@ pub(super) struct Slot {
     /// Set when its socket closed (see `direct::Watched`); `None` where redis-rs made the
     /// socket (a cluster, or TLS that direct connections cannot speak).
     pub(super) closed: Option<Arc<AtomicBool>>,
+    /// The check made after a call on it timed out, if one was (see
+    /// [`RedisBackend::check_alive`]): failed, it is dead as a closed one; under way,
+    /// calls wait for its verdict before they use it.
+    pub(super) check: Option<Checking>,
+}
+
+/// A check under way on a multiplexed connection, to wait for.
+pub(super) type Checking = tokio::sync::watch::Receiver<Check>;
+
+/// Where the check of a multiplexed connection stands (see
+/// [`RedisBackend::check_alive`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Check {
+    Under,
+    /// In step, and its server answers.
+    Passed,
+    /// No answer in time, or another reply than the check's own (out of step): dead.
+    Failed,
 }
 
 /// Whether Redis may evict this client's keys under `policy` (`maxmemory-policy`): every
@@ -338,24 +356,35 @@ impl RedisBackend {
         }
     }
 
-    pub(super) fn cached(&self, runtime: tokio::runtime::Id) -> Option<(Conn, u64)> {
+    /// The connection of `runtime`, and the check under way on it if any (see
+    /// [`Self::check_alive`]).
+    pub(super) fn cached(
+        &self,
+        runtime: tokio::runtime::Id,
+    ) -> Option<((Conn, u64), Option<Checking>)> {
         if let Target::Sentinel(target) = &self.target {
             // Its listener ends with the runtime it ran on: another one takes over.
             target.listen();
         }
         let switched = self.switched();
         let mut slots = crate::util::lock(&self.slots);
-        let closed = |s: &Slot| s.closed.as_ref().is_some_and(|c| c.load(Ordering::Acquire));
+        let closed = |s: &Slot| {
+            s.check
+                .as_ref()
+                .is_some_and(|c| *c.borrow() == Check::Failed)
+                || s.closed.as_ref().is_some_and(|c| c.load(Ordering::Acquire))
+        };
         if slots.iter().any(|s| s.switched != switched || closed(s)) {
             // The sentinels announced a new primary, or a connection's socket closed
-            // (the server or the network closed it): connect again.
+            // (the server or the network closed it), or it answered no `PING` after a
+            // call's timeout: connect again.
             slots.retain(|s| s.switched == switched && !closed(s));
             self.broke();
         }
-        slots
-            .iter()
-            .find(|s| s.runtime == runtime)
-            .map(|s| (s.conn.clone(), s.generation))
+        slots.iter().find(|s| s.runtime == runtime).map(|s| {
+            let under = s.check.as_ref().filter(|c| *c.borrow() == Check::Under);
+            ((s.conn.clone(), s.generation), under.cloned())
+        })
     }
 
     /// Behind Sentinel, the count of new primaries announced; else 0.
@@ -369,8 +398,18 @@ impl RedisBackend {
     pub(super) async fn connection(&self) -> Result<(Conn, u64), BackendError> {
         current_runtime()?;
         let runtime = self.connection_runtime()?.id();
-        if let Some(found) = self.cached(runtime) {
-            return Ok(found);
+        if let Some((found, check)) = self.cached(runtime) {
+            let Some(mut check) = check else {
+                return Ok(found);
+            };
+            // A call on it timed out, and it is being checked: its verdict first (within
+            // the caller's timeout), so no call is sent on a connection out of step.
+            let verdict = check.wait_for(|c| *c != Check::Under).await.map(|c| *c);
+            if matches!(verdict, Ok(Check::Passed)) {
+                return Ok(found);
+            }
+            self.forget(found.1);
+            self.broke();
         }
         self.connect(runtime).await
     }
@@ -451,7 +490,7 @@ impl RedisBackend {
         use tracing::instrument::WithSubscriber as _;
         let handle = self.connection_runtime()?;
         let mut pending = crate::util::lock(&self.pending);
-        if let Some(found) = self.cached(runtime) {
+        if let Some((found, _)) = self.cached(runtime) {
             return Ok(Attempting::Made(found));
         }
         let switched = self.switched();
@@ -536,6 +575,7 @@ impl RedisBackend {
             generation,
             switched,
             closed,
+            check: None,
         });
         tracing::debug!(target: "distlock", generation, ?native, "connected to redis");
         (conn, generation)
@@ -577,6 +617,54 @@ impl RedisBackend {
             self.broke();
         }
         BackendError::from(e)
+    }
+
+    /// A call on the multiplexed connection of `generation` timed out
+    /// ([`policy::after_timeout`]): kept, and checked in a task of its own, one check at a
+    /// time, while the calls that need it wait for the verdict. A `PING` with a word of
+    /// its own is answered after every reply before it: its own word back within half
+    /// the command timeout (so a call that waited for the verdict still has half its own
+    /// for itself) says the connection is in step and its server answers (a stall that
+    /// ends by then, or one slow call, costs no connection); no answer, or another
+    /// reply (a reply lost on the way), marks it dead: the next call connects again, and
+    /// the break is counted (see `epoch`).
+    pub(super) fn check_alive(&self, generation: u64) {
+        let (tx, rx) = tokio::sync::watch::channel(Check::Under);
+        let conn = {
+            let mut slots = crate::util::lock(&self.slots);
+            let Some(slot) = slots.iter_mut().find(|s| s.generation == generation) else {
+                return;
+            };
+            if slot
+                .check
+                .as_ref()
+                .is_some_and(|c| *c.borrow() == Check::Under)
+            {
+                return;
+            }
+            slot.check = Some(rx);
+            slot.conn.clone()
+        };
+        let timeout = self.timeout / 2;
+        let checked = crate::util::spawn_here(async move {
+            let mut conn = conn;
+            let word = format!("distlock-check-{:016x}", fastrand::u64(..));
+            let mut ping = redis::cmd("PING");
+            ping.arg(&word);
+            let answer = tokio::time::timeout(timeout, ping.query_async::<String>(&mut conn)).await;
+            let verdict = match answer {
+                Ok(Ok(said)) if said == word => Check::Passed,
+                answer => {
+                    tracing::debug!(target: "distlock", ?answer, "the shared redis connection did not answer its check after a call's timeout: connecting again");
+                    Check::Failed
+                }
+            };
+            let _ = tx.send(verdict);
+        });
+        if !checked {
+            self.forget(generation);
+            self.broke();
+        }
     }
 
     /// Drops the connection of `generation` so the next call reconnects.

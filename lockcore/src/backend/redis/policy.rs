@@ -1,7 +1,8 @@
 //! What a server's error reply means for the connection it came on and for the client:
 //! the one decision the shared connection, the direct pool and the connections to a
-//! Sentinel's primary take, and the one that says when a capability is missing; and how
-//! long one cluster node's handshake may take ([`node_connect_bound`]).
+//! Sentinel's primary take, and the one that says when a capability is missing; what a
+//! call that timed out means for its connection ([`after_timeout`]); and how long one
+//! cluster node's handshake may take ([`node_connect_bound`]).
 //!
 //! | reply | the connection | the client | the caller |
 //! |---|---|---|---|
@@ -9,7 +10,8 @@
 //! | `BUSY`, `LOADING`, `MASTERDOWN`, `OOM`, `TRYAGAIN` | kept | capabilities kept | `Backend` (the command did not run) |
 //! | `READONLY` (a demoted primary: a failover, or a name that moved to a new primary) | closed, with the idle direct connections | a possible restart counted (`epoch`); the next connection looks the primary up again | `Backend` |
 //! | `WRONGTYPE` (a key of another kind) | kept | capabilities kept | a release or renewal: the lock lost; an acquire: `WrongKind` |
-//! | a broken connection, a timeout | closed (the multiplexed one is remade, a direct one dropped with the idle ones) | a possible restart counted | `Backend` |
+//! | a broken connection | closed (the multiplexed one is remade, a direct one dropped with the idle ones) | a possible restart counted | `Backend` |
+//! | no reply within the command timeout | a direct one closed (out of step); the multiplexed one kept and checked (the calls that need it wait for the verdict): closed as broken if a `PING` on it gets no answer, or another reply than its own, within half the command timeout; a cluster's kept | a possible restart counted where closed, and on a cluster | `Backend` (`Timeout`) |
 //! | `MOVED`, `ASK` (a cluster) | kept | the slot map read again | followed within the call |
 
 /// How many tokio runtimes' connections one client keeps, of each kind (see
@@ -40,6 +42,38 @@ pub(super) enum AfterError {
     Demoted,
     /// Broken, or out of step (a timeout, a reply not read): closed.
     Broken,
+    /// In step but perhaps dead (a call on it timed out): kept, and checked with a `PING`
+    /// within half the command timeout; closed as [`Broken`](Self::Broken) if none
+    /// answers, or another reply comes (out of step: a reply lost on the way).
+    Suspect,
+}
+
+/// Which kind of shared connection a call was on. (A direct connection serves one call
+/// at a time and reads replies in order: one whose call timed out is out of step, and
+/// goes with the call's future, which owns it.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Carrier {
+    /// The multiplexed connection of a runtime (one server, Sentinel's primary).
+    Multiplexed,
+    /// A cluster connection (redis-rs's, one per node within).
+    Cluster,
+}
+
+/// What a call that timed out means for the connection it was on (see the module docs).
+/// Only a connection that is itself dead is closed: the multiplexed one every call of a
+/// runtime shares stays for the others (lock calls and renewals would pay its reconnect,
+/// and where the server's `run_id` cannot be read, count a possible restart) unless a
+/// `PING` on it goes unanswered too.
+pub(super) fn after_timeout(on: Carrier) -> AfterError {
+    match on {
+        // Each reply is matched to its call and a late one dropped (redis-rs's
+        // multiplexed connection): late is not broken. But a server gone without closing
+        // the socket (a host that died, a cut link) times out every call until the
+        // connection is closed: checked.
+        Carrier::Multiplexed => AfterError::Suspect,
+        // redis-rs matches the replies and checks and remakes its nodes' connections.
+        Carrier::Cluster => AfterError::Keep,
+    }
 }
 
 /// What `e` means for the connection it came on (see the module docs).

@@ -387,10 +387,11 @@ impl RedisBackend {
         }
     }
 
-    /// `call` within the command timeout. On a timeout the multiplexed connection it was
-    /// using (its generation in `used`, 0 for none) is dropped: its late reply may still
-    /// come, and must not be read as another call's. The call is pinned where its caller
-    /// made it: a large future is not copied into the timer.
+    /// `call` within the command timeout. On a timeout, its connection is what
+    /// [`policy::after_timeout`] says: a direct one went with the call's future; the
+    /// multiplexed one it was using (its generation in `used`, 0 for none) is kept (its
+    /// late reply is dropped, never read as another call's) and checked. The call is
+    /// pinned where its caller made it: a large future is not copied into the timer.
     pub(super) async fn within_timeout<T>(
         &self,
         used: &AtomicU64,
@@ -402,11 +403,22 @@ impl RedisBackend {
                 let generation = used.load(Ordering::Relaxed);
                 if self.sharded {
                     // A cluster connection matches replies itself and reconnects on its
-                    // own: kept. But the slot's primary may have failed over meanwhile,
-                    // without a reply that says so (see `epoch`).
+                    // own: kept (the policy). But the slot's primary may have failed over
+                    // meanwhile, without a reply that says so (see `epoch`).
+                    debug_assert_eq!(
+                        policy::after_timeout(policy::Carrier::Cluster),
+                        policy::AfterError::Keep
+                    );
                     self.broke();
                 } else if generation != 0 {
-                    self.forget(generation);
+                    match policy::after_timeout(policy::Carrier::Multiplexed) {
+                        policy::AfterError::Keep => {}
+                        policy::AfterError::Suspect => self.check_alive(generation),
+                        policy::AfterError::Broken | policy::AfterError::Demoted => {
+                            self.forget(generation);
+                            self.broke();
+                        }
+                    }
                 }
                 Err(BackendError::timeout(self.timeout))
             }
