@@ -7,6 +7,8 @@
 # SEED: rerun a seed printed by an earlier run (`chaos seed = N`); default: a new one.
 # A failing run prints the seed, the violations with the events of the calls involved,
 # and keeps its event log. DISTLOCK_CHAOS_KEEP=1 keeps the logs of a passing run too.
+# DISTLOCK_CHAOS_PLANT=renewal-ignores-token plants a bug in the children, which the run
+# must then report (see tests/chaos.rs: "Checking the analysis against a planted bug").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

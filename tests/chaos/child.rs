@@ -32,6 +32,42 @@ pub(crate) mod env {
     pub(crate) const STOP_MS: &str = "DISTLOCK_CHAOS_STOP_MS";
     /// Replicas every lock and record waits for (the cluster run: 1; else unset).
     pub(crate) const REPLICAS: &str = "DISTLOCK_CHAOS_REPLICAS";
+    /// A bug planted in the children, to check that the analysis catches it (see
+    /// `plant` below): read here, in the test's children, never by the library.
+    pub(crate) const PLANT: &str = "DISTLOCK_CHAOS_PLANT";
+}
+
+/// The bugs [`env::PLANT`] can plant in every child.
+///
+/// `renewal-ignores-token`: holders act as if lease keeping's renewal ignored the token
+/// (extended the key whoever held it, and said "renewed"): they are never told their
+/// lock is lost (no `lost()` wake-up logged, `is_held()` read as true), and where lease
+/// keeping did find it lost they work on, to their body's planned end and
+/// [`PLANT_WORK_ON`] more, as a holder told "renewed" would, while another holder has
+/// the key. The analysis must report it (unreported loss: two holders, one of them lost
+/// but told it held). The library is untouched: the plant sits where the children read
+/// what the library tells them.
+pub(crate) fn plant() -> Option<&'static str> {
+    static PLANT: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+    *PLANT.get_or_init(|| match std::env::var(env::PLANT).ok()?.as_str() {
+        "" => None,
+        "renewal-ignores-token" => Some("renewal-ignores-token"),
+        other => panic!(
+            "{}: unknown plant `{other}` (renewal-ignores-token)",
+            env::PLANT
+        ),
+    })
+}
+
+/// How long a planted holder works on past its body's planned end once its lock was
+/// lost (longer than the analysis's tolerance of command timeout + 150 ms: a renewed
+/// lock is lost near its body's end, when the key expires after its last renewal, so
+/// without it the overlaps the plant makes are mostly near misses).
+const PLANT_WORK_ON: Duration = Duration::from_secs(1);
+
+/// Whether holders are never told of a loss (the `renewal-ignores-token` plant).
+fn told_nothing() -> bool {
+    plant() == Some("renewal-ignores-token")
 }
 
 /// The holder id of child `i`: tokens are `<uuid>:<holder id>`.
@@ -566,7 +602,7 @@ struct Holding<'a> {
 
 impl Holding<'_> {
     fn log_exit(&self, g: &LockGuard, how: &str) {
-        let lost = self.lost || !g.info().is_held();
+        let lost = !told_nothing() && (self.lost || !g.info().is_held());
         self.log.emit(
             "lk_exit",
             format_args!("call={} lost={} how={how}", self.call, u8::from(lost)),
@@ -622,10 +658,19 @@ async fn body(ctx: &Ctx, p: &LockPlan, call: &str, g: &LockGuard) -> bool {
     if p.nested && !lost {
         lost = g.scope(nested(ctx, p, call, g, p.body - first)).await;
     }
-    lost || !g.info().is_held()
+    !told_nothing() && (lost || !g.info().is_held())
 }
 
 async fn hold(ctx: &Ctx, call: &str, g: &LockGuard, d: Duration) -> bool {
+    if told_nothing() {
+        // The plant: as if every renewal had said "renewed".
+        let until = tokio::time::Instant::now() + d;
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => {}
+            () = g.lost() => tokio::time::sleep_until(until + PLANT_WORK_ON).await,
+        }
+        return false;
+    }
     tokio::select! {
         () = tokio::time::sleep(d) => !g.info().is_held(),
         () = g.lost() => {

@@ -173,17 +173,28 @@ enum Sampled {
 
 pub(crate) fn run(seed: u64, secs: u64) {
     let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
-    run_on(Servers::One(server), seed, secs);
+    run_on(Servers::One(server), seed, secs, None);
 }
 
 /// The run on a cluster with a replica per primary, locks and records acknowledged by 1.
 pub(crate) fn run_cluster(seed: u64, secs: u64) {
     let cluster = RedisCluster::start(3, 1);
     let slot = cluster.slot(&format!("{}{}", cfg::PREFIX, cfg::LOCK_KEYS[0]));
-    run_on(Servers::Cluster(cluster, slot), seed, secs);
+    run_on(Servers::Cluster(cluster, slot), seed, secs, None);
 }
 
-fn run_on(mut servers: Servers, seed: u64, secs: u64) {
+/// [`run_cluster`] with `plant` planted in every child (see `child::plant`): the checks
+/// of the violations the analysis found, instead of a panic.
+pub(crate) fn run_cluster_planted(seed: u64, secs: u64, plant: &str) -> Vec<&'static str> {
+    let cluster = RedisCluster::start(3, 1);
+    let slot = cluster.slot(&format!("{}{}", cfg::PREFIX, cfg::LOCK_KEYS[0]));
+    run_on(Servers::Cluster(cluster, slot), seed, secs, Some(plant))
+}
+
+fn run_on(mut servers: Servers, seed: u64, secs: u64, plant: Option<&str>) -> Vec<&'static str> {
+    if let Some(plant) = plant.or(crate::child::plant()) {
+        println!("chaos seed = {seed}: bug planted in the children: {plant} (violations expected)");
+    }
     let test_started = Instant::now();
     let sampled = servers.sampled();
     let dir = std::env::temp_dir().join(format!("distlock-chaos-{}", std::process::id()));
@@ -212,6 +223,9 @@ fn run_on(mut servers: Servers, seed: u64, secs: u64) {
             ];
             if let Some(n) = &replicas {
                 vars.push((env::REPLICAS, n.clone()));
+            }
+            if let Some(plant) = plant {
+                vars.push((env::PLANT, plant.to_owned()));
             }
             ChildProc::spawn(i, &vars)
         })
@@ -329,11 +343,15 @@ fn run_on(mut servers: Servers, seed: u64, secs: u64) {
         } else {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        return;
+        return Vec::new();
     }
     let text = report.render(&events);
     println!("{text}");
     eprintln!("{text}");
+    if plant.is_some() {
+        println!("event log kept at {}", path.display());
+        return report.findings.iter().map(|f| f.check).collect();
+    }
     panic!(
         "chaos seed = {seed}: {} violation(s) (rerun: DISTLOCK_CHAOS_SEED={seed}); event log kept at {}",
         report.findings.len(),
