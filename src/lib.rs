@@ -399,7 +399,8 @@
 //! | `BUSY`, `LOADING`, `MASTERDOWN`, `OOM` | kept | capabilities kept | `Backend` (the command did not run; retry later) |
 //! | `READONLY` (a demoted primary: a failover, an endpoint name that moved) | closed, with the idle direct connections | a possible restart counted: every renewed lock is checked at once; the next connection finds the primary | `Backend` |
 //! | `WRONGTYPE` (a name taken by another kind) | kept | capabilities kept | an acquire: `WrongKind`; a release or renewal: `Lost` |
-//! | no reply within the command timeout, a broken connection | closed | a possible restart counted, as above | `Backend` |
+//! | a broken connection | closed | a possible restart counted, as above | `Backend` |
+//! | no reply within the command timeout | a direct one closed; the shared one kept and checked (a `PING` of its own, the calls that need it waiting for the verdict), closed only if it gets no answer, or another reply, within half the command timeout; a cluster's kept | where closed, and on a cluster: a possible restart counted, as above | `Backend` (`Timeout`) |
 //! | `MOVED`, `ASK`, `TRYAGAIN` (a cluster) | kept | the slot map read again | followed, or waited out, within the call |
 //!
 //! On a Redis Cluster, one cluster connection per client serves every runtime: it is

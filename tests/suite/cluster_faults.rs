@@ -12,7 +12,11 @@
 //! 7. while one node hung, a runtime without a cluster connection could not make one:
 //!    the renewal task, which made its own at its first renewal, lost a healthy lock;
 //! 8. (b) each `TRYAGAIN` round redirected by `ASK` to a node redis-rs has no connection
-//!    to opened a new connection to it.
+//!    to opened a new connection to it;
+//! 9. a new client could not connect while one node hung (each node's handshake was
+//!    bounded by the whole connect timeout);
+//! 10. a fence that waits for replicas failed with `Backend` while its slot was split by
+//!     a migration (and a pipeline's `ASK` was not followed).
 use crate::common;
 
 use std::time::Duration;
@@ -472,10 +476,9 @@ async fn a_hung_primary_costs_no_lock_on_the_others() {
 /// connections, the server never answers them): `connect` and a lock cycle on a healthy
 /// primary end well within the connect timeout (4 s here). Each node's handshake is
 /// bounded by a quarter of the connect timeout, and redis-rs makes the cluster connection
-/// from the nodes that answered (the hung one is tried twice: with the first nodes, then
-/// with the slot map's); it used to be bounded by the whole connect timeout, so the
-/// first read of the nodes outlasted the attempt and the new client could not connect
-/// while the node hung. Control: the node hangs, and a redis-rs cluster client whose
+/// from the nodes that answered (1.0 s here); it used to be bounded by the whole connect
+/// timeout, so the first read of the nodes outlasted the attempt and the new client
+/// could not connect while the node hung (`connect` failed after 4.0 s). Control: the node hangs, and a redis-rs cluster client whose
 /// handshakes may take the whole connect timeout (as distlock's were) takes at least that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_client_does_not_wait_out_a_hung_node() {

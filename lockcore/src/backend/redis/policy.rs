@@ -25,9 +25,9 @@ use std::time::Duration;
 /// of it, as a direct connection waits a quarter of the command timeout. redis-rs makes
 /// a cluster connection from the nodes that answered once every node answered or timed
 /// out, first the nodes given, then those of the slot map: a node that hangs (SIGSTOP, a
-/// stalled host whose kernel still accepts connections) costs a new client twice this,
-/// half the connect timeout, where a bound of the whole connect timeout made the attempt
-/// outlast itself and no new client connected while the node hung.
+/// stalled host whose kernel still accepts connections) costs a new client this, twice
+/// at most (half the connect timeout), where a bound of the whole connect timeout made
+/// the attempt outlast itself and no new client connected while the node hung.
 pub(crate) fn node_connect_bound(connect: Duration) -> Duration {
     connect / 4
 }
