@@ -1144,24 +1144,24 @@ async fn stalled_record(locks: &Locks, id: u32) -> Result<u32, Error> {
 }
 
 /// Idempotency calls, and the renewals of a lock, over the connection a client's runtime
-/// shares, made before and after a call that ran out of its command timeout (400 ms).
+/// shares, made before and after a call that ran out of its command timeout (1 s).
 async fn calls_around(locks: &Locks, from: u32) -> Result<(), Error> {
     for id in from..from + 5 {
         assert_eq!(stalled_record(locks, id).await?, id);
     }
     let g = locks
         .lock("stalled")
-        .ttl(Duration::from_millis(300))
+        .ttl(Duration::from_millis(1200))
         .renew(true)
         .acquire()
         .await?;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(g.info().is_held(), "renewed");
     g.release().await
 }
 
-/// An idempotency call that times out (the server stalled 500 ms by `DEBUG SLEEP`,
-/// command timeout 400 ms) leaves the runtime's shared connection in place: its late
+/// An idempotency call that times out (the server stalled 1.3 s by `DEBUG SLEEP`,
+/// command timeout 1 s) leaves the runtime's shared connection in place: its late
 /// reply is dropped, not read as another call's, and the connection answers its check
 /// (a `PING`, within half the command timeout) after the stall. The idempotency calls and the renewals after it open no connection
 /// (the timeout used to drop the shared connection: they paid its reconnect, 1 new
@@ -1172,7 +1172,7 @@ async fn calls_around(locks: &Locks, from: u32) -> Result<(), Error> {
 async fn a_timed_out_call_keeps_the_shared_connection_that_still_answers() {
     let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
     let locks = Locks::builder(server.url())
-        .command_timeout(Duration::from_millis(400))
+        .command_timeout(Duration::from_secs(1))
         .connect()
         .await
         .unwrap();
@@ -1190,7 +1190,7 @@ async fn a_timed_out_call_keeps_the_shared_connection_that_still_answers() {
     let stall = tokio::spawn(async move {
         redis::cmd("DEBUG")
             .arg("SLEEP")
-            .arg("0.5")
+            .arg("1.3")
             .query_async::<()>(&mut admin)
             .await
     });
@@ -1199,7 +1199,7 @@ async fn a_timed_out_call_keeps_the_shared_connection_that_still_answers() {
     stall.await.unwrap().unwrap();
     calls_around(&locks, 10).await.unwrap();
     let made = testkit::connections_received(server.port) - before - 1;
-    eprintln!("after a call that timed out in a 500 ms stall: {made} new connections");
+    eprintln!("after a call that timed out in a 1.3 s stall: {made} new connections");
     assert!(
         matches!(&timed_out, Err(Error::Backend { source, .. }) if source.kind() == distlock::BackendErrorKind::Timeout),
         "control: the call timed out: {timed_out:?}"
@@ -1209,7 +1209,8 @@ async fn a_timed_out_call_keeps_the_shared_connection_that_still_answers() {
     let before = testkit::connections_received(server.port);
     server.signal("STOP");
     let hung = stalled_record(&locks, 200).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Past the check (half the command timeout after the call's).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     server.signal("CONT");
     calls_around(&locks, 20).await.unwrap();
     let made = testkit::connections_received(server.port) - before - 1;
