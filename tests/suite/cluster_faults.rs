@@ -604,3 +604,80 @@ async fn a_fence_that_waits_for_replicas_works_while_its_slot_is_stuck_migrating
     let next = next.expect("the next holder's fence");
     assert!(fence >= 1 && next > fence, "fences grow: {next} > {fence}");
 }
+
+/// Two renewed locks with `replicas = 1` in one slot (one hash tag), the slot migrating
+/// with one of the two keys moved: their renewals go in one pipeline with its `WAIT`; the
+/// moved key's extend is answered `ASK`, the other's ran on the owner. The pipeline is
+/// not run again on the importing node (where the other key is not, which made it
+/// "lost" while its key was held and just extended): the renewals go lease by lease,
+/// and both locks stay held past several leases. Control: the moved key is on the
+/// importing node, the other on its owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_one_slot_split_by_a_migration_keep_both_locks() {
+    let cluster = RedisCluster::start(3, 1);
+    let ps = cluster.primaries();
+    let (from, to) = (ps[0], ps[1]);
+    let tag = cluster.key_on(from, "", "tag");
+    let (a, b) = (format!("{{{tag}}}:a"), format!("{{{tag}}}:b"));
+    let slot = cluster.slot(&tag).to_string();
+    let locks = Locks::cluster(cluster.urls())
+        .command_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(1500);
+    let mut guards = Vec::new();
+    for name in [&a, &b] {
+        guards.push(
+            locks
+                .lock(name.as_str())
+                .ttl(ttl)
+                .renew(true)
+                .replicas(1)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let (from_id, to_id) = (RedisCluster::node_id(from), RedisCluster::node_id(to));
+    assert_eq!(
+        RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+        "OK"
+    );
+    assert_eq!(
+        RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+        "OK"
+    );
+    let (port, moved) = (to.to_string(), format!("lock:{a}"));
+    assert_eq!(
+        RedisCluster::cli(
+            from,
+            &[
+                "MIGRATE",
+                "127.0.0.1",
+                &port,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+                &moved
+            ]
+        ),
+        "OK"
+    );
+    // The control: the keys are split.
+    assert_eq!(
+        RedisCluster::cli(from, &["EXISTS", &format!("lock:{b}")]),
+        "1",
+        "control: the other key on its owner"
+    );
+    tokio::time::sleep(3 * ttl).await;
+    let held: Vec<bool> = guards.iter().map(|g| g.info().is_held()).collect();
+    for port in [from, to] {
+        RedisCluster::cli(port, &["CLUSTER", "SETSLOT", &slot, "STABLE"]);
+    }
+    assert_eq!(held, [true, true], "both locks held through the migration");
+    for g in guards {
+        let _ = g.release().await;
+    }
+}

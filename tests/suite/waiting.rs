@@ -662,17 +662,22 @@ async fn clients_take_turns_when_others_wait() {
 }
 
 /// Control: without the yield window the releasing client's next local task wins the race
-/// against the other clients' woken waiters, and keeps the lock for long runs.
+/// against the other clients' woken waiters, and keeps the lock for long runs. A race: on
+/// a loaded machine one run of 150 may rotate by chance, so it is shown within three.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_without_yielding_one_client_keeps_the_lock() {
     let server = RedisServer::start();
-    let order = clients_take_turns(&server, Duration::ZERO).await;
-    let run = longest_run(&order);
-    eprintln!("longest run without yielding: {run}");
-    assert!(
-        run > 6,
-        "longest run {run}: the race did not show: {order:?}"
-    );
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let order = clients_take_turns(&server, Duration::ZERO).await;
+        let run = longest_run(&order);
+        eprintln!("longest run without yielding: {run}");
+        runs.push(run);
+        if run > 6 {
+            return;
+        }
+    }
+    panic!("longest runs {runs:?}: the race did not show in three runs");
 }
 
 async fn evalsha_calls(server: &RedisServer) -> u64 {

@@ -494,7 +494,12 @@ impl LocksBuilder {
         let node = self.connection_info(node)?;
         // Over TLS (`rediss://` sentinels: the primary speaks TLS too), direct connections
         // to the primary speak it with the client's certificates, as on one server.
-        let tls = self.direct_tls(&infos[0]);
+        // Any `rediss://` sentinel makes the primary TLS (see `SentinelTarget::new`).
+        let tls_info = infos
+            .iter()
+            .find(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }))
+            .unwrap_or(&infos[0]);
+        let tls = self.direct_tls(tls_info);
         let primary = crate::backend::sentinel::SentinelTarget::new(
             master,
             infos,

@@ -37,21 +37,34 @@ pub(super) struct AtNode {
 }
 
 impl AtNode {
-    /// The node of a `MOVED` or `ASK` reply, or of a pipeline's first command's (on a
-    /// cluster a pipeline has one key); `None`: route by slot again.
-    pub(super) fn of(e: &redis::RedisError, asking: bool) -> Option<AtNode> {
+    /// The node of a `MOVED` or `ASK` reply, or of a pipeline's, where every one of its
+    /// `keyed` commands that name a key was redirected to that one node (nothing of it ran
+    /// here, so running it all there runs nothing twice); `None`: route by slot again, or
+    /// (a pipeline some of whose commands ran here) the error is the answer, and the
+    /// callers that can run on fewer keys do.
+    pub(super) fn of(e: &redis::RedisError, asking: bool, keyed: usize) -> Option<AtNode> {
         let in_pipeline;
         let addr = match e.redirect_node() {
             Some((addr, _slot)) => addr,
             None => {
-                use redis::ServerErrorKind::{Ask, Moved};
                 let failed = e.clone().into_server_errors()?;
-                let (_, first) = failed.first()?;
-                if !matches!(first.kind(), Some(Ask | Moved)) {
+                if failed.len() != keyed {
                     return None;
                 }
                 // `<slot> <host>:<port>`
-                in_pipeline = first.details()?.split_ascii_whitespace().nth(1)?.to_owned();
+                fn node(s: &redis::ServerError) -> Option<&str> {
+                    use redis::ServerErrorKind::{Ask, Moved};
+                    if !matches!(s.kind(), Some(Ask | Moved)) {
+                        return None;
+                    }
+                    s.details()?.split_ascii_whitespace().nth(1)
+                }
+                let (_, first) = failed.first()?;
+                let at = node(first)?;
+                if failed.iter().any(|(_, s)| node(s) != Some(at)) {
+                    return None;
+                }
+                in_pipeline = at.to_owned();
                 &in_pipeline
             }
         };
@@ -518,9 +531,16 @@ impl RedisBackend {
                 // The slot has another owner: after a failover, keys the old one had not
                 // replicated are gone.
                 self.broke();
-                AtNode::of(&e, false)
+                match AtNode::of(&e, false, what.keyed()) {
+                    // A pipeline part of which ran here: not run again anywhere.
+                    None if what.keyed() > 1 => return Err(e),
+                    at => at,
+                }
             }
-            redis::ErrorKind::Server(Ask) => AtNode::of(&e, true),
+            redis::ErrorKind::Server(Ask) => match AtNode::of(&e, true, what.keyed()) {
+                None if what.keyed() > 1 => return Err(e),
+                at => at,
+            },
             // A transaction whose commands were redirected while queued: nothing ran, and
             // the redirect itself was not returned. A probe of its key finds it.
             redis::ErrorKind::Server(ExecAbort) => {
@@ -534,9 +554,9 @@ impl RedisBackend {
                 {
                     Err(e) if e.kind() == redis::ErrorKind::Server(Moved) => {
                         self.broke();
-                        AtNode::of(&e, false)
+                        AtNode::of(&e, false, 1)
                     }
-                    Err(e) if e.kind() == redis::ErrorKind::Server(Ask) => AtNode::of(&e, true),
+                    Err(e) if e.kind() == redis::ErrorKind::Server(Ask) => AtNode::of(&e, true, 1),
                     // Not the topology: the transaction's own fault.
                     _ => return Err(e),
                 }

@@ -28,8 +28,12 @@ use std::time::Duration;
 /// stalled host whose kernel still accepts connections) costs a new client this, twice
 /// at most (half the connect timeout), where a bound of the whole connect timeout made
 /// the attempt outlast itself and no new client connected while the node hung.
+///
+/// Never less than a second, or the whole connect timeout where it is shorter: a quarter
+/// of a short timeout would refuse a slow but healthy node (TLS across regions, a busy
+/// server), every node alike, and no client would connect.
 pub(crate) fn node_connect_bound(connect: Duration) -> Duration {
-    connect / 4
+    (connect / 4).max(connect.min(Duration::from_secs(1)))
 }
 
 /// What becomes of a connection after an error on it.

@@ -90,6 +90,21 @@ impl Call<'_, '_> {
 
     /// The key of a pipeline's first command (its first argument), for the probe after
     /// an aborted transaction.
+    /// How many of its commands name a key: every command of a pipeline but those that
+    /// name none (`WAIT`, `PING`, `MULTI`, `EXEC`, `ASKING`); one for the rest.
+    pub(super) fn keyed(self) -> usize {
+        let Call::Pipe(pipe) = self else { return 1 };
+        pipe.cmd_iter()
+            .filter(|cmd| match cmd.args_iter().next() {
+                Some(redis::Arg::Simple(name)) => !matches!(
+                    name.to_ascii_uppercase().as_slice(),
+                    b"WAIT" | b"PING" | b"MULTI" | b"EXEC" | b"ASKING"
+                ),
+                _ => true,
+            })
+            .count()
+    }
+
     pub(super) fn first_key(self) -> Option<Vec<u8>> {
         let Call::Pipe(pipe) = self else { return None };
         arg(pipe.cmd_iter().next()?, 1)
@@ -227,7 +242,10 @@ impl RedisBackend {
                         if let Some(node) = self.owner_of(&key) {
                             let mut own = self.plain_to(&node).await?;
                             match Call::Pipe(pipe).run::<T, _>(&mut own).await {
-                                Err(e) if AtNode::of(&e, false).is_some() => {
+                                Err(e)
+                                    if AtNode::of(&e, false, Call::Pipe(pipe).keyed())
+                                        .is_some() =>
+                                {
                                     *crate::util::lock(&self.owners) = None;
                                 }
                                 reply => return reply.map_err(BackendError::from),
