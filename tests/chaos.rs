@@ -200,11 +200,11 @@ fn chaos_cluster_run_catches_a_planted_bug() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // A seed and a length known to catch it (a 30 s run, or a seed that seldom pauses
     // the replica, may pass no renewed lock to another holder): unless given.
-    if std::env::var_os("DISTLOCK_CHAOS_SEED").is_none() {
-        // SAFETY: set before the run starts any thread of its own; children inherit it.
-        unsafe { std::env::set_var("DISTLOCK_CHAOS_SEED", "546486926") };
-    }
     let (seed, secs) = seed_and_secs("chaos (cluster, planted)", 60);
+    let seed = match std::env::var_os("DISTLOCK_CHAOS_SEED") {
+        Some(_) => seed,
+        None => 546_486_926,
+    };
     let found = parent::run_cluster_planted(seed, secs, "renewal-ignores-token");
     let unreported = found.iter().filter(|c| **c == "unreported loss").count();
     println!(
