@@ -286,7 +286,11 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
                 return Ok(Outcome::NotFound);
             }
             if !yes && std::io::stdin().is_terminal() {
-                if !confirm(&state)? {
+                let holder = output::holder_text(&state);
+                if !confirm(&format!(
+                    "release {} (held by {holder}) by force?",
+                    state.key
+                ))? {
                     return Err(usage("not released: not confirmed"));
                 }
                 // The answer may come long after the question: release only what was
@@ -365,13 +369,7 @@ async fn run(cli: Cli) -> Result<Outcome, Failure> {
                             record.key
                         )));
                     }
-                    eprint!("forget {}? [y/N] ", record.key);
-                    let mut answer = String::new();
-                    std::io::stdin()
-                        .lock()
-                        .read_line(&mut answer)
-                        .map_err(|e| usage(format!("no answer: {e}")))?;
-                    if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                    if !confirm(&format!("forget {}?", record.key))? {
                         return Err(usage("not forgotten: not confirmed"));
                     }
                     record.key
@@ -528,9 +526,9 @@ fn holders(state: &LockState) -> Vec<&str> {
     tokens
 }
 
-fn confirm(state: &LockState) -> Result<bool, Failure> {
-    let holder = output::holder_text(state);
-    eprint!("release {} (held by {holder}) by force? [y/N] ", state.key);
+/// Asks `question` on the terminal; `true` for a yes.
+fn confirm(question: &str) -> Result<bool, Failure> {
+    eprint!("{question} [y/N] ");
     let mut answer = String::new();
     std::io::stdin()
         .lock()

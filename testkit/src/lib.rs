@@ -737,6 +737,21 @@ impl RedisCluster {
             .collect()
     }
 
+    /// Starts moving `slot` from the primary on `from` to the one on `to`, as a reshard
+    /// does before it moves any key: `IMPORTING` on the target, then `MIGRATING` on the
+    /// source (each answered `OK`). Calls on the slot's keys meet `ASK` from then on.
+    pub fn start_migration(slot: &str, from: u16, to: u16) {
+        let (from_id, to_id) = (Self::node_id(from), Self::node_id(to));
+        assert_eq!(
+            Self::cli(to, &["CLUSTER", "SETSLOT", slot, "IMPORTING", &from_id]),
+            "OK"
+        );
+        assert_eq!(
+            Self::cli(from, &["CLUSTER", "SETSLOT", slot, "MIGRATING", &to_id]),
+            "OK"
+        );
+    }
+
     /// Moves `slot` from the primary serving it to the primary on `to`, key by key with
     /// `MIGRATE`, the way `redis-cli --cluster reshard` does: `IMPORTING` on the target,
     /// `MIGRATING` on the source, keys moved in batches of `batch` with `pause` between
@@ -744,16 +759,9 @@ impl RedisCluster {
     pub fn migrate_slot(&self, slot: u16, to: u16, batch: usize, pause: Duration) {
         let from = self.primary_of(slot);
         assert_ne!(from, to, "slot {slot} already on {to}");
-        let (from_id, to_id) = (Self::node_id(from), Self::node_id(to));
         let s = slot.to_string();
-        assert_eq!(
-            Self::cli(to, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from_id]),
-            "OK"
-        );
-        assert_eq!(
-            Self::cli(from, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to_id]),
-            "OK"
-        );
+        Self::start_migration(&s, from, to);
+        let to_id = Self::node_id(to);
         loop {
             let keys = Self::cli(from, &["CLUSTER", "GETKEYSINSLOT", &s, &batch.to_string()]);
             let keys: Vec<&str> = keys

@@ -206,15 +206,7 @@ async fn locks_work_while_their_slot_is_stuck_migrating() {
         .acquire()
         .await
         .unwrap();
-    let (from_id, to_id) = (RedisCluster::node_id(from), RedisCluster::node_id(to));
-    assert_eq!(
-        RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
-        "OK"
-    );
-    assert_eq!(
-        RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
-        "OK"
-    );
+    RedisCluster::start_migration(&slot, from, to);
     let control = RedisCluster::cli(
         from,
         &["EVAL", "return 1", "2", &full, &format!("{{{full}}}:turns")],
@@ -372,15 +364,7 @@ async fn redirects_to_a_new_node_reuse_one_connection() {
     }
     let to = cluster.add_node();
     let slot = slot.to_string();
-    let (from_id, to_id) = (RedisCluster::node_id(from), RedisCluster::node_id(to));
-    assert_eq!(
-        RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
-        "OK"
-    );
-    assert_eq!(
-        RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
-        "OK"
-    );
+    RedisCluster::start_migration(&slot, from, to);
     let keys: Vec<String> = names.iter().map(|n| format!("lock:{n}")).collect();
     let mut migrate = vec!["MIGRATE", "127.0.0.1"];
     let port = to.to_string();
@@ -566,15 +550,7 @@ async fn a_fence_that_waits_for_replicas_works_while_its_slot_is_stuck_migrating
         .acquire()
         .await
         .unwrap();
-    let (from_id, to_id) = (RedisCluster::node_id(from), RedisCluster::node_id(to));
-    assert_eq!(
-        RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
-        "OK"
-    );
-    assert_eq!(
-        RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
-        "OK"
-    );
+    RedisCluster::start_migration(&slot, from, to);
     let control = RedisCluster::cli(
         from,
         &["EVAL", "return 1", "2", &full, &format!("{{{full}}}:fence")],
@@ -639,15 +615,7 @@ async fn renewals_of_one_slot_split_by_a_migration_keep_both_locks() {
                 .unwrap(),
         );
     }
-    let (from_id, to_id) = (RedisCluster::node_id(from), RedisCluster::node_id(to));
-    assert_eq!(
-        RedisCluster::cli(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
-        "OK"
-    );
-    assert_eq!(
-        RedisCluster::cli(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
-        "OK"
-    );
+    RedisCluster::start_migration(&slot, from, to);
     let (port, moved) = (to.to_string(), format!("lock:{a}"));
     assert_eq!(
         RedisCluster::cli(
